@@ -1,0 +1,170 @@
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Defaults for a kind policy's zero fields.
+const (
+	DefaultLease        = 2 * time.Minute
+	DefaultMaxExecution = 5 * time.Minute
+	// DefaultMaxResultBytes bounds a stored result unless
+	// Config.MaxResultBytes says otherwise.
+	DefaultMaxResultBytes = 256 << 10
+	// DefaultRecordTimeout bounds how long an outcome is retried against
+	// an unreachable database before Do gives up with ErrNotRecorded.
+	DefaultRecordTimeout = 30 * time.Second
+)
+
+// KindPolicy is what one kind of action needs: how long a claim is held
+// and how long an effect may run.
+type KindPolicy struct {
+	// Lease is how long a claim survives without a heartbeat, by the
+	// database's clock. While the effect runs, Do extends it every Lease/3,
+	// so it bounds how long a dead worker's claim blocks recovery, not how
+	// long an effect may take. Zero means DefaultLease (2 minutes).
+	Lease time.Duration
+	// MaxExecution bounds the context given to the effect. Zero means
+	// DefaultMaxExecution (5 minutes).
+	MaxExecution time.Duration
+}
+
+func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
+	if p.Lease == 0 {
+		p.Lease = d.Lease
+	}
+	if p.MaxExecution == 0 {
+		p.MaxExecution = d.MaxExecution
+	}
+	return p
+}
+
+func (p KindPolicy) validate(name string) error {
+	if p.Lease < 0 {
+		return fmt.Errorf("once: Config.%s.Lease is %v; it must be positive, or zero for the default", name, p.Lease)
+	}
+	if p.Lease > 0 && p.Lease < 30*time.Millisecond {
+		return fmt.Errorf("once: Config.%s.Lease is %v; it must be at least 30ms so heartbeats can keep it", name, p.Lease)
+	}
+	if p.MaxExecution < 0 {
+		return fmt.Errorf("once: Config.%s.MaxExecution is %v; it must be positive, or zero for the default", name, p.MaxExecution)
+	}
+	return nil
+}
+
+// Config configures a Client. Only Store is required.
+type Config struct {
+	// Store is the database that arbitrates claims: postgres.New for
+	// many machines, sqlite.Open for one. Required.
+	Store Store
+	// Default is the policy for kinds not named in Kinds. Zero fields take
+	// the package defaults.
+	Default KindPolicy
+	// Kinds holds per-kind policies; zero fields take Default's.
+	Kinds map[string]KindPolicy
+	// MaxPayloadBytes bounds an intent's canonical payload. Zero means
+	// DefaultMaxPayloadBytes (1 MiB).
+	MaxPayloadBytes int
+	// MaxResultBytes bounds a stored result. Zero means
+	// DefaultMaxResultBytes (256 KiB).
+	MaxResultBytes int
+	// RecordTimeout bounds how long Do keeps retrying to record an
+	// outcome when the database is unreachable. Zero means
+	// DefaultRecordTimeout (30 seconds).
+	RecordTimeout time.Duration
+	// Logger receives a line for every transition worth an operator's
+	// attention. Nil discards.
+	Logger *slog.Logger
+}
+
+// Client runs effects exactly once over a Store. It is safe for
+// concurrent use; make one per process and share it.
+type Client struct {
+	store         Store
+	def           KindPolicy
+	kinds         map[string]KindPolicy
+	maxPayload    int
+	maxResult     int
+	recordTimeout time.Duration
+	log           *slog.Logger
+}
+
+// New validates cfg and returns a Client. It does no I/O: call the
+// store's Migrate (or `once migrate`) before the first Do.
+func New(cfg Config) (*Client, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("once: Config.Store is nil; pass postgres.New(pool) or sqlite.Open(path)")
+	}
+	if err := cfg.Default.validate("Default"); err != nil {
+		return nil, err
+	}
+	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 {
+		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes and RecordTimeout must not be negative; zero means the default")
+	}
+	c := &Client{
+		store:         cfg.Store,
+		def:           cfg.Default.withDefaults(KindPolicy{Lease: DefaultLease, MaxExecution: DefaultMaxExecution}),
+		kinds:         make(map[string]KindPolicy, len(cfg.Kinds)),
+		maxPayload:    orDefault(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
+		maxResult:     orDefault(cfg.MaxResultBytes, DefaultMaxResultBytes),
+		recordTimeout: orDefault(cfg.RecordTimeout, DefaultRecordTimeout),
+		log:           cfg.Logger,
+	}
+	for kind, p := range cfg.Kinds {
+		if kind == "" {
+			return nil, errors.New("once: Config.Kinds has an empty kind name")
+		}
+		if err := p.validate(fmt.Sprintf("Kinds[%q]", kind)); err != nil {
+			return nil, err
+		}
+		c.kinds[kind] = p.withDefaults(c.def)
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+func orDefault[N int | time.Duration](v, d N) N {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// Policy returns the policy in force for kind.
+func (c *Client) Policy(kind string) KindPolicy {
+	if p, ok := c.kinds[kind]; ok {
+		return p
+	}
+	return c.def
+}
+
+// Store returns the client's store.
+func (c *Client) Store() Store { return c.store }
+
+// Get returns the action stored under key.
+func (c *Client) Get(ctx context.Context, key Key) (Action, error) {
+	return c.store.Get(ctx, key)
+}
+
+// prepare validates an intent and turns it into a claim request. It is
+// the last step before I/O: anything wrong with the input fails here.
+func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
+	payload, err := in.validate(c.maxPayload)
+	if err != nil {
+		return ClaimRequest{}, KindPolicy{}, err
+	}
+	key, fp := keyOf(in, payload)
+	pol := c.Policy(in.Kind)
+	return ClaimRequest{
+		Key: key, Fingerprint: fp,
+		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
+		Payload: payload, Lease: pol.Lease,
+	}, pol, nil
+}

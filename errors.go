@@ -1,0 +1,215 @@
+package once
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinels for the conditions a caller branches on. Every typed error
+// below matches exactly one of them with errors.Is, and carries the detail
+// (key, attempt, timestamps) for errors.As.
+var (
+	// ErrInvalidIntent: the intent was refused before any I/O.
+	ErrInvalidIntent = errors.New("once: invalid intent")
+	// ErrInFlight: another attempt holds the claim. Return the job to its
+	// queue; a later delivery will replay the result or recover the claim.
+	ErrInFlight = errors.New("once: action in flight")
+	// ErrFingerprintMismatch: the key was seen before with a different
+	// payload. The action was not executed.
+	ErrFingerprintMismatch = errors.New("once: payload differs from the first attempt")
+	// ErrFailed: the effect failed permanently (it did not happen and will
+	// not be retried). Duplicates get the stored failure back.
+	ErrFailed = errors.New("once: action failed permanently")
+	// ErrOutcomeUnknown: the effect returned an unclassified error, so it
+	// may or may not have happened. It is never re-executed automatically;
+	// the kind's recovery policy decides.
+	ErrOutcomeUnknown = errors.New("once: outcome unknown")
+	// ErrReview: the action waits for a person to decide.
+	ErrReview = errors.New("once: action awaits review")
+	// ErrFenced: this attempt was superseded by a newer one; its outcome
+	// was not recorded.
+	ErrFenced = errors.New("once: attempt superseded")
+	// ErrNotRecorded: the effect ran but its outcome could not be written
+	// (the database went away). The claim stays in flight until its lease
+	// expires and recovery applies, so the effect is not repeated.
+	ErrNotRecorded = errors.New("once: outcome not recorded")
+	// ErrRetryLater: the effect reported that it did not happen and may be
+	// retried; the claim was released for the next delivery.
+	ErrRetryLater = errors.New("once: did not happen, retry later")
+	// ErrResultTooLarge: the effect succeeded but its result exceeds
+	// Config.MaxResultBytes or cannot be encoded as JSON. The action is put
+	// up for review rather than re-executed.
+	ErrResultTooLarge = errors.New("once: result too large to store")
+	// ErrNotFound: no action has this key.
+	ErrNotFound = errors.New("once: action not found")
+)
+
+// IntentError says which field of an intent is wrong and why.
+type IntentError struct {
+	Field  string
+	Reason string
+}
+
+func (e *IntentError) Error() string {
+	return fmt.Sprintf("once: invalid intent: %s %s", e.Field, e.Reason)
+}
+func (e *IntentError) Is(target error) bool { return target == ErrInvalidIntent }
+
+// InFlightError reports a claim held by another attempt.
+type InFlightError struct {
+	Key        Key
+	Attempt    int
+	ClaimedAt  time.Time
+	LeaseUntil time.Time
+	// Expired is true when the lease had run out by the database's clock:
+	// the worker holding it is probably dead and recovery applies.
+	Expired bool
+}
+
+func (e *InFlightError) Error() string {
+	state := "lease held until " + e.LeaseUntil.UTC().Format(time.RFC3339)
+	if e.Expired {
+		state = "lease expired at " + e.LeaseUntil.UTC().Format(time.RFC3339) + "; awaiting recovery"
+	}
+	return fmt.Sprintf("once: action %s in flight (attempt %d claimed %s, %s); return the job to its queue and try later",
+		e.Key, e.Attempt, e.ClaimedAt.UTC().Format(time.RFC3339), state)
+}
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// FingerprintError reports a payload that differs from the one first seen
+// with the same key.
+type FingerprintError struct {
+	Key    Key
+	Stored Fingerprint
+	Got    Fingerprint
+}
+
+func (e *FingerprintError) Error() string {
+	return fmt.Sprintf("once: action %s was first attempted with payload %.12s…, this attempt has %.12s…; it was not executed. Use a new step for a different effect, or set Intent.PayloadInKey if the payload is part of the identity",
+		e.Key, e.Stored, e.Got)
+}
+func (e *FingerprintError) Is(target error) bool { return target == ErrFingerprintMismatch }
+
+// FailedError is a permanent failure, as the effect reported it or as it
+// was stored by the first attempt.
+type FailedError struct {
+	Key     Key
+	Attempt int
+	Message string
+	// Replayed is true when the failure was read back from the store
+	// rather than returned by this call's effect.
+	Replayed bool
+	err      error
+}
+
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("once: action %s failed permanently (attempt %d): %s", e.Key, e.Attempt, e.Message)
+}
+func (e *FailedError) Is(target error) bool { return target == ErrFailed }
+func (e *FailedError) Unwrap() error        { return e.err }
+
+// UnknownOutcomeError reports an effect whose outcome is not known.
+type UnknownOutcomeError struct {
+	Key     Key
+	Attempt int
+	Message string
+	err     error
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("once: action %s outcome unknown (attempt %d): %s; it will not be re-executed automatically, its kind's recovery policy decides",
+		e.Key, e.Attempt, e.Message)
+}
+func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrOutcomeUnknown }
+func (e *UnknownOutcomeError) Unwrap() error        { return e.err }
+
+// ReviewError reports an action that waits for a person.
+type ReviewError struct {
+	Key     Key
+	Attempt int
+	Reason  string
+}
+
+func (e *ReviewError) Error() string {
+	return fmt.Sprintf("once: action %s awaits review (attempt %d): %s", e.Key, e.Attempt, e.Reason)
+}
+func (e *ReviewError) Is(target error) bool { return target == ErrReview }
+
+// FencedError reports an attempt whose claim was taken over; its outcome
+// was not recorded and must not be acted on as if it were.
+type FencedError struct {
+	Key     Key
+	Attempt int
+	Outcome Status
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("once: attempt %d of action %s was superseded; its outcome (%s) was not recorded", e.Attempt, e.Key, e.Outcome)
+}
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// RecordError reports an outcome that could not be written.
+type RecordError struct {
+	Key     Key
+	Attempt int
+	Outcome Status
+	Err     error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("once: action %s attempt %d ended %s but it could not be recorded: %v; the claim stays in flight and recovery applies when its lease expires",
+		e.Key, e.Attempt, e.Outcome, e.Err)
+}
+func (e *RecordError) Is(target error) bool { return target == ErrNotRecorded }
+func (e *RecordError) Unwrap() error        { return e.Err }
+
+// retryLaterError marks an effect error as "did not happen, retry later".
+type retryLaterError struct{ err error }
+
+func (e *retryLaterError) Error() string        { return "did not happen, retry later: " + e.err.Error() }
+func (e *retryLaterError) Is(target error) bool { return target == ErrRetryLater }
+func (e *retryLaterError) Unwrap() error        { return e.err }
+
+// permanentError marks an effect error as "did not happen, never retry".
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// RetryLater marks an error from an effect as "did not happen, retry
+// later": the provider refused before acting (a 429, a connection refused
+// before the request was sent). The claim is released so the next delivery
+// claims again. Only use it when you know the effect did not happen.
+func RetryLater(err error) error {
+	if err == nil {
+		err = errors.New("retry later")
+	}
+	return &retryLaterError{err: err}
+}
+
+// Permanent marks an error from an effect as "did not happen, never
+// retry" (an invalid address, a declined card). The failure is stored and
+// every duplicate gets it back.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &permanentError{err: err}
+}
+
+// classify maps an effect's error onto the status it leads to.
+func classify(err error) Status {
+	var r *retryLaterError
+	var p *permanentError
+	switch {
+	case err == nil:
+		return StatusSucceeded
+	case errors.As(err, &r):
+		return StatusReleased
+	case errors.As(err, &p):
+		return StatusFailed
+	default:
+		return StatusUnknown
+	}
+}

@@ -1,0 +1,156 @@
+package once
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Status is where an action stands.
+type Status string
+
+const (
+	// StatusInFlight: claimed; an attempt is running and holds a lease.
+	StatusInFlight Status = "in_flight"
+	// StatusSucceeded: the effect happened; its result is stored and every
+	// duplicate gets it back.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed: the effect definitely did not happen and will not be
+	// retried; duplicates get the stored failure back.
+	StatusFailed Status = "failed"
+	// StatusUnknown: the effect returned an unclassified error; it may or
+	// may not have happened. Never re-executed automatically: the kind's
+	// recovery policy decides.
+	StatusUnknown Status = "unknown"
+	// StatusReview: the outcome is unknown and a person must decide.
+	StatusReview Status = "review"
+	// StatusReleased: the effect did not happen and the next attempt may
+	// claim the key again.
+	StatusReleased Status = "released"
+)
+
+// Statuses lists every status, in the order an operator reads them.
+var Statuses = []Status{StatusInFlight, StatusUnknown, StatusReview, StatusReleased, StatusSucceeded, StatusFailed}
+
+// Valid reports whether s is one of the statuses above.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Action is one row of the action log.
+type Action struct {
+	Key         Key
+	Fingerprint Fingerprint
+	Run         string
+	Step        int64
+	Kind        string
+	Target      string
+	// Payload is the canonical payload, kept so that a person reviewing
+	// the action can see what was about to be sent.
+	Payload []byte
+	Status  Status
+	// Attempt is the fencing number: 1 for the first claim, one more for
+	// every claim after a release or a takeover.
+	Attempt int
+	// Result is the stored JSON result of a succeeded action.
+	Result json.RawMessage
+	// Error is the message of the last failure, unknown outcome or the
+	// reason for review.
+	Error       string
+	LeaseUntil  time.Time
+	CreatedAt   time.Time
+	ClaimedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt time.Time
+}
+
+// ClaimRequest asks a store to claim a key for a new attempt.
+type ClaimRequest struct {
+	Key         Key
+	Fingerprint Fingerprint
+	Run         string
+	Step        int64
+	Kind        string
+	Target      string
+	Payload     []byte
+	// Lease is how long the claim is held without a heartbeat, counted
+	// from the database's clock.
+	Lease time.Duration
+}
+
+// ClaimResult is what a claim found.
+type ClaimResult struct {
+	// Claimed is true when this request won: a new row was inserted, or a
+	// released row with the same fingerprint was claimed again.
+	Claimed bool
+	// Action is the row after the claim: the new attempt if Claimed, the
+	// standing row otherwise.
+	Action Action
+	// Now is the database's clock when the claim ran; lease arithmetic
+	// compares against it, never against the caller's clock.
+	Now time.Time
+}
+
+// Transition is a fenced compare-and-set on one action: it applies only
+// if the row is still at Attempt and in one of From.
+type Transition struct {
+	Key     Key
+	Attempt int
+	From    []Status
+	To      Status
+	// Result is stored when To is StatusSucceeded.
+	Result json.RawMessage
+	// Error is stored as the action's error message (cleared if empty).
+	Error string
+}
+
+// Filter selects actions for List. Zero fields match everything.
+type Filter struct {
+	Status Status
+	Kind   string
+	Run    string
+	// Since keeps actions updated at or after it.
+	Since time.Time
+	// Limit caps the number of rows; zero means 100.
+	Limit int
+}
+
+// Store is the database underneath a Client. It is only SQL: every rule
+// about statuses, fencing and recovery lives in this package, once, and a
+// store carries out the compare-and-set operations those rules ask for.
+// The storetest package is the suite every Store must pass.
+//
+// Stores must be safe for concurrent use by many goroutines, processes
+// and machines: the database, not the caller, arbitrates every claim.
+type Store interface {
+	// Claim inserts a new in-flight action for the key, or claims a
+	// released action with the same fingerprint as attempt+1, in one
+	// atomic statement. When the key is held, it returns the standing row
+	// with Claimed false.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Heartbeat extends the lease of an in-flight attempt to Now+lease by
+	// the database's clock. It reports false if the attempt no longer
+	// holds the claim.
+	Heartbeat(ctx context.Context, key Key, attempt int, lease time.Duration) (leaseUntil time.Time, held bool, err error)
+	// Transition applies t and reports whether the row matched.
+	Transition(ctx context.Context, t Transition) (bool, error)
+	// Get returns one action, or an error matching ErrNotFound.
+	Get(ctx context.Context, key Key) (Action, error)
+	// List returns actions matching f, most recently updated first.
+	List(ctx context.Context, f Filter) ([]Action, error)
+	// Migrate creates or upgrades the schema. It is safe to run twice and
+	// from several processes at once.
+	Migrate(ctx context.Context) error
+}
+
+// TxBinder is implemented by stores that can work inside a caller's
+// transaction, for DoTx. BindTx returns a Store whose statements run in
+// tx, or an error naming the transaction type the store needs.
+type TxBinder interface {
+	BindTx(tx any) (Store, error)
+}
