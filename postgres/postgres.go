@@ -1,0 +1,402 @@
+// Package postgres is the PostgreSQL store for once, on pgx v5. It is the
+// store for many workers on many machines: every claim is one insert on a
+// primary key that the database arbitrates.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Config names where the store keeps its tables.
+type Config struct {
+	// Schema holds the tables. Empty means "public". Migrate creates it if
+	// it does not exist.
+	Schema string
+	// Prefix starts every table and index name. Empty means "once_".
+	Prefix string
+}
+
+// dbtx is what a pool and a transaction have in common.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is a once.Store on PostgreSQL.
+type Store struct {
+	db     dbtx
+	pool   *pgxpool.Pool
+	owned  bool
+	inTx   bool
+	addr   string
+	names  migrate.Names
+	q      queries
+	schema string
+}
+
+var (
+	_ once.Store    = (*Store)(nil)
+	_ once.TxBinder = (*Store)(nil)
+)
+
+// New returns a store over an existing pool. It does no I/O.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = "public"
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "once_"
+	}
+	if err := migrate.CheckIdent("postgres: Config.Schema", cfg.Schema, false); err != nil {
+		return nil, err
+	}
+	if err := migrate.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
+		return nil, err
+	}
+	cc := pool.Config().ConnConfig
+	names := migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}
+	return &Store{
+		db:     pool,
+		pool:   pool,
+		addr:   net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
+		names:  names,
+		q:      buildQueries(names.Table("action")),
+		schema: cfg.Schema,
+	}, nil
+}
+
+// Open connects to the database at url (postgres://user@host:port/db)
+// and returns a store that owns its pool; Close closes it. It checks the
+// connection, so an unreachable server is reported here, by address.
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: the URL is not valid (%v); expected postgres://user@host:5432/dbname", redact(err))
+	}
+	addr := net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port)))
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store at %s: %w", addr, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres store at %s: cannot connect (%w); is PostgreSQL running and the URL right?", addr, err)
+	}
+	s, err := New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// redact keeps a password in a URL out of an error message.
+func redact(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if j := strings.Index(msg[i:], "@"); j >= 0 {
+			return msg[:i+3] + "…" + msg[i+j:]
+		}
+	}
+	return msg
+}
+
+// Close closes the pool if Open made it.
+func (s *Store) Close() {
+	if s.owned {
+		s.pool.Close()
+	}
+}
+
+// Pool returns the store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// String names the store and its address, for messages.
+func (s *Store) String() string { return "postgres store at " + s.addr }
+
+// BindTx returns a store whose statements run in tx, which must be a
+// pgx.Tx. once.DoTx calls it.
+func (s *Store) BindTx(tx any) (once.Store, error) {
+	t, ok := tx.(pgx.Tx)
+	if !ok {
+		return nil, fmt.Errorf("once: DoTx on the postgres store needs a pgx.Tx, got %T", tx)
+	}
+	c := *s
+	c.db, c.inTx = t, true
+	return &c, nil
+}
+
+func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+func (s *Store) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", s, err)
+}
+
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at`
+
+type queries struct {
+	claim, selectRow, heartbeat, transition, get, list string
+}
+
+func buildQueries(table string) queries {
+	r := strings.NewReplacer("$T", table, "$C", columns)
+	return queries{
+		// One statement claims a new key or a released one; when the key is
+		// held it returns the standing row instead, so a duplicate costs
+		// one round trip.
+		claim: r.Replace(`
+WITH claimed AS (
+    INSERT INTO $T AS a (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8 * interval '1 microsecond')
+    ON CONFLICT (key) DO UPDATE
+        SET status = 'in_flight', attempt = a.attempt + 1, lease_until = excluded.lease_until,
+            claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = ''
+        WHERE a.status = 'released' AND a.fingerprint = excluded.fingerprint
+    RETURNING $C
+)
+SELECT $C, true, now() FROM claimed
+UNION ALL
+SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
+		// The fallback when the row a claim conflicted with was committed
+		// after the claim's snapshot was taken.
+		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
+		heartbeat: r.Replace(`
+UPDATE $T SET lease_until = now() + $3 * interval '1 microsecond'
+WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
+RETURNING lease_until`),
+		transition: r.Replace(`
+UPDATE $T SET status = $3, result = $4, error = $5, updated_at = now(),
+    lease_until = CASE WHEN $3 = 'in_flight' THEN lease_until END,
+    completed_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() END
+WHERE key = $1 AND attempt = $2 AND status = ANY($6)`),
+		get:  r.Replace(`SELECT $C FROM $T WHERE key = $1`),
+		list: r.Replace(`SELECT $C FROM $T`),
+	}
+}
+
+// scanAction scans the column list, plus extra destinations.
+func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
+	var key, fp, status string
+	var result []byte
+	var lease, completed *time.Time
+	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
+		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	a.Key, a.Fingerprint, a.Status = once.Key(key), once.Fingerprint(fp), once.Status(status)
+	if result != nil {
+		a.Result = result
+	}
+	if lease != nil {
+		a.LeaseUntil = *lease
+	}
+	if completed != nil {
+		a.CompletedAt = *completed
+	}
+	return nil
+}
+
+// Claim implements once.Store.
+func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
+	var res once.ClaimResult
+	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
+		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds()),
+		&res.Action, &res.Claimed, &res.Now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = scanAction(s.db.QueryRow(ctx, s.q.selectRow, string(req.Key)), &res.Action, &res.Claimed, &res.Now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Purged between the two statements: rare enough to let the
+			// caller try again.
+			return res, s.wrap(fmt.Errorf("claim of %s raced with a purge; try again", req.Key))
+		}
+	}
+	return res, s.wrap(err)
+}
+
+// Heartbeat implements once.Store.
+func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
+	var until time.Time
+	err := s.db.QueryRow(ctx, s.q.heartbeat, string(key), attempt, lease.Microseconds()).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, s.wrap(err)
+	}
+	return until, true, nil
+}
+
+// Transition implements once.Store.
+func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
+	from := make([]string, len(t.From))
+	for i, f := range t.From {
+		from[i] = string(f)
+	}
+	var result any
+	if len(t.Result) > 0 {
+		result = string(t.Result)
+	}
+	tag, err := s.db.Exec(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error, from)
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Get implements once.Store.
+func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
+	var a once.Action
+	err := scanAction(s.db.QueryRow(ctx, s.q.get, string(key)), &a)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, fmt.Errorf("%w: %s", once.ErrNotFound, key)
+	}
+	return a, s.wrap(err)
+}
+
+// List implements once.Store.
+func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.Status != "" {
+		add("status = $%d", string(f.Status))
+	}
+	if f.Kind != "" {
+		add("kind = $%d", f.Kind)
+	}
+	if f.Run != "" {
+		add("run_id = $%d", f.Run)
+	}
+	if !f.Since.IsZero() {
+		add("updated_at >= $%d", f.Since)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	sql := s.q.list
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY updated_at DESC, key LIMIT " + strconv.Itoa(limit)
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.Action
+	for rows.Next() {
+		var a once.Action
+		if err := scanAction(rows, &a); err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, a)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// Migrations returns the schema migrations rendered for this store's
+// schema and prefix, for users who run their own migration tool.
+func (s *Store) Migrations() ([]migrate.Migration, error) {
+	return migrate.Load(migrationFS, "migrations", s.names)
+}
+
+// Migrate implements once.Store. It takes a transaction-scoped advisory
+// lock, so concurrent migrators apply each version once, and it records
+// each version in the migration table in the same transaction as the
+// change.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.inTx {
+		return errors.New("postgres store: Migrate cannot run inside a caller's transaction")
+	}
+	ms, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.wrap(err)
+	}
+	defer tx.Rollback(ctx)
+	h := fnv.New64a()
+	h.Write([]byte("once.migrate:" + s.names.Table("migration")))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
+		return s.wrap(err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+		return s.wrap(err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+quoteIdent(s.schema)); err != nil {
+			return s.wrap(err)
+		}
+	}
+	mt := s.names.Table("migration")
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return s.wrap(err)
+	}
+	applied := map[int]bool{}
+	rows, err := tx.Query(ctx, `SELECT version FROM `+mt)
+	if err != nil {
+		return s.wrap(err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return s.wrap(err)
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s.wrap(err)
+	}
+	for _, m := range ms {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return s.wrap(fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err))
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+mt+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return s.wrap(err)
+		}
+	}
+	return s.wrap(tx.Commit(ctx))
+}

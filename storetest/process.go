@@ -1,0 +1,183 @@
+package storetest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// Worker processes are the test binary itself, re-executed with these
+// variables set; MaybeChild, called first thing in TestMain, runs the
+// worker and exits.
+const (
+	envMode = "ONCE_STORETEST_CHILD"
+	envSpec = "ONCE_STORETEST_SPEC"
+	envFile = "ONCE_STORETEST_FILE"
+)
+
+// MaybeChild runs a worker and exits when the process was started as one
+// by this suite; otherwise it returns at once. Call it first in TestMain.
+func MaybeChild(open func(ctx context.Context, spec string) (once.Store, error)) {
+	mode := os.Getenv(envMode)
+	if mode == "" {
+		return
+	}
+	err := child(mode, os.Getenv(envSpec), os.Getenv(envFile), open)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func child(mode, spec, file string, open func(context.Context, string) (once.Store, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := open(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer closeStore(s)
+	c, err := once.New(once.Config{Store: s})
+	if err != nil {
+		return err
+	}
+	effect := func(ctx context.Context, a once.Attempt) (int, error) {
+		// The effect: an append to a file the parent counts, standing for
+		// an email handed to a server.
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return 0, once.RetryLater(err)
+		}
+		fmt.Fprintf(f, "effect pid=%d attempt=%d\n", os.Getpid(), a.Number)
+		f.Close()
+		switch mode {
+		case "race":
+			time.Sleep(100 * time.Millisecond) // widen the window
+		case "hang":
+			// Effect done, record not yet written: the parent kills us here.
+			select {}
+		}
+		return os.Getpid(), nil
+	}
+	res, err := once.Do(ctx, c, processIntent, effect)
+	switch {
+	case errors.Is(err, once.ErrInFlight):
+		fmt.Println("inflight")
+	case err != nil:
+		return err
+	case res.Replayed:
+		fmt.Println("replayed")
+	default:
+		fmt.Println("executed")
+	}
+	return nil
+}
+
+var processIntent = once.Intent{Run: "proc-run", Step: 3, Kind: "send_email", Target: "grace@example.com", Payload: map[string]string{"body": "hi"}}
+
+func startChild(t *testing.T, mode, spec, file string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envMode+"="+mode, envSpec+"="+spec, envFile+"="+file)
+	var out strings.Builder
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	return cmd, &out
+}
+
+func effectLines(t *testing.T, file string) int {
+	t.Helper()
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+	}
+	return n
+}
+
+func testProcessRace(t *testing.T, h Harness) {
+	_, _, spec := setup(t, h, once.Config{})
+	file := filepath.Join(t.TempDir(), "effects")
+	const n = 4
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for range n {
+		cmd, out := startChild(t, "race", spec, file)
+		cmds = append(cmds, cmd)
+		outs = append(outs, out)
+	}
+	counts := map[string]int{}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("worker %d: %v\n%s", i, err, outs[i])
+		}
+		counts[strings.TrimSpace(outs[i].String())]++
+	}
+	if got := effectLines(t, file); got != 1 {
+		t.Fatalf("effect ran %d times across %d processes, want 1 (outcomes %v)", got, n, counts)
+	}
+	if counts["executed"] != 1 || counts["executed"]+counts["replayed"]+counts["inflight"] != n {
+		t.Fatalf("outcomes %v, want exactly one executed and the rest replayed or in flight", counts)
+	}
+}
+
+func testKilledAfterEffect(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, once.Config{})
+	file := filepath.Join(t.TempDir(), "effects")
+	cmd, out := startChild(t, "hang", spec, file)
+	deadline := time.Now().Add(30 * time.Second)
+	for effectLines(t, file) == 0 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("worker never ran the effect:\n%s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The effect happened; the record did not. Kill the worker for real.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("worker did not die of SIGKILL: %v", err)
+	}
+	// The queue redelivers: the next attempt must not send again.
+	_, err = once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
+		t.Error("the effect ran a second time after the worker was killed")
+		return 0, nil
+	})
+	var ife *once.InFlightError
+	if !errors.As(err, &ife) || ife.Attempt != 1 {
+		t.Fatalf("redelivery after the kill = %v, want *InFlightError for attempt 1", err)
+	}
+	if got := effectLines(t, file); got != 1 {
+		t.Fatalf("effect lines = %d, want 1", got)
+	}
+	k, _, _ := once.KeyOf(processIntent)
+	if a := mustGet(t, s, k); a.Status != once.StatusInFlight || a.Attempt != 1 {
+		t.Fatalf("stored = %+v, want the dead worker's claim still in flight", a)
+	}
+}
