@@ -161,28 +161,34 @@ func (s *Store) wrap(err error) error {
 const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at`
 
 type queries struct {
-	claim, selectRow, heartbeat, transition, get, list string
+	claim, reclaim, selectRow, heartbeat, transition, get, list string
 }
 
 func buildQueries(table string) queries {
 	r := strings.NewReplacer("$T", table, "$C", columns)
 	return queries{
-		// One statement claims a new key or a released one; when the key is
-		// held it returns the standing row instead, so a duplicate costs
-		// one round trip.
+		// One statement claims a new key; when the key is held it returns
+		// the standing row instead, so a duplicate costs one round trip.
+		// DO NOTHING, not DO UPDATE: a duplicate then takes no row lock
+		// and writes nothing, so a replay is a read, with no commit to
+		// flush.
 		claim: r.Replace(`
 WITH claimed AS (
-    INSERT INTO $T AS a (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8 * interval '1 microsecond')
-    ON CONFLICT (key) DO UPDATE
-        SET status = 'in_flight', attempt = a.attempt + 1, lease_until = excluded.lease_until,
-            claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = ''
-        WHERE a.status = 'released' AND a.fingerprint = excluded.fingerprint
+    ON CONFLICT (key) DO NOTHING
     RETURNING $C
 )
 SELECT $C, true, now() FROM claimed
 UNION ALL
 SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
+		// A released action is claimed again as the next attempt, if the
+		// payload is the same.
+		reclaim: r.Replace(`
+UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3 * interval '1 microsecond',
+    claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = ''
+WHERE key = $1 AND status = 'released' AND fingerprint = $2
+RETURNING $C, true, now()`),
 		// The fallback when the row a claim conflicted with was committed
 		// after the claim's snapshot was taken.
 		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
@@ -230,14 +236,24 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds()),
 		&res.Action, &res.Claimed, &res.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
+		// The conflicting row was committed after this statement's
+		// snapshot was taken; read it with a fresh one.
 		err = scanAction(s.db.QueryRow(ctx, s.q.selectRow, string(req.Key)), &res.Action, &res.Claimed, &res.Now)
 		if errors.Is(err, pgx.ErrNoRows) {
-			// Purged between the two statements: rare enough to let the
-			// caller try again.
 			return res, s.wrap(fmt.Errorf("claim of %s raced with a purge; try again", req.Key))
 		}
 	}
-	return res, s.wrap(err)
+	if err != nil || res.Claimed || res.Action.Status != once.StatusReleased || res.Action.Fingerprint != req.Fingerprint {
+		return res, s.wrap(err)
+	}
+	var re once.ClaimResult
+	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds()),
+		&re.Action, &re.Claimed, &re.Now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another attempt claimed it first; the caller reads again.
+		return res, nil
+	}
+	return re, s.wrap(err)
 }
 
 // Heartbeat implements once.Store.

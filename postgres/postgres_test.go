@@ -67,7 +67,7 @@ func sharedPool(t testing.TB) *pgxpool.Pool {
 }
 
 // newStore returns a store in a fresh schema, dropped when the test ends.
-func newStore(t *testing.T) (once.Store, string) {
+func newStore(t testing.TB) (once.Store, string) {
 	p := sharedPool(t)
 	var b [6]byte
 	rand.Read(b[:])
@@ -83,7 +83,7 @@ func newStore(t *testing.T) (once.Store, string) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: newStore, Open: openSpec})
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) (once.Store, string) { return newStore(t) }, Open: openSpec})
 	t.Run("DoTx", func(t *testing.T) { t.Parallel(); testDoTx(t) })
 	t.Run("DoTxRollback", func(t *testing.T) { t.Parallel(); testDoTxRollback(t) })
 	t.Run("DoTxWrongType", func(t *testing.T) { t.Parallel(); testDoTxWrongType(t) })
