@@ -1,0 +1,42 @@
+// Package once makes external side effects — an email, a charge, a posted
+// message — happen exactly once on top of queues that deliver at least
+// once.
+//
+// A worker that performs an effect and dies before recording it is handed
+// the same job again, and does the effect again. "Check, then send"
+// cannot fix that: two workers pass the check, and one worker can die
+// between the send and the record. once absorbs the duplicate instead:
+//
+//  1. The caller describes the effect as an Intent (run, step, kind,
+//     target, payload). Its Key is a pure function of the intent, so the
+//     redelivered job computes the same key.
+//  2. Do claims the key with one atomic insert that the database
+//     arbitrates: exactly one caller wins, across goroutines, processes
+//     and machines.
+//  3. The winner runs the effect and stores its result; every duplicate
+//     gets the stored result back (Result.Replayed) without running it.
+//  4. A claim whose worker died stays in flight: it is never re-executed
+//     by guesswork. Its lease, kept alive by a heartbeat while the effect
+//     runs and measured by the database's clock, tells recovery when the
+//     worker is gone.
+//
+// Every write after the claim is fenced by the attempt number, so a
+// worker presumed dead can never overwrite a newer attempt.
+//
+// # Keys
+//
+// The key is the lowercase hex SHA-256 of the fields "once.key.v1", Run,
+// Step (in decimal), Kind, Target and either the payload fingerprint (with
+// PayloadInKey) or an empty field, each written as an 8-byte big-endian
+// length followed by its bytes. The fingerprint is the SHA-256 of
+// "once.payload.v1" and the canonical payload, encoded the same way. The
+// canonical payload is a []byte as given, or else JSON with object keys
+// sorted and no insignificant whitespace. `once key` prints both, so
+// programs in other languages can check theirs.
+//
+// # Stores
+//
+// A Store is only SQL; the rules live here. The postgres package is the
+// store for many machines, the sqlite package the embedded default, and
+// storetest the conformance suite both pass.
+package once

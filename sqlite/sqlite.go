@@ -1,0 +1,552 @@
+// Package sqlite is the SQLite store for once, on modernc.org/sqlite (pure
+// Go, no cgo). It is the embedded default: one database file on one
+// machine, no server to run. Several processes on that machine may share
+// the file; SQLite's file locks arbitrate their claims as PostgreSQL's
+// primary key does for the postgres store. Do not put the file on a
+// network file system: SQLite's locking, and WAL's shared memory, are only
+// sound on a local disk.
+//
+// Every connection runs in WAL mode, so readers (the console, `once
+// list`) never block a claim, with synchronous=FULL, so a recorded outcome
+// survives a power cut and not just a crash. Write transactions begin
+// IMMEDIATE and wait for the lock under a busy timeout, so processes racing
+// for the same key queue up instead of failing with "database is locked".
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Config names the store's tables. A SQLite file has no schemas; a prefix
+// is enough to keep once's tables apart from the application's.
+type Config struct {
+	// Prefix starts every table and index name. Empty means "once_".
+	Prefix string
+}
+
+// BusyTimeout is how long a statement waits for another connection or
+// process to release the database's write lock before it fails. Claims
+// are short, so the wait is only long under a pile-up; it is generous
+// because failing a claim costs a job a trip back to its queue.
+const BusyTimeout = 10 * time.Second
+
+// dsnParams are applied by the driver to every connection the pool opens.
+// The driver runs busy_timeout before the other pragmas whatever their
+// order, so the journal_mode switch on a fresh file already waits for a
+// lock held by another process instead of failing. _txlock=immediate makes
+// BeginTx issue BEGIN IMMEDIATE: a transaction that reads before it writes
+// would otherwise find, when it tries to write, that another process wrote
+// first, and SQLite fails that upgrade at once, busy timeout or not.
+var dsnParams = "_pragma=busy_timeout(" + strconv.FormatInt(BusyTimeout.Milliseconds(), 10) + ")" +
+	"&_pragma=journal_mode(WAL)" +
+	"&_pragma=synchronous(FULL)" +
+	"&_pragma=foreign_keys(1)" +
+	"&_txlock=immediate"
+
+// dbtx is what a *sql.DB and a *sql.Tx have in common.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Store is a once.Store on SQLite.
+type Store struct {
+	db    dbtx
+	sqlDB *sql.DB
+	inTx  bool
+	path  string
+	names migrate.Names
+	q     queries
+}
+
+var (
+	_ once.Store    = (*Store)(nil)
+	_ once.TxBinder = (*Store)(nil)
+)
+
+// Open opens the database file at path, creating it if it does not exist,
+// and returns a store that owns it; Close closes it. It opens a connection
+// and takes the write lock once, so a missing directory, a read-only file
+// or a file that is not a database is reported here, by path, rather than
+// by the first claim.
+func Open(path string, cfg Config) (*Store, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "once_"
+	}
+	if err := migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false); err != nil {
+		return nil, err
+	}
+	switch {
+	case path == "":
+		return nil, errors.New("sqlite store: the path is empty; pass the database file, such as ./once.db")
+	case path == ":memory:":
+		// Every connection of the pool would get a database of its own,
+		// so claims would not see each other.
+		return nil, errors.New("sqlite store: an in-memory database cannot arbitrate claims; pass a file path")
+	case strings.HasPrefix(path, "file:"):
+		return nil, fmt.Errorf("sqlite store: %q is a URI; pass a plain file path", path)
+	case strings.Contains(path, "?"):
+		// The driver splits its parameters off at the first '?'.
+		return nil, fmt.Errorf("sqlite store: the path %q contains '?', which the driver reads as the start of its parameters; rename the file", path)
+	}
+	db, err := sql.Open("sqlite", path+"?"+dsnParams)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store at %s: %w", path, err)
+	}
+	// The first connection to a new file switches it to WAL. SQLite fails
+	// that switch at once, busy timeout or not, if another process reads
+	// the file at the same moment, so of several processes starting
+	// together on a new file all but one may be told "database is
+	// locked". Once the file is in WAL mode it stays so and the switch is
+	// a no-op: trying again settles it.
+	deadline := time.Now().Add(BusyTimeout)
+	for {
+		err = check(context.Background(), db)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(openRetryDelay)
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
+	}
+	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
+	return &Store{
+		db:    db,
+		sqlDB: db,
+		path:  path,
+		names: names,
+		q:     buildQueries(names.Table("action")),
+	}, nil
+}
+
+// openRetryDelay spaces Open's attempts while the file is being switched
+// to WAL by another process, which takes milliseconds.
+const openRetryDelay = 5 * time.Millisecond
+
+// check proves the file is a database this process can write, in WAL mode.
+func check(ctx context.Context, db *sql.DB) error {
+	// The first connection applies the DSN's pragmas: opening the file and
+	// switching it to WAL fail here if either is impossible.
+	if err := db.PingContext(ctx); err != nil {
+		return err
+	}
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, not WAL; is the file on a local disk?", mode)
+	}
+	// SQLite opens a file it may not write read-only without a word;
+	// taking the write lock is what tells.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	return tx.Rollback()
+}
+
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
+// hint says what to look at for the errors opening a file commonly meets.
+func hint(err error) string {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return ""
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH, sqlite3.SQLITE_IOERR:
+		return "; does the directory exist and is it writable?"
+	case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+		return "; is it an SQLite database?"
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return "; another process kept it locked for over " + BusyTimeout.String()
+	}
+	return ""
+}
+
+// Close closes the database. On a store bound to a transaction it does
+// nothing: the store it was bound from owns the database.
+func (s *Store) Close() error {
+	if s.inTx {
+		return nil
+	}
+	return s.sqlDB.Close()
+}
+
+// DB returns the store's database, to begin the transactions DoTx joins.
+// They begin IMMEDIATE, holding the write lock from the start.
+func (s *Store) DB() *sql.DB { return s.sqlDB }
+
+// String names the store and its file, for messages.
+func (s *Store) String() string { return "sqlite store at " + s.path }
+
+// BindTx returns a store whose statements run in tx, which must be a
+// *sql.Tx begun on DB(). once.DoTx calls it. A transaction begun on
+// another *sql.DB should begin IMMEDIATE too, or a claim that follows a
+// read in it can fail at once with "database is locked".
+func (s *Store) BindTx(tx any) (once.Store, error) {
+	t, ok := tx.(*sql.Tx)
+	if !ok || t == nil {
+		return nil, fmt.Errorf("once: DoTx on the sqlite store needs a *sql.Tx, got %T", tx)
+	}
+	c := *s
+	c.db, c.inTx = t, true
+	return &c, nil
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func (s *Store) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", s, err)
+}
+
+// nowMS is the database's clock in milliseconds since the Unix epoch.
+// SQLite keeps 'now' to the millisecond and holds it fixed for the whole
+// of one statement, so every use within a statement agrees. ROUND undoes
+// the floating-point error of 'subsec' seconds times 1000.
+const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
+
+// columns is the row as scanAction reads it. The last column tells a NULL
+// payload from an empty one, which the driver returns alike.
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, payload IS NULL`
+
+type queries struct {
+	claim, selectRow, heartbeat, transition, get, list string
+}
+
+func buildQueries(table string) queries {
+	r := strings.NewReplacer("$T", table, "$C", columns, "$NOW", nowMS)
+	return queries{
+		// One statement claims a new key or a released one. It runs in a
+		// write transaction with selectRow, its fallback when the key is
+		// held, so the standing row it reads is the one the claim lost to.
+		claim: r.Replace(`
+INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8)
+ON CONFLICT (key) DO UPDATE
+    SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
+        claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = ''
+    WHERE status = 'released' AND fingerprint = excluded.fingerprint
+RETURNING $C, $NOW`),
+		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
+		heartbeat: r.Replace(`
+UPDATE $T SET lease_until = $NOW + ?3
+WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
+RETURNING lease_until`),
+		// The statuses to match come as one JSON array, so the statement
+		// text is the same whatever their number.
+		transition: r.Replace(`
+UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
+    lease_until = CASE WHEN ?3 = 'in_flight' THEN lease_until END,
+    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END
+WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?6))`),
+		get:  r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
+		list: r.Replace(`SELECT $C FROM $T`),
+	}
+}
+
+// msTime turns the database's milliseconds into a time in UTC.
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// leaseMS is a lease in whole milliseconds, rounded up so that a lease is
+// never shorter than asked.
+func leaseMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// scanAction scans the column list, plus extra destinations.
+func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
+	var key, fp, status string
+	var result []byte
+	var lease, completed sql.NullInt64
+	var created, claimed, updated int64
+	var payloadNull bool
+	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
+		&result, &a.Error, &lease, &created, &claimed, &updated, &completed, &payloadNull}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	a.Key, a.Fingerprint, a.Status = once.Key(key), once.Fingerprint(fp), once.Status(status)
+	if a.Payload == nil && !payloadNull {
+		a.Payload = []byte{}
+	}
+	if result != nil {
+		a.Result = result
+	}
+	if lease.Valid {
+		a.LeaseUntil = msTime(lease.Int64)
+	}
+	a.CreatedAt, a.ClaimedAt, a.UpdatedAt = msTime(created), msTime(claimed), msTime(updated)
+	if completed.Valid {
+		a.CompletedAt = msTime(completed.Int64)
+	}
+	return nil
+}
+
+// nullBytes keeps a nil slice NULL, as pgx does.
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// inWriteTx runs fn in a write transaction: the caller's if the store is
+// bound to one, otherwise a new one that holds the write lock from its
+// BEGIN.
+func (s *Store) inWriteTx(ctx context.Context, fn func(dbtx) error) error {
+	if s.inTx {
+		return fn(s.db)
+	}
+	tx, err := s.sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Claim implements once.Store.
+//
+// SQLite's write lock covers the whole database, not one row, so a claim
+// first reads the key without it: a key that is held, or released under
+// another fingerprint, is answered from that read, and duplicates do not
+// queue behind every writer on the machine. The answer is what the
+// insert would have returned at the moment of the read. Only a new or
+// reclaimable key takes the write lock.
+func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
+	var res once.ClaimResult
+	if !s.inTx {
+		var now int64
+		err := scanAction(s.db.QueryRowContext(ctx, s.q.selectRow, string(req.Key)), &res.Action, &now)
+		switch {
+		case err == nil:
+			if res.Action.Status != once.StatusReleased || res.Action.Fingerprint != req.Fingerprint {
+				res.Now = msTime(now)
+				return res, nil
+			}
+		case !errors.Is(err, sql.ErrNoRows):
+			return once.ClaimResult{}, s.wrap(err)
+		}
+	}
+	err := s.inWriteTx(ctx, func(db dbtx) error {
+		res = once.ClaimResult{}
+		var now int64
+		err := scanAction(db.QueryRowContext(ctx, s.q.claim,
+			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease)),
+			&res.Action, &now)
+		res.Claimed = err == nil
+		if errors.Is(err, sql.ErrNoRows) {
+			err = scanAction(db.QueryRowContext(ctx, s.q.selectRow, string(req.Key)), &res.Action, &now)
+			if errors.Is(err, sql.ErrNoRows) {
+				// Only a purge that bypassed the write lock could do this.
+				return fmt.Errorf("claim of %s raced with a purge; try again", req.Key)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		res.Now = msTime(now)
+		return nil
+	})
+	if err != nil {
+		return once.ClaimResult{}, s.wrap(err)
+	}
+	return res, nil
+}
+
+// Heartbeat implements once.Store.
+func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
+	var until int64
+	err := s.db.QueryRowContext(ctx, s.q.heartbeat, string(key), attempt, leaseMS(lease)).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, s.wrap(err)
+	}
+	return msTime(until), true, nil
+}
+
+// Transition implements once.Store.
+func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
+	from := make([]string, len(t.From))
+	for i, f := range t.From {
+		from[i] = string(f)
+	}
+	fromJSON, err := json.Marshal(from)
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	var result any
+	if len(t.Result) > 0 {
+		result = string(t.Result)
+	}
+	res, err := s.db.ExecContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error, string(fromJSON))
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	return n == 1, nil
+}
+
+// Get implements once.Store.
+func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
+	var a once.Action
+	err := scanAction(s.db.QueryRowContext(ctx, s.q.get, string(key)), &a)
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, fmt.Errorf("%w: %s", once.ErrNotFound, key)
+	}
+	return a, s.wrap(err)
+}
+
+// List implements once.Store.
+func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, cond)
+	}
+	if f.Status != "" {
+		add("status = ?", string(f.Status))
+	}
+	if f.Kind != "" {
+		add("kind = ?", f.Kind)
+	}
+	if f.Run != "" {
+		add("run_id = ?", f.Run)
+	}
+	if !f.Since.IsZero() {
+		// Rows hold whole milliseconds: one at or after Since is at or
+		// after Since rounded up to the millisecond.
+		since := f.Since.UnixMilli()
+		if !f.Since.Equal(f.Since.Truncate(time.Millisecond)) {
+			since++
+		}
+		add("updated_at >= ?", since)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	query := s.q.list
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY updated_at DESC, key LIMIT " + strconv.Itoa(limit)
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.Action
+	for rows.Next() {
+		var a once.Action
+		if err := scanAction(rows, &a); err != nil {
+			return nil, s.wrap(err)
+		}
+		out = append(out, a)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// Migrations returns the schema migrations rendered for this store's
+// prefix, for users who run their own migration tool.
+func (s *Store) Migrations() ([]migrate.Migration, error) {
+	return migrate.Load(migrationFS, "migrations", s.names)
+}
+
+// Migrate implements once.Store. It runs in one transaction that begins
+// IMMEDIATE, so concurrent migrators, in this process or another, take
+// turns on the write lock and the second finds every version recorded by
+// the first. SQLite's DDL is transactional: a failed migration leaves
+// nothing behind.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.inTx {
+		return errors.New("sqlite store: Migrate cannot run inside a caller's transaction")
+	}
+	ms, err := s.Migrations()
+	if err != nil {
+		return s.wrap(err)
+	}
+	tx, err := s.sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap(err)
+	}
+	defer tx.Rollback()
+	mt := s.names.Table("migration")
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
+    version    INTEGER NOT NULL PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL DEFAULT (`+nowMS+`)
+) STRICT`); err != nil {
+		return s.wrap(err)
+	}
+	applied := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+mt)
+	if err != nil {
+		return s.wrap(err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return s.wrap(err)
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s.wrap(err)
+	}
+	for _, m := range ms {
+		if applied[m.Version] {
+			continue
+		}
+		// One statement per call, so a failure names its statement.
+		for _, stmt := range migrate.Statements(m.SQL) {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				head, _, _ := strings.Cut(stmt, "\n")
+				return s.wrap(fmt.Errorf("migration %03d_%s, at %q: %w", m.Version, m.Name, head, err))
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+mt+` (version, name) VALUES (?1, ?2)`, m.Version, m.Name); err != nil {
+			return s.wrap(err)
+		}
+	}
+	return s.wrap(tx.Commit())
+}
