@@ -11,8 +11,10 @@ import (
 
 // Defaults for a kind policy's zero fields.
 const (
-	DefaultLease        = 2 * time.Minute
-	DefaultMaxExecution = 5 * time.Minute
+	DefaultLease             = 2 * time.Minute
+	DefaultMaxExecution      = 5 * time.Minute
+	DefaultRetention         = 30 * 24 * time.Hour
+	DefaultMaxVerifyFailures = 5
 	// DefaultMaxResultBytes bounds a stored result unless
 	// Config.MaxResultBytes says otherwise.
 	DefaultMaxResultBytes = 256 << 10
@@ -20,42 +22,6 @@ const (
 	// an unreachable database before Do gives up with ErrNotRecorded.
 	DefaultRecordTimeout = 30 * time.Second
 )
-
-// KindPolicy is what one kind of action needs: how long a claim is held
-// and how long an effect may run.
-type KindPolicy struct {
-	// Lease is how long a claim survives without a heartbeat, by the
-	// database's clock. While the effect runs, Do extends it every Lease/3,
-	// so it bounds how long a dead worker's claim blocks recovery, not how
-	// long an effect may take. Zero means DefaultLease (2 minutes).
-	Lease time.Duration
-	// MaxExecution bounds the context given to the effect. Zero means
-	// DefaultMaxExecution (5 minutes).
-	MaxExecution time.Duration
-}
-
-func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
-	if p.Lease == 0 {
-		p.Lease = d.Lease
-	}
-	if p.MaxExecution == 0 {
-		p.MaxExecution = d.MaxExecution
-	}
-	return p
-}
-
-func (p KindPolicy) validate(name string) error {
-	if p.Lease < 0 {
-		return fmt.Errorf("once: Config.%s.Lease is %v; it must be positive, or zero for the default", name, p.Lease)
-	}
-	if p.Lease > 0 && p.Lease < 30*time.Millisecond {
-		return fmt.Errorf("once: Config.%s.Lease is %v; it must be at least 30ms so heartbeats can keep it", name, p.Lease)
-	}
-	if p.MaxExecution < 0 {
-		return fmt.Errorf("once: Config.%s.MaxExecution is %v; it must be positive, or zero for the default", name, p.MaxExecution)
-	}
-	return nil
-}
 
 // Config configures a Client. Only Store is required.
 type Config struct {
@@ -80,6 +46,8 @@ type Config struct {
 	// Logger receives a line for every transition worth an operator's
 	// attention. Nil discards.
 	Logger *slog.Logger
+	// Hooks are called on every transition; see Hooks.
+	Hooks Hooks
 }
 
 // Client runs effects exactly once over a Store. It is safe for
@@ -92,6 +60,7 @@ type Client struct {
 	maxResult     int
 	recordTimeout time.Duration
 	log           *slog.Logger
+	hooks         Hooks
 }
 
 // New validates cfg and returns a Client. It does no I/O: call the
@@ -108,12 +77,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		store:         cfg.Store,
-		def:           cfg.Default.withDefaults(KindPolicy{Lease: DefaultLease, MaxExecution: DefaultMaxExecution}),
+		def:           cfg.Default.withDefaults(packageDefaults),
 		kinds:         make(map[string]KindPolicy, len(cfg.Kinds)),
 		maxPayload:    orDefault(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
 		maxResult:     orDefault(cfg.MaxResultBytes, DefaultMaxResultBytes),
 		recordTimeout: orDefault(cfg.RecordTimeout, DefaultRecordTimeout),
 		log:           cfg.Logger,
+		hooks:         cfg.Hooks,
 	}
 	for kind, p := range cfg.Kinds {
 		if kind == "" {

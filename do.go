@@ -73,7 +73,7 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 		return Result[T]{}, err
 	}
 	if !cr.Claimed {
-		return replay[T](c, req, cr)
+		return answer(ctx, c, pol, in, req, cr, fn)
 	}
 	return execute(ctx, c, pol, in, cr.Action, fn)
 }
@@ -112,7 +112,9 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, tx TX, in Intent, fn fu
 		return Result[T]{}, err
 	}
 	if !cr.Claimed {
-		return replay[T](c, req, cr)
+		// Recovery needs a transaction of its own; inside the caller's
+		// it only answers.
+		return answer[T](ctx, c, pol, in, req, cr, nil)
 	}
 	a := cr.Action
 	att := Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
@@ -126,7 +128,8 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, tx TX, in Intent, fn fu
 	if rerr != nil {
 		return Result[T]{}, fmt.Errorf("once: action %s: %w; roll the transaction back", a.Key, rerr)
 	}
-	ok, err = store.Transition(ctx, Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusSucceeded, Result: result})
+	ok, err = store.Transition(ctx, Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusSucceeded, Result: result,
+		Event: Event{Type: EventSucceeded, From: StatusInFlight, Actor: "worker"}})
 	if err != nil {
 		return Result[T]{}, fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
 	}
@@ -152,13 +155,26 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 	return ClaimResult{}, fmt.Errorf("once: claiming action %s: the row kept changing under the claim; try again", req.Key)
 }
 
-// replay answers a caller that did not win the claim from the standing row.
-func replay[T any](c *Client, req ClaimRequest, cr ClaimResult) (Result[T], error) {
+// answer serves a caller that did not win the claim, from the standing
+// row: a replay, a stored failure, an in-flight conflict, or, when the
+// standing attempt's outcome is unknown and due for recovery, the kind's
+// recovery applied right here, so it does not wait for the reaper.
+func answer[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, req ClaimRequest, cr ClaimResult, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
 	a := cr.Action
 	if a.Fingerprint != req.Fingerprint {
 		c.log.Warn("once: payload differs from the first attempt; refused", "key", a.Key, "kind", a.Kind)
+		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventFingerprintMismatch, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
 		return Result[T]{}, &FingerprintError{Key: a.Key, Stored: a.Fingerprint, Got: req.Fingerprint}
 	}
+	due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
+	if due && fn != nil {
+		return recoverInline(ctx, c, pol, in, a, fn)
+	}
+	return replay[T](ctx, c, a, cr.Now)
+}
+
+// replay answers from a row without acting on it.
+func replay[T any](ctx context.Context, c *Client, a Action, now time.Time) (Result[T], error) {
 	switch a.Status {
 	case StatusSucceeded:
 		var v T
@@ -168,11 +184,14 @@ func replay[T any](c *Client, req ClaimRequest, cr ClaimResult) (Result[T], erro
 			}
 		}
 		c.log.Debug("once: replayed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventReplayed, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
 		return Result[T]{Value: v, Key: a.Key, Attempt: a.Attempt, Replayed: true}, nil
 	case StatusFailed:
+		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventReplayed, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
 		return Result[T]{}, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Replayed: true}
 	case StatusInFlight:
-		return Result[T]{}, &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
+		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventConflict, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
+		return Result[T]{}, &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(now)}
 	case StatusUnknown:
 		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error}
 	case StatusReview:
@@ -186,10 +205,12 @@ func replay[T any](c *Client, req ClaimRequest, cr ClaimResult) (Result[T], erro
 func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a Action, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
 	att := Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
 	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventClaimed, Attempt: a.Attempt, To: StatusInFlight, Actor: "worker"}, Kind: a.Kind})
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
 	stopHeartbeat := c.heartbeat(runCtx, cancel, a, pol.Lease)
+	started := time.Now()
 
 	var value T
 	var ferr error
@@ -205,31 +226,43 @@ func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a
 			stopHeartbeat()
 			cancelTimeout()
 			cancel(nil)
-			c.record(ctx, a, Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusUnknown, Error: fmt.Sprintf("panic: %v", p)})
+			t := c.unknownOutcome(pol, a, fmt.Sprintf("panic: %v", p))
+			if ok, err := c.record(ctx, a, t); err == nil && ok {
+				c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Duration: time.Since(started)})
+			}
 			panic(p)
 		}()
 		value, ferr = fn(runCtx, att)
 		panicked = false
 	}()
+	took := time.Since(started)
 	stopHeartbeat()
 	cancelTimeout()
 	cancel(nil)
 
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: classify(ferr)}
+	var t Transition
 	var resultErr error
-	switch t.To {
+	switch classify(ferr) {
 	case StatusSucceeded:
 		// A slow worker whose claim was put up for review may still say
 		// how it ended: the outcome became known. A newer attempt fences
 		// it out through the attempt number.
-		t.From = []Status{StatusInFlight, StatusReview}
+		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight, StatusReview}, Event: Event{Type: EventSucceeded}}
 		t.Result, resultErr = c.encodeResult(value)
 		if resultErr != nil {
-			t.To, t.From, t.Result = StatusReview, []Status{StatusInFlight}, nil
-			t.Error = "the effect succeeded but " + resultErr.Error()
+			t = Transition{To: StatusReview, From: []Status{StatusInFlight}, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
 		}
+	case StatusReleased:
+		t = Transition{To: StatusReleased, From: []Status{StatusInFlight}, Error: ferr.Error(), Event: Event{Type: EventReleased}}
+	case StatusFailed:
+		t = Transition{To: StatusFailed, From: []Status{StatusInFlight}, Error: ferr.Error(), Event: Event{Type: EventFailed}}
 	default:
-		t.Error = ferr.Error()
+		t = c.unknownOutcome(pol, a, ferr.Error())
+	}
+	t.Key, t.Attempt = a.Key, a.Attempt
+	t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, StatusInFlight, t.To, "worker"
+	if t.Event.Note == "" {
+		t.Event.Note = t.Error
 	}
 
 	ok, err := c.record(ctx, a, t)
@@ -237,23 +270,50 @@ func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a
 		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
 	}
 	if !ok {
+		// Superseded: say so in the trail, so an operator sees the late
+		// outcome beside whatever won.
 		c.log.Warn("once: attempt superseded; outcome not recorded", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "outcome", t.To)
+		refused := Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: "worker",
+			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
+		if err := c.store.AppendEvent(context.WithoutCancel(ctx), refused); err != nil {
+			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
+		}
+		c.emit(ctx, Observation{Event: refused, Kind: a.Kind, Duration: took})
 		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
 	}
-	switch t.To {
-	case StatusSucceeded:
+	c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Duration: took})
+	switch {
+	case t.To == StatusSucceeded:
 		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, nil
-	case StatusReview:
+	case resultErr != nil:
 		c.log.Warn("once: result not stored; action put up for review", "key", a.Key, "kind", a.Kind, "err", resultErr)
 		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, resultErr)
-	case StatusReleased:
+	case t.To == StatusReleased && classify(ferr) == StatusReleased:
 		return Result[T]{}, fmt.Errorf("once: action %s attempt %d released: %w", a.Key, a.Attempt, ferr)
-	case StatusFailed:
+	case t.To == StatusFailed:
 		return Result[T]{}, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
 	default:
-		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "err", ferr)
-		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
+		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
+		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), err: ferr}
 	}
+}
+
+// unknownOutcome is the transition for an effect whose outcome is
+// unknown, by the kind's recovery: a person is asked at once, a
+// provider-idempotent effect is released for the next delivery, and a
+// verifiable one is left due for verification right away.
+func (c *Client) unknownOutcome(pol KindPolicy, a Action, msg string) Transition {
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, Error: msg,
+		Event: Event{From: StatusInFlight, Actor: "worker", Note: "outcome unknown: " + msg}}
+	switch pol.Recovery {
+	case RetryWithProviderKey:
+		t.To, t.Event.Type = StatusReleased, EventReleased
+	case VerifyThenDecide:
+		t.To, t.Event.Type, t.Lease = StatusUnknown, EventUnknown, time.Millisecond
+	default:
+		t.To, t.Event.Type = StatusReview, EventReview
+	}
+	return t
 }
 
 // encodeResult encodes an effect's value for storage, within the cap.

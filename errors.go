@@ -213,3 +213,20 @@ func classify(err error) Status {
 		return StatusUnknown
 	}
 }
+
+// ErrConflict: a resolution or recovery met an action that changed under
+// it (a late worker finished first, or someone else resolved it).
+var ErrConflict = errors.New("once: action changed concurrently")
+
+// ConflictError reports an operation refused because the action had moved
+// on; Current is the action as it now stands.
+type ConflictError struct {
+	Op      string
+	Current Action
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("once: %s refused: action %s is now %s (attempt %d); reload it and decide again",
+		e.Op, e.Current.Key, e.Current.Status, e.Current.Attempt)
+}
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }

@@ -61,12 +61,20 @@ type Action struct {
 	Result json.RawMessage
 	// Error is the message of the last failure, unknown outcome or the
 	// reason for review.
-	Error       string
+	Error string
+	// LeaseUntil is when an in-flight claim lapses, or when an unknown
+	// outcome is next due for recovery; zero otherwise.
 	LeaseUntil  time.Time
 	CreatedAt   time.Time
 	ClaimedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time
+	// VerifyFailures counts verifier errors since the attempt began.
+	VerifyFailures int
+	// ResolvedBy, ResolvedAt and ResolveNote record a person's decision.
+	ResolvedBy  string
+	ResolvedAt  time.Time
+	ResolveNote string
 }
 
 // ClaimRequest asks a store to claim a key for a new attempt.
@@ -103,10 +111,98 @@ type Transition struct {
 	Attempt int
 	From    []Status
 	To      Status
+	// NewAttempt takes the action over: the attempt number goes up by
+	// one and claimed_at is reset.
+	NewAttempt bool
+	// Lease, when positive, sets lease_until to the database's now plus
+	// Lease; otherwise lease_until is cleared.
+	Lease time.Duration
+	// Expired additionally requires lease_until to have passed by the
+	// database's clock.
+	Expired bool
 	// Result is stored when To is StatusSucceeded.
 	Result json.RawMessage
 	// Error is stored as the action's error message (cleared if empty).
 	Error string
+	// VerifyFailures is stored as the action's verifier failure count.
+	VerifyFailures int
+	// ResolvedBy and ResolveNote, when ResolvedBy is set, record a
+	// person's decision with the database's now.
+	ResolvedBy  string
+	ResolveNote string
+	// Event is appended to the action's trail in the same transaction
+	// when the transition applies.
+	Event Event
+}
+
+// EventType names what happened to an action.
+type EventType string
+
+// The events of an action's trail.
+const (
+	EventClaimed      EventType = "claimed"
+	EventReplayed     EventType = "replayed"
+	EventSucceeded    EventType = "succeeded"
+	EventFailed       EventType = "failed"
+	EventUnknown      EventType = "unknown"
+	EventReleased     EventType = "released"
+	EventReview       EventType = "review"
+	EventTakenOver    EventType = "taken_over"
+	EventVerified     EventType = "verified"
+	EventVerifyFailed EventType = "verify_failed"
+	EventResolved     EventType = "resolved"
+	EventRefused      EventType = "refused"
+	EventLeaseExpired EventType = "lease_expired"
+)
+
+// Event is one entry of an action's append-only trail.
+type Event struct {
+	ID      int64
+	Key     Key
+	At      time.Time
+	Type    EventType
+	Attempt int
+	From    Status
+	To      Status
+	// Actor is who caused it: "worker", "reaper", or a person's name.
+	Actor string
+	Note  string
+}
+
+// RecoverRequest asks for actions due for recovery: in flight with a
+// lapsed lease, or with an unknown outcome whose next try is due.
+type RecoverRequest struct {
+	// Key limits the request to one action (inline recovery); empty
+	// means any.
+	Key Key
+	// Limit caps the batch.
+	Limit int
+	// Hold pushes the lease of every returned action this far past the
+	// database's now, so no other reaper or worker takes it while this one
+	// decides.
+	Hold time.Duration
+}
+
+// StatusCount is one cell of Stats: how many actions of a kind are in a
+// status.
+type StatusCount struct {
+	Kind   string
+	Status Status
+	Count  int64
+}
+
+// PurgeRequest deletes finished actions (succeeded, failed, released)
+// not updated for OlderThan, with their events.
+type PurgeRequest struct {
+	// Kinds limits the purge to these kinds; empty means every kind not
+	// in ExceptKinds.
+	Kinds       []string
+	ExceptKinds []string
+	OlderThan   time.Duration
+	// Limit caps the rows deleted in one call.
+	Limit int
+	// DryRun counts instead of deleting.
+	DryRun bool
 }
 
 // Filter selects actions for List. Zero fields match everything.
@@ -129,16 +225,30 @@ type Filter struct {
 // and machines: the database, not the caller, arbitrates every claim.
 type Store interface {
 	// Claim inserts a new in-flight action for the key, or claims a
-	// released action with the same fingerprint as attempt+1, in one
-	// atomic statement. When the key is held, it returns the standing row
+	// released action with the same fingerprint as attempt+1, and records
+	// a claimed event. When the key is held, it returns the standing row
 	// with Claimed false.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Heartbeat extends the lease of an in-flight attempt to Now+lease by
 	// the database's clock. It reports false if the attempt no longer
 	// holds the claim.
 	Heartbeat(ctx context.Context, key Key, attempt int, lease time.Duration) (leaseUntil time.Time, held bool, err error)
-	// Transition applies t and reports whether the row matched.
+	// Transition applies t and reports whether the row matched. When it
+	// does, t.Event is appended to the trail in the same transaction.
 	Transition(ctx context.Context, t Transition) (bool, error)
+	// Recoverable atomically takes a batch of actions due for recovery
+	// and holds them (see RecoverRequest); concurrent callers never get
+	// the same action. It returns the database's now.
+	Recoverable(ctx context.Context, req RecoverRequest) ([]Action, time.Time, error)
+	// AppendEvent adds an event to an action's trail.
+	AppendEvent(ctx context.Context, e Event) error
+	// Events returns an action's trail, oldest first.
+	Events(ctx context.Context, key Key) ([]Event, error)
+	// Stats counts actions by kind and status.
+	Stats(ctx context.Context) ([]StatusCount, error)
+	// Purge deletes finished actions; it never touches in-flight, unknown
+	// or review rows. It returns how many it deleted (or would).
+	Purge(ctx context.Context, req PurgeRequest) (int, error)
 	// Get returns one action, or an error matching ErrNotFound.
 	Get(ctx context.Context, key Key) (Action, error)
 	// List returns actions matching f, most recently updated first.

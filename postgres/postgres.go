@@ -82,7 +82,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pool:   pool,
 		addr:   net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
 		names:  names,
-		q:      buildQueries(names.Table("action")),
+		q:      buildQueries(names.Table("action"), names.Table("event")),
 		schema: cfg.Schema,
 	}, nil
 }
@@ -158,14 +158,17 @@ func (s *Store) wrap(err error) error {
 	return fmt.Errorf("%s: %w", s, err)
 }
 
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note`
+
+const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
 type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list string
+	recoverable, appendEvent, events, stats, purge, purgeCount  string
 }
 
-func buildQueries(table string) queries {
-	r := strings.NewReplacer("$T", table, "$C", columns)
+func buildQueries(table, events string) queries {
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns)
 	return queries{
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
@@ -175,9 +178,12 @@ func buildQueries(table string) queries {
 		claim: r.Replace(`
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8 * interval '1 microsecond')
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond')
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
+), ev AS (
+    INSERT INTO $E (key, type, attempt, to_status, actor)
+    SELECT key, 'claimed', attempt, 'in_flight', 'worker' FROM claimed
 )
 SELECT $C, true, now() FROM claimed
 UNION ALL
@@ -185,22 +191,75 @@ SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM cla
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same.
 		reclaim: r.Replace(`
-UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3 * interval '1 microsecond',
-    claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = ''
-WHERE key = $1 AND status = 'released' AND fingerprint = $2
-RETURNING $C, true, now()`),
+WITH claimed AS (
+    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
+        claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0
+    WHERE key = $1 AND status = 'released' AND fingerprint = $2
+    RETURNING $C
+), ev AS (
+    INSERT INTO $E (key, type, attempt, from_status, to_status, actor)
+    SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker' FROM claimed
+)
+SELECT $C, true, now() FROM claimed`),
 		// The fallback when the row a claim conflicted with was committed
 		// after the claim's snapshot was taken.
 		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
 		heartbeat: r.Replace(`
-UPDATE $T SET lease_until = now() + $3 * interval '1 microsecond'
+UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond'
 WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
 RETURNING lease_until`),
+		// A fenced compare-and-set and its event, in one statement.
 		transition: r.Replace(`
-UPDATE $T SET status = $3, result = $4, error = $5, updated_at = now(),
-    lease_until = CASE WHEN $3 = 'in_flight' THEN lease_until END,
-    completed_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() END
-WHERE key = $1 AND attempt = $2 AND status = ANY($6)`),
+WITH u AS (
+    UPDATE $T SET status = $3, result = $4, error = $5, updated_at = now(),
+        attempt = attempt + CASE WHEN $6 THEN 1 ELSE 0 END,
+        claimed_at = CASE WHEN $6 THEN now() ELSE claimed_at END,
+        lease_until = CASE WHEN $7::bigint > 0 THEN now() + $7::float8 * interval '1 microsecond' END,
+        completed_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() END,
+        verify_failures = $8,
+        resolved_by = CASE WHEN $9 <> '' THEN $9 ELSE resolved_by END,
+        resolved_at = CASE WHEN $9 <> '' THEN now() ELSE resolved_at END,
+        resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END
+    WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND (NOT $12 OR lease_until <= now())
+    RETURNING key, attempt, status
+), ev AS (
+    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note)
+    SELECT key, $13, attempt, $14, status, $15, $16 FROM u WHERE $13 <> ''
+)
+SELECT count(*) FROM u`),
+		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
+		// concurrent reapers on disjoint batches.
+		recoverable: r.Replace(`
+WITH due AS (
+    SELECT key FROM $T
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= now() AND ($1 = '' OR key = $1)
+    ORDER BY lease_until
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond'
+WHERE key IN (SELECT key FROM due)
+RETURNING $C, now()`),
+		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
+		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
+		stats:       r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
+		purge: r.Replace(`
+WITH gone AS (
+    DELETE FROM $T WHERE key IN (
+        SELECT key FROM $T
+        WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1::float8 * interval '1 microsecond'
+          AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) AND NOT (kind = ANY($3::text[]))
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED)
+    RETURNING key
+), ev AS (
+    DELETE FROM $E WHERE key IN (SELECT key FROM gone)
+)
+SELECT count(*) FROM gone`),
+		purgeCount: r.Replace(`
+SELECT count(*) FROM $T
+WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1::float8 * interval '1 microsecond'
+  AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) AND NOT (kind = ANY($3::text[]))`),
 		get:  r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		list: r.Replace(`SELECT $C FROM $T`),
 	}
@@ -210,9 +269,10 @@ WHERE key = $1 AND attempt = $2 AND status = ANY($6)`),
 func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	var key, fp, status string
 	var result []byte
-	var lease, completed *time.Time
+	var lease, completed, resolved *time.Time
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
-		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed}, extra...)
+		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed,
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -225,6 +285,9 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	}
 	if completed != nil {
 		a.CompletedAt = *completed
+	}
+	if resolved != nil {
+		a.ResolvedAt = *resolved
 	}
 	return nil
 }
@@ -271,19 +334,118 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 
 // Transition implements once.Store.
 func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
-	from := make([]string, len(t.From))
-	for i, f := range t.From {
-		from[i] = string(f)
-	}
 	var result any
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	tag, err := s.db.Exec(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error, from)
+	var n int64
+	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
+		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
+		statuses(t.From), t.Expired, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note).Scan(&n)
 	if err != nil {
 		return false, s.wrap(err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
+}
+
+func statuses(ss []once.Status) []string {
+	out := make([]string, len(ss))
+	for i, v := range ss {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// Recoverable implements once.Store.
+func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]once.Action, time.Time, error) {
+	rows, err := s.db.Query(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), req.Hold.Microseconds())
+	if err != nil {
+		return nil, time.Time{}, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.Action
+	var now time.Time
+	for rows.Next() {
+		var a once.Action
+		if err := scanAction(rows, &a, &now); err != nil {
+			return nil, now, s.wrap(err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, s.wrap(err)
+	}
+	if now.IsZero() {
+		if err := s.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return nil, now, s.wrap(err)
+		}
+	}
+	return out, now, nil
+}
+
+// AppendEvent implements once.Store.
+func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
+	_, err := s.db.Exec(ctx, s.q.appendEvent, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note)
+	return s.wrap(err)
+}
+
+// Events implements once.Store.
+func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
+	rows, err := s.db.Query(ctx, s.q.events, string(key))
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.Event
+	for rows.Next() {
+		var e once.Event
+		var k, typ, from, to string
+		if err := rows.Scan(&e.ID, &k, &e.At, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note); err != nil {
+			return nil, s.wrap(err)
+		}
+		e.Key, e.Type, e.From, e.To = once.Key(k), once.EventType(typ), once.Status(from), once.Status(to)
+		out = append(out, e)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// Stats implements once.Store.
+func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
+	rows, err := s.db.Query(ctx, s.q.stats)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.StatusCount
+	for rows.Next() {
+		var c once.StatusCount
+		var status string
+		if err := rows.Scan(&c.Kind, &status, &c.Count); err != nil {
+			return nil, s.wrap(err)
+		}
+		c.Status = once.Status(status)
+		out = append(out, c)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// Purge implements once.Store.
+func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
+	kinds, except := req.Kinds, req.ExceptKinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	if except == nil {
+		except = []string{}
+	}
+	var n int
+	var err error
+	if req.DryRun {
+		err = s.db.QueryRow(ctx, s.q.purgeCount, req.OlderThan.Microseconds(), kinds, except).Scan(&n)
+	} else {
+		err = s.db.QueryRow(ctx, s.q.purge, req.OlderThan.Microseconds(), kinds, except, max(req.Limit, 1)).Scan(&n)
+	}
+	return n, s.wrap(err)
 }
 
 // Get implements once.Store.

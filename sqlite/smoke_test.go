@@ -88,12 +88,13 @@ func TestOpenNamesThePath(t *testing.T) {
 // it opens the database at its value and claims the shared keys.
 const raceEnv = "ONCE_SQLITE_RACE_DB"
 
-const raceKeys, raceGoroutines = 40, 4
+const raceKeys, raceGoroutines = 24, 4
 
-// TestProcessesRace runs several processes that race Do for the same keys
-// on one file. Each key's effect must run exactly once across them all,
-// and no call may fail other than by meeting a claim in flight: no
-// "database is locked".
+// TestProcessesRace starts several processes on one new file: they open
+// it, switch it to WAL and migrate it together, then race Do for the same
+// keys. Each key's effect must run exactly once across them all, and no
+// call may fail other than by meeting a claim in flight: no "database is
+// locked". Workers print a RAN line per effect they run.
 func TestProcessesRace(t *testing.T) {
 	if path := os.Getenv(raceEnv); path != "" {
 		raceWorker(t, path)
@@ -180,6 +181,9 @@ func raceWorker(t *testing.T, path string) {
 						return k, nil
 					})
 					if errors.Is(err, once.ErrInFlight) {
+						// Another process is running it: come back, as a
+						// job returned to its queue would.
+						time.Sleep(time.Millisecond)
 						continue
 					}
 					if err != nil {

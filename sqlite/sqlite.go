@@ -41,20 +41,20 @@ type Config struct {
 	Prefix string
 }
 
-// BusyTimeout is how long a statement waits for another connection or
+// busyTimeout is how long a statement waits for another connection or
 // process to release the database's write lock before it fails. Claims
 // are short, so the wait is only long under a pile-up; it is generous
 // because failing a claim costs a job a trip back to its queue.
-const BusyTimeout = 10 * time.Second
+const busyTimeout = 10 * time.Second
 
 // dsnParams are applied by the driver to every connection the pool opens.
 // The driver runs busy_timeout before the other pragmas whatever their
-// order, so the journal_mode switch on a fresh file already waits for a
-// lock held by another process instead of failing. _txlock=immediate makes
+// order, so they too wait for a lock another process holds (but for one
+// case of the switch to WAL, which Open sees to). _txlock=immediate makes
 // BeginTx issue BEGIN IMMEDIATE: a transaction that reads before it writes
 // would otherwise find, when it tries to write, that another process wrote
 // first, and SQLite fails that upgrade at once, busy timeout or not.
-var dsnParams = "_pragma=busy_timeout(" + strconv.FormatInt(BusyTimeout.Milliseconds(), 10) + ")" +
+var dsnParams = "_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")" +
 	"&_pragma=journal_mode(WAL)" +
 	"&_pragma=synchronous(FULL)" +
 	"&_pragma=foreign_keys(1)" +
@@ -75,6 +75,9 @@ type Store struct {
 	path  string
 	names migrate.Names
 	q     queries
+	// writer admits this store's writes to SQLite's write lock one at a
+	// time; see write.
+	writer chan struct{}
 }
 
 var (
@@ -117,7 +120,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	// together on a new file all but one may be told "database is
 	// locked". Once the file is in WAL mode it stays so and the switch is
 	// a no-op: trying again settles it.
-	deadline := time.Now().Add(BusyTimeout)
+	deadline := time.Now().Add(busyTimeout)
 	for {
 		err = check(context.Background(), db)
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
@@ -131,11 +134,12 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	return &Store{
-		db:    db,
-		sqlDB: db,
-		path:  path,
-		names: names,
-		q:     buildQueries(names.Table("action")),
+		db:     db,
+		sqlDB:  db,
+		path:   path,
+		names:  names,
+		q:      buildQueries(names.Table("action"), names.Table("event")),
+		writer: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -183,7 +187,7 @@ func hint(err error) string {
 	case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
 		return "; is it an SQLite database?"
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return "; another process kept it locked for over " + BusyTimeout.String()
+		return "; another process kept it locked for over " + busyTimeout.String()
 	}
 	return ""
 }
@@ -235,14 +239,22 @@ const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
 
 // columns is the row as scanAction reads it. The last column tells a NULL
 // payload from an empty one, which the driver returns alike.
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, payload IS NULL`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, payload IS NULL`
+
+const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
 type queries struct {
 	claim, selectRow, heartbeat, transition, get, list string
+	event, recoverable, events, stats, purgeWhere      string
+	purgeEvents, purgeActions, purgeCount              string
 }
 
-func buildQueries(table string) queries {
-	r := strings.NewReplacer("$T", table, "$C", columns, "$NOW", nowMS)
+func buildQueries(table, events string) queries {
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS)
+	// The finished actions a purge may delete; kinds come as JSON arrays.
+	purgeWhere := r.Replace(`status IN ('succeeded', 'failed', 'released') AND updated_at < $NOW - ?1
+    AND (json_array_length(?2) = 0 OR kind IN (SELECT value FROM json_each(?2)))
+    AND kind NOT IN (SELECT value FROM json_each(?3))`)
 	return queries{
 		// One statement claims a new key or a released one. It runs in a
 		// write transaction with selectRow, its fallback when the key is
@@ -252,7 +264,7 @@ INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, a
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8)
 ON CONFLICT (key) DO UPDATE
     SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
-        claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = ''
+        claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0
     WHERE status = 'released' AND fingerprint = excluded.fingerprint
 RETURNING $C, $NOW`),
 		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
@@ -264,11 +276,35 @@ RETURNING lease_until`),
 		// text is the same whatever their number.
 		transition: r.Replace(`
 UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
-    lease_until = CASE WHEN ?3 = 'in_flight' THEN lease_until END,
-    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END
-WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?6))`),
-		get:  r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
-		list: r.Replace(`SELECT $C FROM $T`),
+    attempt = attempt + ?6,
+    claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
+    lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
+    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
+    verify_failures = ?8,
+    resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
+    resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
+    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END
+WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (NOT ?12 OR lease_until <= $NOW)
+RETURNING attempt, status`),
+		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
+		list:  r.Replace(`SELECT $C FROM $T`),
+		event: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`),
+		// Takes a batch of due actions and holds them, in one statement
+		// under the database's write lock, so no two callers share one.
+		recoverable: r.Replace(`
+UPDATE $T SET lease_until = $NOW + ?3
+WHERE key IN (
+    SELECT key FROM $T
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?1 = '' OR key = ?1)
+    ORDER BY lease_until
+    LIMIT ?2)
+RETURNING $C, $NOW`),
+		events:       r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
+		stats:        r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
+		purgeWhere:   purgeWhere,
+		purgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4)`),
+		purgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4)`),
+		purgeCount:   r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeWhere),
 	}
 }
 
@@ -285,11 +321,12 @@ func leaseMS(d time.Duration) int64 {
 func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
 	var key, fp, status string
 	var result []byte
-	var lease, completed sql.NullInt64
+	var lease, completed, resolved sql.NullInt64
 	var created, claimed, updated int64
 	var payloadNull bool
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
-		&result, &a.Error, &lease, &created, &claimed, &updated, &completed, &payloadNull}, extra...)
+		&result, &a.Error, &lease, &created, &claimed, &updated, &completed,
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &payloadNull}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -307,6 +344,9 @@ func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...an
 	if completed.Valid {
 		a.CompletedAt = msTime(completed.Int64)
 	}
+	if resolved.Valid {
+		a.ResolvedAt = msTime(resolved.Int64)
+	}
 	return nil
 }
 
@@ -318,6 +358,26 @@ func nullBytes(b []byte) any {
 	return b
 }
 
+// write runs fn in this process's turn to write. A connection waiting for
+// SQLite's write lock polls for it, sleeping up to 100ms between tries,
+// so with many waiting at once one can lose every race until its busy
+// timeout runs out. Queueing writers here, in order, leaves one poller per
+// process and hands the lock from one writer of the process to the next
+// without a sleep. A store bound to a caller's transaction already holds
+// the lock.
+func (s *Store) write(ctx context.Context, fn func() error) error {
+	if s.inTx {
+		return fn()
+	}
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
+	return fn()
+}
+
 // inWriteTx runs fn in a write transaction: the caller's if the store is
 // bound to one, otherwise a new one that holds the write lock from its
 // BEGIN.
@@ -325,15 +385,17 @@ func (s *Store) inWriteTx(ctx context.Context, fn func(dbtx) error) error {
 	if s.inTx {
 		return fn(s.db)
 	}
-	tx, err := s.sqlDB.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return s.write(ctx, func() error {
+		tx, err := s.sqlDB.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
 }
 
 // Claim implements once.Store.
@@ -366,10 +428,21 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease)),
 			&res.Action, &now)
 		res.Claimed = err == nil
+		if res.Claimed {
+			from := ""
+			if res.Action.Attempt > 1 {
+				from = string(once.StatusReleased)
+			}
+			if _, err := db.ExecContext(ctx, s.q.event, string(req.Key), string(once.EventClaimed), res.Action.Attempt, from, string(once.StatusInFlight), "worker", ""); err != nil {
+				return err
+			}
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			err = scanAction(db.QueryRowContext(ctx, s.q.selectRow, string(req.Key)), &res.Action, &now)
 			if errors.Is(err, sql.ErrNoRows) {
-				// Only a purge that bypassed the write lock could do this.
+				// The row the insert met cannot go while this
+				// transaction holds the write lock; if it did, say so
+				// rather than answer with an empty action.
 				return fmt.Errorf("claim of %s raced with a purge; try again", req.Key)
 			}
 		}
@@ -388,7 +461,9 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 // Heartbeat implements once.Store.
 func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
 	var until int64
-	err := s.db.QueryRowContext(ctx, s.q.heartbeat, string(key), attempt, leaseMS(lease)).Scan(&until)
+	err := s.write(ctx, func() error {
+		return s.db.QueryRowContext(ctx, s.q.heartbeat, string(key), attempt, leaseMS(lease)).Scan(&until)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
@@ -400,11 +475,7 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 
 // Transition implements once.Store.
 func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
-	from := make([]string, len(t.From))
-	for i, f := range t.From {
-		from[i] = string(f)
-	}
-	fromJSON, err := json.Marshal(from)
+	from, err := jsonStrings(statusStrings(t.From))
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -412,15 +483,160 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	res, err := s.db.ExecContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error, string(fromJSON))
+	applied := false
+	err = s.inWriteTx(ctx, func(db dbtx) error {
+		var attempt int
+		var status string
+		err := db.QueryRowContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
+			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Expired).Scan(&attempt, &status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		applied = true
+		if t.Event.Type == "" {
+			return nil
+		}
+		_, err = db.ExecContext(ctx, s.q.event, string(t.Key), string(t.Event.Type), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note)
+		return err
+	})
 	if err != nil {
 		return false, s.wrap(err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, s.wrap(err)
+	return applied, nil
+}
+
+func statusStrings(ss []once.Status) []string {
+	out := make([]string, len(ss))
+	for i, v := range ss {
+		out[i] = string(v)
 	}
-	return n == 1, nil
+	return out
+}
+
+// jsonStrings encodes a list for json_each, so a statement's text is the
+// same whatever the list's length.
+func jsonStrings(ss []string) (string, error) {
+	if ss == nil {
+		ss = []string{}
+	}
+	b, err := json.Marshal(ss)
+	return string(b), err
+}
+
+// Recoverable implements once.Store.
+func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]once.Action, time.Time, error) {
+	var out []once.Action
+	var now int64
+	err := s.write(ctx, func() error {
+		out = nil
+		rows, err := s.db.QueryContext(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), leaseMS(req.Hold))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var a once.Action
+			if err := scanAction(rows, &a, &now); err != nil {
+				return err
+			}
+			out = append(out, a)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if now == 0 {
+			return s.db.QueryRowContext(ctx, `SELECT `+nowMS).Scan(&now)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, s.wrap(err)
+	}
+	return out, msTime(now), nil
+}
+
+// AppendEvent implements once.Store.
+func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
+	return s.wrap(s.write(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, s.q.event, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note)
+		return err
+	}))
+}
+
+// Events implements once.Store.
+func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.events, string(key))
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.Event
+	for rows.Next() {
+		var e once.Event
+		var k, typ, from, to string
+		var at int64
+		if err := rows.Scan(&e.ID, &k, &at, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note); err != nil {
+			return nil, s.wrap(err)
+		}
+		e.Key, e.At, e.Type, e.From, e.To = once.Key(k), msTime(at), once.EventType(typ), once.Status(from), once.Status(to)
+		out = append(out, e)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// Stats implements once.Store.
+func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.stats)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	var out []once.StatusCount
+	for rows.Next() {
+		var c once.StatusCount
+		var status string
+		if err := rows.Scan(&c.Kind, &status, &c.Count); err != nil {
+			return nil, s.wrap(err)
+		}
+		c.Status = once.Status(status)
+		out = append(out, c)
+	}
+	return out, s.wrap(rows.Err())
+}
+
+// Purge implements once.Store. The events go first, in the same
+// transaction, chosen by the same ordered query as the actions.
+func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
+	kinds, err := jsonStrings(req.Kinds)
+	if err != nil {
+		return 0, s.wrap(err)
+	}
+	except, err := jsonStrings(req.ExceptKinds)
+	if err != nil {
+		return 0, s.wrap(err)
+	}
+	older := req.OlderThan.Milliseconds()
+	if req.DryRun {
+		var n int
+		err := s.db.QueryRowContext(ctx, s.q.purgeCount, older, kinds, except).Scan(&n)
+		return n, s.wrap(err)
+	}
+	var n int64
+	err = s.inWriteTx(ctx, func(db dbtx) error {
+		if _, err := db.ExecContext(ctx, s.q.purgeEvents, older, kinds, except, max(req.Limit, 1)); err != nil {
+			return err
+		}
+		res, err := db.ExecContext(ctx, s.q.purgeActions, older, kinds, except, max(req.Limit, 1))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), s.wrap(err)
 }
 
 // Get implements once.Store.
@@ -503,35 +719,35 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return s.wrap(err)
 	}
-	tx, err := s.sqlDB.BeginTx(ctx, nil)
-	if err != nil {
-		return s.wrap(err)
-	}
-	defer tx.Rollback()
+	return s.wrap(s.inWriteTx(ctx, func(tx dbtx) error { return s.apply(ctx, tx, ms) }))
+}
+
+// apply records and runs the migrations tx has not seen.
+func (s *Store) apply(ctx context.Context, tx dbtx, ms []migrate.Migration) error {
 	mt := s.names.Table("migration")
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
     version    INTEGER NOT NULL PRIMARY KEY,
     name       TEXT    NOT NULL,
     applied_at INTEGER NOT NULL DEFAULT (`+nowMS+`)
 ) STRICT`); err != nil {
-		return s.wrap(err)
+		return err
 	}
 	applied := map[int]bool{}
 	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+mt)
 	if err != nil {
-		return s.wrap(err)
+		return err
 	}
 	for rows.Next() {
 		var v int
 		if err := rows.Scan(&v); err != nil {
 			rows.Close()
-			return s.wrap(err)
+			return err
 		}
 		applied[v] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return s.wrap(err)
+		return err
 	}
 	for _, m := range ms {
 		if applied[m.Version] {
@@ -541,12 +757,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 		for _, stmt := range migrate.Statements(m.SQL) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				head, _, _ := strings.Cut(stmt, "\n")
-				return s.wrap(fmt.Errorf("migration %03d_%s, at %q: %w", m.Version, m.Name, head, err))
+				return fmt.Errorf("migration %03d_%s, at %q: %w", m.Version, m.Name, head, err)
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+mt+` (version, name) VALUES (?1, ?2)`, m.Version, m.Name); err != nil {
-			return s.wrap(err)
+			return err
 		}
 	}
-	return s.wrap(tx.Commit())
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,9 @@ const (
 	envMode = "ONCE_STORETEST_CHILD"
 	envSpec = "ONCE_STORETEST_SPEC"
 	envFile = "ONCE_STORETEST_FILE"
+	// envLease sets the worker's lease, so a killed or stopped worker's
+	// claim lapses within the test.
+	envLease = "ONCE_STORETEST_LEASE"
 )
 
 // MaybeChild runs a worker and exits when the process was started as one
@@ -48,32 +52,41 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 		return err
 	}
 	defer closeStore(s)
-	c, err := once.New(once.Config{Store: s})
+	lease, _ := time.ParseDuration(os.Getenv(envLease))
+	c, err := once.New(once.Config{Store: s, Default: once.KindPolicy{Lease: lease}})
 	if err != nil {
 		return err
 	}
 	effect := func(ctx context.Context, a once.Attempt) (int, error) {
 		// The effect: an append to a file the parent counts, standing for
 		// an email handed to a server.
-		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
+		if err := appendLine(file, fmt.Sprintf("effect pid=%d attempt=%d provider=%s", os.Getpid(), a.Number, a.ProviderKey)); err != nil {
 			return 0, once.RetryLater(err)
 		}
-		fmt.Fprintf(f, "effect pid=%d attempt=%d\n", os.Getpid(), a.Number)
-		f.Close()
 		switch mode {
 		case "race":
 			time.Sleep(100 * time.Millisecond) // widen the window
 		case "hang":
 			// Effect done, record not yet written: the parent kills us here.
 			select {}
+		case "zombie":
+			// Effect done; the parent stops this process (SIGSTOP), lets
+			// the lease lapse, recovers, and lets it go on (SIGCONT).
+			for !exists(file + ".go") {
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 		return os.Getpid(), nil
+	}
+	if mode == "run5" {
+		return runFive(ctx, c, file, os.Getenv(envHangAfter))
 	}
 	res, err := once.Do(ctx, c, processIntent, effect)
 	switch {
 	case errors.Is(err, once.ErrInFlight):
 		fmt.Println("inflight")
+	case errors.Is(err, once.ErrFenced):
+		fmt.Println("fenced")
 	case err != nil:
 		return err
 	case res.Replayed:
@@ -86,17 +99,54 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 
 var processIntent = once.Intent{Run: "proc-run", Step: 3, Kind: "send_email", Target: "grace@example.com", Payload: map[string]string{"body": "hi"}}
 
-func startChild(t *testing.T, mode, spec, file string) (*exec.Cmd, *strings.Builder) {
+func appendLine(file, line string) error {
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func startChild(t *testing.T, mode, spec, file string, env ...string) (*exec.Cmd, *syncBuf) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envMode+"="+mode, envSpec+"="+spec, envFile+"="+file)
-	var out strings.Builder
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	cmd.Env = append(cmd.Env, env...)
+	out := &syncBuf{}
+	cmd.Stdout = out
+	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start worker: %v", err)
 	}
-	return cmd, &out
+	return cmd, out
+}
+
+// syncBuf collects a worker's output; it may be read while the worker
+// still writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func effectLines(t *testing.T, file string) int {
@@ -122,7 +172,7 @@ func testProcessRace(t *testing.T, h Harness) {
 	file := filepath.Join(t.TempDir(), "effects")
 	const n = 4
 	var cmds []*exec.Cmd
-	var outs []*strings.Builder
+	var outs []*syncBuf
 	for range n {
 		cmd, out := startChild(t, "race", spec, file)
 		cmds = append(cmds, cmd)
@@ -143,18 +193,12 @@ func testProcessRace(t *testing.T, h Harness) {
 	}
 }
 
-func testKilledAfterEffect(t *testing.T, h Harness) {
-	s, c, spec := setup(t, h, once.Config{})
-	file := filepath.Join(t.TempDir(), "effects")
-	cmd, out := startChild(t, "hang", spec, file)
-	deadline := time.Now().Add(30 * time.Second)
-	for effectLines(t, file) == 0 {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("worker never ran the effect:\n%s", out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+// killAfterEffect starts a worker whose effect happens and whose record
+// never does, and kills it with SIGKILL in between.
+func killAfterEffect(t *testing.T, spec, file, lease string) {
+	t.Helper()
+	cmd, out := startChild(t, "hang", spec, file, envLease+"="+lease)
+	waitLines(t, cmd, out, file, 1)
 	// The effect happened; the record did not. Kill the worker for real.
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -164,8 +208,27 @@ func testKilledAfterEffect(t *testing.T, h Harness) {
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("worker did not die of SIGKILL: %v", err)
 	}
+}
+
+// waitLines waits for the worker to have written n effect lines.
+func waitLines(t *testing.T, cmd *exec.Cmd, out *syncBuf, file string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for effectLines(t, file) < n {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("worker never got to effect %d:\n%s", n, out)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func testKilledAfterEffect(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, once.Config{})
+	file := filepath.Join(t.TempDir(), "effects")
+	killAfterEffect(t, spec, file, "")
 	// The queue redelivers: the next attempt must not send again.
-	_, err = once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
+	_, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
 		t.Error("the effect ran a second time after the worker was killed")
 		return 0, nil
 	})

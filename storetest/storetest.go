@@ -39,10 +39,7 @@ type Harness struct {
 
 // Run runs the whole suite. Subtests run in parallel.
 func Run(t *testing.T, h Harness) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness)
-	}{
+	tests := []namedTest{
 		{"MigrateTwice", testMigrateTwice},
 		{"MigrateConcurrently", testMigrateConcurrently},
 		{"ClaimRace64Goroutines", testClaimRace},
@@ -68,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"GetNotFound", testGetNotFound},
 		{"List", testList},
 	}
+	tests = append(tests, recoveryTests()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -399,31 +397,46 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 		t.Fatalf("claim: %+v %v", cr, err)
 	}
 	var ife *once.InFlightError
-	_, err := once.Do(ctx(t), c, intent(1), (&counter{}).fn("x"))
+	var effects counter
+	_, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
 	if !errors.As(err, &ife) || ife.Expired || ife.Attempt != 1 || ife.ClaimedAt.IsZero() {
 		t.Fatalf("Do on a held claim = %v; want an unexpired *InFlightError", err)
 	}
+	if got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: long.Key, Limit: 10, Hold: time.Minute}); err != nil || len(got) != 0 {
+		t.Fatalf("Recoverable on a held lease = %d, %v; want none", len(got), err)
+	}
+
+	// A lapsed lease, extended again by a heartbeat, is not due.
 	short := claimReq(t, intent(2), time.Millisecond)
 	if cr, err := s.Claim(ctx(t), short); err != nil || !cr.Claimed {
 		t.Fatalf("claim: %+v %v", cr, err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	var effects counter
-	_, err = once.Do(ctx(t), c, intent(2), effects.fn("x"))
-	if !errors.As(err, &ife) || !ife.Expired {
-		t.Fatalf("Do on an expired claim = %v; want an expired *InFlightError", err)
-	}
-	if effects.n.Load() != 0 {
-		t.Fatal("an expired claim was re-executed; recovery is the kind policy's decision")
-	}
-	// A heartbeat extends the lease again, by the database's clock.
 	until, held, err := s.Heartbeat(ctx(t), short.Key, 1, time.Hour)
 	if err != nil || !held {
 		t.Fatalf("heartbeat: %v %v", held, err)
 	}
 	_, err = once.Do(ctx(t), c, intent(2), effects.fn("x"))
 	if !errors.As(err, &ife) || ife.Expired || !ife.LeaseUntil.Equal(until) {
-		t.Fatalf("after heartbeat Do = %v (lease %v); want unexpired until %v", err, ife.LeaseUntil, until)
+		t.Fatalf("after heartbeat Do = %v; want unexpired until %v", err, until)
+	}
+
+	// A lapsed lease is due, by the database's clock, and once taken it
+	// is held for the taker alone.
+	lapsed := claimReq(t, intent(3), time.Millisecond)
+	if cr, err := s.Claim(ctx(t), lapsed); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v %v", cr, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	got, now, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: lapsed.Key, Limit: 10, Hold: time.Hour})
+	if err != nil || len(got) != 1 || got[0].Key != lapsed.Key || !got[0].LeaseUntil.After(now.Add(59*time.Minute)) {
+		t.Fatalf("Recoverable on a lapsed lease = %+v, %v; want it, held for an hour", got, err)
+	}
+	if again, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Limit: 10, Hold: time.Hour}); err != nil || len(again) != 0 {
+		t.Fatalf("second Recoverable = %d, %v; a held action was handed out twice", len(again), err)
+	}
+	if effects.n.Load() != 0 {
+		t.Fatal("an effect ran")
 	}
 }
 
@@ -469,8 +482,8 @@ func testMaxExecution(t *testing.T, h Harness) {
 	if !errors.Is(err, once.ErrOutcomeUnknown) {
 		t.Fatalf("Do = %v; a timed-out effect has an unknown outcome", err)
 	}
-	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown {
-		t.Fatalf("status %s, want unknown", a.Status)
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview {
+		t.Fatalf("status %s, want review (unknown outcome, default recovery)", a.Status)
 	}
 }
 
@@ -536,12 +549,13 @@ func testUnknown(t *testing.T, h Harness) {
 	if !errors.Is(err, once.ErrOutcomeUnknown) || !errors.Is(err, cause) {
 		t.Fatalf("Do = %v, want ErrOutcomeUnknown wrapping the cause", err)
 	}
+	// The default recovery asks a person: never re-executed.
 	var effects counter
 	_, err = once.Do(ctx(t), c, intent(1), effects.fn("x"))
-	if !errors.Is(err, once.ErrOutcomeUnknown) || effects.n.Load() != 0 {
+	if !errors.Is(err, once.ErrReview) || effects.n.Load() != 0 {
 		t.Fatalf("duplicate Do = %v (ran %d); an unknown outcome must not be re-executed automatically", err, effects.n.Load())
 	}
-	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown || a.Error != cause.Error() {
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview || a.Error != cause.Error() {
 		t.Fatalf("stored = %+v", a)
 	}
 }
@@ -556,8 +570,8 @@ func testPanic(t *testing.T, h Harness) {
 		}()
 		once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (string, error) { panic("boom") })
 	}()
-	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown || !strings.Contains(a.Error, "boom") {
-		t.Fatalf("stored = %+v, want unknown with the panic", a)
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview || !strings.Contains(a.Error, "boom") {
+		t.Fatalf("stored = %+v, want review with the panic", a)
 	}
 }
 

@@ -123,3 +123,13 @@ func Statements(sql string) []string {
 	}
 	return out
 }
+
+// QualifiedIndex returns the index name qualified by the schema, for
+// statements such as DROP INDEX that look indexes up by schema.
+func (n Names) QualifiedIndex(name string) string {
+	q := n.Index(name)
+	if n.Schema != "" {
+		q = n.Quote(n.Schema) + "." + q
+	}
+	return q
+}

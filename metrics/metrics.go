@@ -1,0 +1,131 @@
+// Package metrics exports once's transitions as Prometheus metrics.
+//
+//	m, err := metrics.New(prometheus.DefaultRegisterer, store)
+//	client, err := once.New(once.Config{Store: store, Hooks: m.Hooks()})
+//
+// Counters come from the client's hooks; the per-status gauges (the
+// review backlog among them) are read from the store at scrape time, so
+// they are right across every process sharing the database.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncehq/once"
+)
+
+// Metrics holds the collectors. Register it once per registry.
+type Metrics struct {
+	claims      *prometheus.CounterVec
+	replays     *prometheus.CounterVec
+	conflicts   *prometheus.CounterVec
+	mismatches  *prometheus.CounterVec
+	outcomes    *prometheus.CounterVec
+	recoveries  *prometheus.CounterVec
+	expiries    *prometheus.CounterVec
+	resolutions *prometheus.CounterVec
+	effect      *prometheus.HistogramVec
+	verify      *prometheus.HistogramVec
+	actions     *prometheus.Desc
+	scrapeErr   prometheus.Gauge
+	store       once.Store
+}
+
+// New makes the collectors and registers them with reg. store, if not
+// nil, is counted by kind and status at every scrape.
+func New(reg prometheus.Registerer, store once.Store) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: New needs a prometheus.Registerer, such as prometheus.DefaultRegisterer")
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "once", Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		claims:      counter("claims_total", "Claims won: a new attempt started.", "kind"),
+		replays:     counter("replays_total", "Duplicates answered from the store without running the effect.", "kind", "status"),
+		conflicts:   counter("in_flight_conflicts_total", "Duplicates that met a claim held by another attempt.", "kind"),
+		mismatches:  counter("fingerprint_refusals_total", "Attempts refused because their payload differed from the first.", "kind"),
+		outcomes:    counter("outcomes_total", "Outcomes recorded by workers, by status.", "kind", "status"),
+		recoveries:  counter("recoveries_total", "Unknown outcomes recovered, by recovery mode and outcome.", "kind", "recovery", "outcome"),
+		expiries:    counter("lease_expiries_total", "Claims whose lease lapsed: their worker stopped answering.", "kind"),
+		resolutions: counter("resolutions_total", "Decisions by people, by the status they led to.", "kind", "status"),
+		effect: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "once", Name: "effect_duration_seconds",
+			Help: "How long effects ran, by outcome.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind", "status"}),
+		verify: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "once", Name: "verify_duration_seconds",
+			Help: "How long verifiers took.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
+		actions: prometheus.NewDesc("once_actions", "Actions in the store by kind and status; status=\"review\" is the review backlog.",
+			[]string{"kind", "status"}, nil),
+		scrapeErr: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "once", Name: "store_scrape_error",
+			Help: "1 if the last count of the store failed."}),
+		store: store,
+	}
+	for _, c := range []prometheus.Collector{m.claims, m.replays, m.conflicts, m.mismatches, m.outcomes, m.recoveries,
+		m.expiries, m.resolutions, m.effect, m.verify, m.scrapeErr, storeCollector{m}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Hooks returns the hooks to put in once.Config.
+func (m *Metrics) Hooks() once.Hooks { return once.Hooks{OnEvent: m.Observe} }
+
+// Observe counts one observation.
+func (m *Metrics) Observe(_ context.Context, o once.Observation) {
+	k := o.Kind
+	switch o.Type {
+	case once.EventClaimed:
+		m.claims.WithLabelValues(k).Inc()
+	case once.EventReplayed:
+		m.replays.WithLabelValues(k, string(o.From)).Inc()
+	case once.EventConflict:
+		m.conflicts.WithLabelValues(k).Inc()
+	case once.EventFingerprintMismatch:
+		m.mismatches.WithLabelValues(k).Inc()
+	case once.EventLeaseExpired:
+		m.expiries.WithLabelValues(k).Inc()
+	case once.EventVerifyFailed:
+		m.recoveries.WithLabelValues(k, o.Recovery.String(), "verify_failed").Inc()
+		m.verify.WithLabelValues(k).Observe(o.Duration.Seconds())
+	case once.EventResolved:
+		m.resolutions.WithLabelValues(k, string(o.To)).Inc()
+	default:
+		if o.Actor == "worker" && o.From == once.StatusInFlight && o.Type != once.EventTakenOver {
+			m.outcomes.WithLabelValues(k, string(o.To)).Inc()
+			if o.Duration > 0 {
+				m.effect.WithLabelValues(k, string(o.To)).Observe(o.Duration.Seconds())
+			}
+			return
+		}
+		if o.Type == once.EventReview || o.Type == once.EventReleased || o.Type == once.EventTakenOver || o.Type == once.EventVerified {
+			m.recoveries.WithLabelValues(k, o.Recovery.String(), string(o.Type)).Inc()
+		}
+	}
+}
+
+// storeCollector counts the store's actions at scrape time.
+type storeCollector struct{ m *Metrics }
+
+func (c storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.actions }
+
+func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := c.m.store.Stats(ctx)
+	if err != nil {
+		c.m.scrapeErr.Set(1)
+		return
+	}
+	c.m.scrapeErr.Set(0)
+	for _, s := range stats {
+		ch <- prometheus.MustNewConstMetric(c.m.actions, prometheus.GaugeValue, float64(s.Count), s.Kind, string(s.Status))
+	}
+}

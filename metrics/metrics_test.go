@@ -1,0 +1,85 @@
+package metrics_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/metrics"
+	"github.com/oncehq/once/postgres"
+)
+
+func TestMetricsCountTransitions(t *testing.T) {
+	url := testdb.RequirePostgres(t)
+	ctx := context.Background()
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "once_metrics_" + hex.EncodeToString(b[:])
+	store, err := postgres.Open(ctx, url, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	defer store.Pool().Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := once.New(once.Config{Store: store, Hooks: m.Hooks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "r", Kind: "send_email", Target: "ada", Payload: "a"}
+	ok := func(context.Context, once.Attempt) (string, error) { return "id", nil }
+	once.Do(ctx, c, in, ok)
+	once.Do(ctx, c, in, ok)
+	once.Do(ctx, c, in, ok)
+	in.Payload = "b"
+	once.Do(ctx, c, in, ok)
+	once.Do(ctx, c, once.Intent{Run: "r", Step: 1, Kind: "send_email"}, func(context.Context, once.Attempt) (string, error) {
+		return "", errors.New("reset")
+	})
+
+	want := `
+# HELP once_actions Actions in the store by kind and status; status="review" is the review backlog.
+# TYPE once_actions gauge
+once_actions{kind="send_email",status="review"} 1
+once_actions{kind="send_email",status="succeeded"} 1
+# HELP once_claims_total Claims won: a new attempt started.
+# TYPE once_claims_total counter
+once_claims_total{kind="send_email"} 2
+# HELP once_fingerprint_refusals_total Attempts refused because their payload differed from the first.
+# TYPE once_fingerprint_refusals_total counter
+once_fingerprint_refusals_total{kind="send_email"} 1
+# HELP once_outcomes_total Outcomes recorded by workers, by status.
+# TYPE once_outcomes_total counter
+once_outcomes_total{kind="send_email",status="review"} 1
+once_outcomes_total{kind="send_email",status="succeeded"} 1
+# HELP once_replays_total Duplicates answered from the store without running the effect.
+# TYPE once_replays_total counter
+once_replays_total{kind="send_email",status="succeeded"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"once_actions", "once_claims_total", "once_fingerprint_refusals_total", "once_outcomes_total", "once_replays_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "once_effect_duration_seconds"); n != 2 {
+		t.Fatalf("effect histograms: %d series, want 2", n)
+	}
+	if _, err := metrics.New(nil, store); err == nil {
+		t.Fatal("nil registerer accepted")
+	}
+}

@@ -1,0 +1,130 @@
+package once
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Recovery is what happens to an action whose outcome is unknown: its
+// worker died holding the claim, or its effect returned an unclassified
+// error. It is a product decision per kind of action, so it is named by
+// what it does.
+type Recovery int
+
+const (
+	// AskPerson never re-executes: the action is put up for review with
+	// the reason, and a person decides (Client.Resolve). The default, and
+	// the honest answer for plain SMTP, which cannot be asked whether it
+	// delivered.
+	AskPerson Recovery = iota
+	// RetryWithProviderKey re-executes with the same Attempt.ProviderKey:
+	// the provider (Stripe, most payment and messaging APIs) absorbs the
+	// duplicate.
+	RetryWithProviderKey
+	// VerifyThenDecide asks the kind's Verifier whether the effect landed:
+	// if it did, the action succeeds with the verifier's result; if it did
+	// not, it is retried; if the verifier cannot tell, it is asked again
+	// later with backoff, and after MaxVerifyFailures the action goes to
+	// review.
+	VerifyThenDecide
+)
+
+func (r Recovery) String() string {
+	switch r {
+	case AskPerson:
+		return "ask_person"
+	case RetryWithProviderKey:
+		return "retry_with_provider_key"
+	case VerifyThenDecide:
+		return "verify_then_decide"
+	}
+	return fmt.Sprintf("Recovery(%d)", int(r))
+}
+
+// Verifier asks the provider whether an action's effect landed. It
+// returns landed=true with the result to store (as Do would have), or
+// landed=false if the provider has no trace of it. An error means it
+// could not tell; it will be asked again later.
+type Verifier func(ctx context.Context, a Action) (landed bool, result json.RawMessage, err error)
+
+// KindPolicy is what one kind of action needs: how long a claim is held,
+// how long an effect may run, how long its record is kept, and what to do
+// when its outcome is unknown.
+type KindPolicy struct {
+	// Lease is how long a claim survives without a heartbeat, by the
+	// database's clock. While the effect runs, Do extends it every Lease/3,
+	// so it bounds how long a dead worker's claim blocks recovery, not how
+	// long an effect may take. Zero means DefaultLease (2 minutes).
+	Lease time.Duration
+	// MaxExecution bounds the context given to the effect. Zero means
+	// DefaultMaxExecution (5 minutes).
+	MaxExecution time.Duration
+	// Retention is how long a finished action is kept before Purge may
+	// delete it. It must exceed the longest time your queue may redeliver
+	// a job: a duplicate that arrives after its action was purged runs
+	// again. Zero means DefaultRetention (30 days).
+	Retention time.Duration
+	// Recovery is what to do with an unknown outcome. The zero value is
+	// AskPerson.
+	Recovery Recovery
+	// Verifier is required with VerifyThenDecide.
+	Verifier Verifier
+	// MaxVerifyFailures is how many verifier errors send the action to
+	// review. Zero means DefaultMaxVerifyFailures (5).
+	MaxVerifyFailures int
+	// VerifyBackoff is the wait after the first verifier error, doubled
+	// after each further one up to an hour. Zero means 10 seconds.
+	VerifyBackoff time.Duration
+}
+
+var packageDefaults = KindPolicy{
+	Lease:             DefaultLease,
+	MaxExecution:      DefaultMaxExecution,
+	Retention:         DefaultRetention,
+	MaxVerifyFailures: DefaultMaxVerifyFailures,
+	VerifyBackoff:     10 * time.Second,
+}
+
+func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
+	if p.Lease == 0 {
+		p.Lease = d.Lease
+	}
+	if p.MaxExecution == 0 {
+		p.MaxExecution = d.MaxExecution
+	}
+	if p.Retention == 0 {
+		p.Retention = d.Retention
+	}
+	if p.MaxVerifyFailures == 0 {
+		p.MaxVerifyFailures = d.MaxVerifyFailures
+	}
+	if p.VerifyBackoff == 0 {
+		p.VerifyBackoff = d.VerifyBackoff
+	}
+	return p
+}
+
+func (p KindPolicy) validate(name string) error {
+	switch {
+	case p.Lease < 0 || p.MaxExecution < 0 || p.Retention < 0 || p.MaxVerifyFailures < 0 || p.VerifyBackoff < 0:
+		return fmt.Errorf("once: Config.%s has a negative duration or count; zero means the default", name)
+	case p.Lease > 0 && p.Lease < 30*time.Millisecond:
+		return fmt.Errorf("once: Config.%s.Lease is %v; it must be at least 30ms so heartbeats can keep it", name, p.Lease)
+	case p.Recovery < AskPerson || p.Recovery > VerifyThenDecide:
+		return fmt.Errorf("once: Config.%s.Recovery is %v; use AskPerson, RetryWithProviderKey or VerifyThenDecide", name, p.Recovery)
+	case p.Recovery == VerifyThenDecide && p.Verifier == nil:
+		return fmt.Errorf("once: Config.%s.Recovery is VerifyThenDecide but Verifier is nil; give it a function that asks the provider", name)
+	}
+	return nil
+}
+
+// backoff is the wait after the n-th verifier failure (n from 1).
+func (p KindPolicy) backoff(n int) time.Duration {
+	d := p.VerifyBackoff
+	for i := 1; i < n && d < time.Hour; i++ {
+		d *= 2
+	}
+	return min(d, time.Hour)
+}

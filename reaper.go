@@ -1,0 +1,227 @@
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ReaperConfig configures a Reaper.
+type ReaperConfig struct {
+	// Interval is the time between passes. Zero means 30 seconds.
+	Interval time.Duration
+	// BatchSize is how many actions one store call takes. Zero means 100.
+	BatchSize int
+	// MaxPerPass bounds the actions one pass handles, so a backlog is
+	// worked through over several passes. Zero means 10,000.
+	MaxPerPass int
+	// After stands in for time.After between passes, so tests can drive
+	// the loop. Nil means time.After.
+	After func(time.Duration) <-chan time.Time
+	// Logger for pass summaries. Nil means the client's.
+	Logger *slog.Logger
+}
+
+// ReapReport says what one pass did, per recovery outcome.
+type ReapReport struct {
+	// Examined counts actions taken for recovery.
+	Examined int `json:"examined"`
+	// Review counts actions put up for review (AskPerson, or a verifier
+	// that failed too often).
+	Review int `json:"review"`
+	// Released counts actions released for the next delivery
+	// (RetryWithProviderKey, or a verifier that found no trace).
+	Released int `json:"released"`
+	// Verified counts actions a verifier found had landed.
+	Verified int `json:"verified"`
+	// Deferred counts actions whose verifier could not tell; they come
+	// back after a backoff.
+	Deferred int `json:"deferred"`
+	// Changed counts actions that moved on (a late worker finished)
+	// while the reaper decided.
+	Changed int `json:"changed"`
+	// ByKind breaks Examined down by kind.
+	ByKind map[string]int `json:"by_kind,omitempty"`
+}
+
+func (r *ReapReport) add(kind string, d decision) {
+	r.Examined++
+	if r.ByKind == nil {
+		r.ByKind = map[string]int{}
+	}
+	r.ByKind[kind]++
+	switch d {
+	case decReview:
+		r.Review++
+	case decReleased:
+		r.Released++
+	case decSucceeded:
+		r.Verified++
+	case decBackoff:
+		r.Deferred++
+	default:
+		r.Changed++
+	}
+}
+
+// Reaper finds actions whose outcome is unknown — in flight with a lapsed
+// lease (the worker died), or unknown and due — and applies their kind's
+// recovery. Leases are judged by the database's clock, and each batch is
+// taken atomically (FOR UPDATE SKIP LOCKED on PostgreSQL), so reapers on
+// several machines never handle the same action twice. Workers apply the
+// same recovery inline when they meet such an action; the reaper is for
+// the jobs that never come back.
+type Reaper struct {
+	c   *Client
+	cfg ReaperConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	passing sync.Mutex // held for the length of a pass
+}
+
+// NewReaper returns a reaper over c's store and policies.
+func NewReaper(c *Client, cfg ReaperConfig) (*Reaper, error) {
+	if c == nil {
+		return nil, errors.New("once: NewReaper needs a *Client")
+	}
+	if cfg.Interval < 0 || cfg.BatchSize < 0 || cfg.MaxPerPass < 0 {
+		return nil, errors.New("once: ReaperConfig.Interval, BatchSize and MaxPerPass must not be negative; zero means the default")
+	}
+	cfg.Interval = orDefault(cfg.Interval, 30*time.Second)
+	cfg.BatchSize = orDefault(cfg.BatchSize, 100)
+	cfg.MaxPerPass = orDefault(cfg.MaxPerPass, 10000)
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = c.log
+	}
+	return &Reaper{c: c, cfg: cfg, log: log}, nil
+}
+
+// RunOnce makes one pass: it takes batches of due actions until none is
+// left (or MaxPerPass is reached) and applies each one's recovery. For
+// tests and cron.
+func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
+	r.passing.Lock()
+	defer r.passing.Unlock()
+	var rep ReapReport
+	for rep.Examined < r.cfg.MaxPerPass {
+		// Hold for the longest policy: the batch is decided one by one.
+		hold := r.c.longestHold()
+		batch, _, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: min(r.cfg.BatchSize, r.cfg.MaxPerPass-rep.Examined), Hold: hold})
+		if err != nil {
+			return rep, fmt.Errorf("once: reaper: %w", err)
+		}
+		for _, a := range batch {
+			d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, "reaper", false)
+			if err != nil {
+				return rep, err
+			}
+			rep.add(a.Kind, d)
+		}
+		if len(batch) < r.cfg.BatchSize {
+			break
+		}
+	}
+	if rep.Examined > 0 {
+		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified, "deferred", rep.Deferred, "changed", rep.Changed)
+	}
+	return rep, nil
+}
+
+// Start runs passes every Interval in the background until Stop or ctx
+// ends. A failed pass is logged and the loop goes on.
+func (r *Reaper) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		return errors.New("once: reaper already started")
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() {
+		defer close(r.done)
+		for {
+			if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("once: reaper pass failed", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.cfg.After(r.cfg.Interval):
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the loop and waits for the pass in progress to finish.
+func (r *Reaper) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (c *Client) longestHold() time.Duration {
+	h := c.def.hold()
+	for _, p := range c.kinds {
+		h = max(h, p.hold())
+	}
+	return h
+}
+
+// Purge deletes finished actions (succeeded, failed, released) older than
+// their kind's Retention, in batches of at most batch rows, and returns
+// how many it deleted. It never touches in-flight, unknown or review
+// actions. Retention must exceed the longest time your queue may
+// redeliver a job, or a late duplicate runs again. With dryRun it only
+// counts.
+func (c *Client) Purge(ctx context.Context, batch int, dryRun bool, progress func(deleted int)) (int, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	total := 0
+	named := make([]string, 0, len(c.kinds))
+	for kind, p := range c.kinds {
+		named = append(named, kind)
+		n, err := c.purge(ctx, PurgeRequest{Kinds: []string{kind}, OlderThan: p.Retention, Limit: batch, DryRun: dryRun}, progress, &total)
+		if err != nil {
+			return total, err
+		}
+		_ = n
+	}
+	_, err := c.purge(ctx, PurgeRequest{ExceptKinds: named, OlderThan: c.def.Retention, Limit: batch, DryRun: dryRun}, progress, &total)
+	return total, err
+}
+
+func (c *Client) purge(ctx context.Context, req PurgeRequest, progress func(int), total *int) (int, error) {
+	sum := 0
+	for {
+		n, err := c.store.Purge(ctx, req)
+		if err != nil {
+			return sum, fmt.Errorf("once: purge: %w", err)
+		}
+		sum += n
+		*total += n
+		if progress != nil && n > 0 {
+			progress(*total)
+		}
+		if req.DryRun || n < req.Limit {
+			return sum, nil
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package once
+
+import (
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"time"
+)
+
+// decision is what recovery did with an action.
+type decision int
+
+const (
+	decChanged   decision = iota // the action moved on under us; read it again
+	decReview                    // put up for review
+	decReleased                  // released for the next delivery
+	decTakeover                  // taken over by the caller as attempt+1
+	decSucceeded                 // the verifier found the effect landed
+	decBackoff                   // the verifier could not tell; asked again later
+)
+
+func (d decision) String() string {
+	return [...]string{"changed", "review", "released", "taken_over", "verified_landed", "verify_backoff"}[d]
+}
+
+// hold is how long recovery keeps an action to itself while it decides:
+// long enough for a verifier bounded by MaxExecution.
+func (p KindPolicy) hold() time.Duration { return p.MaxExecution + p.Lease }
+
+// recoverInline applies the kind's recovery to an action whose outcome is
+// unknown, from inside Do: a worker that meets a dead claim does not wait
+// for the reaper. If recovery says "execute again", this caller does, as
+// the next attempt, under fencing.
+func recoverInline[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, standing Action, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
+	got, now, err := c.store.Recoverable(ctx, RecoverRequest{Key: standing.Key, Limit: 1, Hold: pol.hold()})
+	if err != nil {
+		return Result[T]{}, fmt.Errorf("once: recovering action %s: %w", standing.Key, err)
+	}
+	if len(got) == 0 {
+		// Another worker or a reaper is on it, or it finished: answer
+		// from the row as it stands now.
+		return reread[T](ctx, c, standing.Key, now)
+	}
+	a := got[0]
+	d, result, err := c.decide(ctx, pol, a, "worker", true)
+	if err != nil {
+		return Result[T]{}, err
+	}
+	switch d {
+	case decTakeover:
+		a.Attempt++
+		a.Status, a.VerifyFailures, a.Error = StatusInFlight, 0, ""
+		return execute(ctx, c, pol, in, a, fn)
+	case decSucceeded:
+		var v T
+		if len(result) > 0 {
+			if err := json.Unmarshal(result, &v); err != nil {
+				return Result[T]{}, fmt.Errorf("once: action %s: the verifier's result does not decode into %T: %w", a.Key, v, err)
+			}
+		}
+		return Result[T]{Value: v, Key: a.Key, Attempt: a.Attempt, Replayed: true}, nil
+	default:
+		return reread[T](ctx, c, a.Key, now)
+	}
+}
+
+// reread answers from the action as it stands now, without acting on it.
+func reread[T any](ctx context.Context, c *Client, key Key, now time.Time) (Result[T], error) {
+	a, err := c.store.Get(ctx, key)
+	if err != nil {
+		return Result[T]{}, fmt.Errorf("once: reading action %s: %w", key, err)
+	}
+	return replay[T](ctx, c, a, now)
+}
+
+// decide applies pol's recovery to a, which the caller holds (see
+// Store.Recoverable). canExecute says whether the caller can run the
+// effect itself (a worker in Do) or only release it (the reaper). It
+// returns the verifier's result when it found the effect landed.
+func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, actor string, canExecute bool) (decision, json.RawMessage, error) {
+	reason := a.Error
+	if a.Status == StatusInFlight {
+		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired at %s", a.Attempt, a.LeaseUntil.UTC().Format(time.RFC3339))
+		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
+	}
+	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures}
+	apply := func(t Transition, d decision) (decision, json.RawMessage, error) {
+		t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, a.Status, t.To, actor
+		ok, err := c.store.Transition(ctx, t)
+		if err != nil {
+			return decChanged, nil, fmt.Errorf("once: recovering action %s: %w", a.Key, err)
+		}
+		if !ok {
+			return decChanged, nil, nil
+		}
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
+		c.log.Info("once: recovered", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "outcome", d, "by", actor)
+		return d, t.Result, nil
+	}
+	retry := func(note string) (decision, json.RawMessage, error) {
+		t := base
+		if canExecute {
+			t.To, t.NewAttempt, t.Lease, t.VerifyFailures = StatusInFlight, true, pol.Lease, 0
+			t.Event = Event{Type: EventTakenOver, Note: note}
+			return apply(t, decTakeover)
+		}
+		t.To, t.Error = StatusReleased, note
+		t.Event = Event{Type: EventReleased, Note: note}
+		return apply(t, decReleased)
+	}
+	review := func(why string) (decision, json.RawMessage, error) {
+		t := base
+		t.To, t.Error = StatusReview, why
+		t.Event = Event{Type: EventReview, Note: why}
+		return apply(t, decReview)
+	}
+
+	switch pol.Recovery {
+	case RetryWithProviderKey:
+		return retry(reason + "; retried with the same provider idempotency key")
+	case VerifyThenDecide:
+		vctx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
+		started := time.Now()
+		landed, result, err := safeVerify(vctx, pol.Verifier, a)
+		cancel()
+		took := time.Since(started)
+		if err != nil {
+			n := a.VerifyFailures + 1
+			if n >= pol.MaxVerifyFailures {
+				return review(fmt.Sprintf("%s; the verifier could not tell %d times, last: %v", reason, n, err))
+			}
+			t := base
+			t.To, t.Lease, t.VerifyFailures, t.Error = a.Status, pol.backoff(n), n, a.Error
+			t.Event = Event{Type: EventVerifyFailed, Note: fmt.Sprintf("verifier failed (%d of %d): %v; asking again in %v", n, pol.MaxVerifyFailures, err, pol.backoff(n))}
+			c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventVerifyFailed, Attempt: a.Attempt}, Kind: a.Kind, Recovery: pol.Recovery, Duration: took})
+			return apply(t, decBackoff)
+		}
+		if landed {
+			if len(result) > 0 && !json.Valid(result) {
+				return review(reason + "; the verifier says it landed but returned a result that is not JSON")
+			}
+			if len(result) > c.maxResult {
+				return review(fmt.Sprintf("%s; the verifier says it landed but its result is %d bytes, over Config.MaxResultBytes", reason, len(result)))
+			}
+			t := base
+			t.To, t.Result = StatusSucceeded, result
+			t.Event = Event{Type: EventVerified, Note: "the verifier found the effect landed"}
+			return apply(t, decSucceeded)
+		}
+		return retry(reason + "; the verifier found no trace of it")
+	default:
+		return review(reason)
+	}
+}
+
+// safeVerify calls a verifier, turning a panic into an error: a broken
+// verifier must not take the reaper down with it.
+func safeVerify(ctx context.Context, v Verifier, a Action) (landed bool, result json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("verifier panicked: %v", p)
+		}
+	}()
+	return v(ctx, a)
+}

@@ -1,0 +1,667 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// envHangAfter makes the run5 worker stop after that many steps.
+const envHangAfter = "ONCE_STORETEST_HANG_AFTER"
+
+// runFive is an agent run of five steps: three emails and two records.
+// With hangAfter set it stops dead after that many steps, for the parent
+// to kill.
+func runFive(ctx context.Context, c *once.Client, file, hangAfter string) error {
+	run := c.Run("agent-run-5")
+	kinds := []string{"send_email", "write_record", "send_email", "write_record", "send_email"}
+	for i, kind := range kinds {
+		if hangAfter == fmt.Sprint(i) {
+			appendLine(file+".paused", "paused")
+			select {}
+		}
+		_, err := once.Step(ctx, run, kind, fmt.Sprintf("target-%d", i), map[string]int{"step": i},
+			func(ctx context.Context, a once.Attempt) (string, error) {
+				return fmt.Sprintf("done-%d", i), appendLine(file, fmt.Sprintf("step %d", a.Intent.Step))
+			})
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Println("run complete")
+	return nil
+}
+
+func recoveryTests() []namedTest {
+	return []namedTest{
+		{"RecoverAskPersonAfterKill", testRecoverAskPerson},
+		{"RecoverRetryAfterKill", testRecoverRetry},
+		{"RecoverVerifyLandedAfterKill", testRecoverVerifyLanded},
+		{"RecoverVerifyNotLandedAfterKill", testRecoverVerifyNotLanded},
+		{"RecoverVerifyErrorsAfterKill", testRecoverVerifyErrors},
+		{"ReaperAfterKill", testReaperAfterKill},
+		{"TwoReapers1000Claims", testTwoReapers},
+		{"ZombieFencedAfterTakeover", testZombieTakeover},
+		{"ZombieAcceptedAfterReview", testZombieReview},
+		{"ResolveRacesLateCompletion", testResolveRace},
+		{"Resolve", testResolve},
+		{"ResumeRunAfterKill", testResumeRun},
+		{"PurgeKeepsOpenActions", testPurge},
+		{"UnknownOutcomeVerified", testUnknownVerified},
+		{"ReaperLoop", testReaperLoop},
+	}
+}
+
+type namedTest struct {
+	name string
+	fn   func(*testing.T, Harness)
+}
+
+const childLease = "150ms"
+
+// deadWorker leaves an action claimed by a worker that was killed after
+// its effect, and waits for the claim's lease to lapse.
+func deadWorker(t *testing.T, spec string) (file string) {
+	file = filepath.Join(t.TempDir(), "effects")
+	killAfterEffect(t, spec, file, childLease)
+	time.Sleep(300 * time.Millisecond)
+	return file
+}
+
+func policyConfig(p once.KindPolicy) once.Config {
+	return once.Config{Kinds: map[string]once.KindPolicy{processIntent.Kind: p}}
+}
+
+func trail(t *testing.T, s once.Store, k once.Key) string {
+	t.Helper()
+	evs, err := s.Events(ctx(t), k)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	var types []string
+	for _, e := range evs {
+		if e.Key != k || e.At.IsZero() {
+			t.Fatalf("event %+v", e)
+		}
+		types = append(types, string(e.Type))
+	}
+	return strings.Join(types, ",")
+}
+
+func processKey() once.Key {
+	k, _, _ := once.KeyOf(processIntent)
+	return k
+}
+
+func testRecoverAskPerson(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
+	file := deadWorker(t, spec)
+	_, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
+		t.Error("AskPerson re-executed an ambiguous effect")
+		return 0, nil
+	})
+	var re *once.ReviewError
+	if !errors.As(err, &re) || !strings.Contains(re.Reason, "lease expired") {
+		t.Fatalf("redelivery = %v, want *ReviewError saying the lease expired", err)
+	}
+	a := mustGet(t, s, processKey())
+	if a.Status != once.StatusReview || effectLines(t, file) != 1 {
+		t.Fatalf("stored %s, effects %d", a.Status, effectLines(t, file))
+	}
+	if got := trail(t, s, a.Key); got != "claimed,review" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testRecoverRetry(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
+	file := deadWorker(t, spec)
+	res, err := once.Do(ctx(t), c, processIntent, func(ctx context.Context, a once.Attempt) (int, error) {
+		return 7, appendLine(file, fmt.Sprintf("effect pid=parent attempt=%d provider=%s", a.Number, a.ProviderKey))
+	})
+	if err != nil || res.Attempt != 2 || res.Value != 7 {
+		t.Fatalf("redelivery = %+v, %v; want attempt 2 to run", res, err)
+	}
+	lines := readLines(t, file)
+	if len(lines) != 2 || providerOf(lines[0]) != providerOf(lines[1]) || providerOf(lines[0]) == "" {
+		t.Fatalf("effects %q: want two calls with the same provider key", lines)
+	}
+	if got := trail(t, s, res.Key); got != "claimed,taken_over,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testRecoverVerifyLanded(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide,
+		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+			asked.Add(1)
+			return true, json.RawMessage(`4242`), nil
+		}}))
+	deadWorker(t, spec)
+	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
+		t.Error("re-executed an effect the verifier found had landed")
+		return 0, nil
+	})
+	if err != nil || res.Value != 4242 || !res.Replayed || asked.Load() != 1 {
+		t.Fatalf("redelivery = %+v, %v (asked %d)", res, err, asked.Load())
+	}
+	a := mustGet(t, s, processKey())
+	if a.Status != once.StatusSucceeded || string(a.Result) != "4242" || a.Attempt != 1 {
+		t.Fatalf("stored %+v", a)
+	}
+	if got := trail(t, s, a.Key); got != "claimed,verified" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testRecoverVerifyNotLanded(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide,
+		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) { return false, nil, nil }}))
+	deadWorker(t, spec)
+	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 9, nil })
+	if err != nil || res.Attempt != 2 || res.Value != 9 || res.Replayed {
+		t.Fatalf("redelivery = %+v, %v; want it retried as attempt 2", res, err)
+	}
+	if got := trail(t, s, res.Key); got != "claimed,taken_over,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testRecoverVerifyErrors(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: 20 * time.Millisecond,
+		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+			asked.Add(1)
+			return false, nil, errors.New("provider API down")
+		}}))
+	deadWorker(t, spec)
+	never := func(context.Context, once.Attempt) (int, error) {
+		t.Error("executed while the verifier could not tell")
+		return 0, nil
+	}
+	// First failure: left for later, with backoff.
+	_, err := once.Do(ctx(t), c, processIntent, never)
+	var ife *once.InFlightError
+	if !errors.As(err, &ife) || ife.Expired {
+		t.Fatalf("after one verifier error Do = %v; want it deferred (in flight, not due)", err)
+	}
+	a := mustGet(t, s, processKey())
+	if a.VerifyFailures != 1 || a.Status != once.StatusInFlight {
+		t.Fatalf("stored %+v", a)
+	}
+	// Second failure, from the reaper after the backoff: review.
+	time.Sleep(60 * time.Millisecond)
+	r, _ := once.NewReaper(c, once.ReaperConfig{})
+	rep, err := r.RunOnce(ctx(t))
+	if err != nil || rep.Review != 1 || asked.Load() != 2 {
+		t.Fatalf("reaper = %+v, %v (asked %d)", rep, err, asked.Load())
+	}
+	a = mustGet(t, s, processKey())
+	if a.Status != once.StatusReview || !strings.Contains(a.Error, "provider API down") {
+		t.Fatalf("stored %+v", a)
+	}
+	if got := trail(t, s, a.Key); got != "claimed,verify_failed,review" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testReaperAfterKill(t *testing.T, h Harness) {
+	var seen []once.Observation
+	var mu sync.Mutex
+	cfg := policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey})
+	cfg.Hooks.OnEvent = func(_ context.Context, o once.Observation) {
+		mu.Lock()
+		seen = append(seen, o)
+		mu.Unlock()
+	}
+	s, c, spec := setup(t, h, cfg)
+	deadWorker(t, spec)
+	r, err := once.NewReaper(c, once.ReaperConfig{BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx(t))
+	if err != nil || rep.Examined != 1 || rep.Released != 1 || rep.ByKind[processIntent.Kind] != 1 {
+		t.Fatalf("reaper = %+v, %v", rep, err)
+	}
+	if rep, _ := r.RunOnce(ctx(t)); rep.Examined != 0 {
+		t.Fatalf("second pass examined %d", rep.Examined)
+	}
+	// The job comes back: released, so it runs as attempt 2.
+	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 1, nil })
+	if err != nil || res.Attempt != 2 {
+		t.Fatalf("redelivery after reaping = %+v, %v", res, err)
+	}
+	if got := trail(t, s, res.Key); got != "claimed,released,claimed,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var types []string
+	for _, o := range seen {
+		types = append(types, string(o.Type))
+		if o.Kind != processIntent.Kind {
+			t.Errorf("observation without its kind: %+v", o)
+		}
+	}
+	if got := strings.Join(types, ","); got != "lease_expired,released,claimed,succeeded" {
+		t.Fatalf("hooks saw %s", got)
+	}
+}
+
+func testTwoReapers(t *testing.T, h Harness) {
+	const n = 1000
+	var verified sync.Map // key -> count
+	pol := once.KindPolicy{Recovery: once.VerifyThenDecide, Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+		v, _ := verified.LoadOrStore(a.Key, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		return true, json.RawMessage(`"ok"`), nil
+	}}
+	s, c1, spec := setup(t, h, once.Config{Default: pol})
+	other, err := h.Open(ctx(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeStore(other) })
+	c2, _ := once.New(once.Config{Store: other, Default: pol})
+
+	// 1,000 claims whose workers died: leases of a millisecond.
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			in := once.Intent{Run: "bulk", Step: int64(i), Kind: "charge_card", Target: "cus"}
+			if _, err := s.Claim(ctx(t), claimReq(t, in, time.Millisecond)); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	reps := make([]once.ReapReport, 2)
+	for i, c := range []*once.Client{c1, c2} {
+		wg.Go(func() {
+			r, _ := once.NewReaper(c, once.ReaperConfig{BatchSize: 50})
+			rep, err := r.RunOnce(ctx(t))
+			if err != nil {
+				t.Error(err)
+			}
+			reps[i] = rep
+		})
+	}
+	wg.Wait()
+	if reps[0].Examined+reps[1].Examined != n || reps[0].Verified+reps[1].Verified != n {
+		t.Fatalf("reapers examined %d + %d, verified %d + %d; want %d in all", reps[0].Examined, reps[1].Examined, reps[0].Verified, reps[1].Verified, n)
+	}
+	count := 0
+	verified.Range(func(k, v any) bool {
+		count++
+		if got := v.(*atomic.Int64).Load(); got != 1 {
+			t.Errorf("action %s verified %d times", k, got)
+		}
+		return true
+	})
+	if count != n {
+		t.Fatalf("%d actions verified, want %d", count, n)
+	}
+	rows, _ := s.List(ctx(t), once.Filter{Status: once.StatusSucceeded, Limit: 2 * n})
+	if len(rows) != n {
+		t.Fatalf("%d succeeded, want %d", len(rows), n)
+	}
+	t.Logf("reaper 1 took %d, reaper 2 took %d", reps[0].Examined, reps[1].Examined)
+}
+
+// zombie starts a worker that runs its effect and is then stopped with
+// SIGSTOP until its lease lapses; go lets it continue.
+func zombie(t *testing.T, spec string) (file string, resume func() string) {
+	file = filepath.Join(t.TempDir(), "effects")
+	cmd, out := startChild(t, "zombie", spec, file, envLease+"="+childLease)
+	waitLines(t, cmd, out, file, 1)
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	time.Sleep(300 * time.Millisecond)
+	return file, func() string {
+		if err := appendLine(file+".go", "go"); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("zombie worker: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(out.String())
+	}
+}
+
+func testZombieTakeover(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
+	_, resume := zombie(t, spec)
+	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return -2, nil })
+	if err != nil || res.Attempt != 2 {
+		t.Fatalf("takeover = %+v, %v", res, err)
+	}
+	if out := resume(); out != "fenced" {
+		t.Fatalf("the zombie said %q, want its late completion refused (fenced)", out)
+	}
+	a := mustGet(t, s, processKey())
+	if a.Status != once.StatusSucceeded || a.Attempt != 2 || string(a.Result) != "-2" {
+		t.Fatalf("stored %+v; the zombie overwrote the newer attempt", a)
+	}
+	if got := trail(t, s, a.Key); got != "claimed,taken_over,succeeded,refused" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testZombieReview(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
+	_, resume := zombie(t, spec)
+	if _, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 0, nil }); !errors.Is(err, once.ErrReview) {
+		t.Fatalf("redelivery = %v, want review", err)
+	}
+	if out := resume(); out != "executed" {
+		t.Fatalf("the slow worker said %q, want its completion accepted", out)
+	}
+	a := mustGet(t, s, processKey())
+	if a.Status != once.StatusSucceeded || a.Attempt != 1 {
+		t.Fatalf("stored %+v; the outcome became known and should be recorded", a)
+	}
+	if got := trail(t, s, a.Key); got != "claimed,review,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+func testResolveRace(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	outcomes := map[once.Status]int{}
+	for i := range 20 {
+		in := intent(int64(i))
+		k := keyOf(t, in)
+		release := make(chan struct{})
+		workerErr := make(chan error, 1)
+		running := make(chan struct{})
+		go func() {
+			_, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+				close(running)
+				<-release
+				return "late", nil
+			})
+			workerErr <- err
+		}()
+		<-running
+		// The reaper gave up on the worker and asked a person …
+		if ok, err := s.Transition(ctx(t), once.Transition{Key: k, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusReview, Error: "lease expired",
+			Event: once.Event{Type: once.EventReview, From: once.StatusInFlight, Actor: "reaper"}}); !ok || err != nil {
+			t.Fatalf("to review: %v %v", ok, err)
+		}
+		// … who abandons it just as the worker finishes.
+		var wg sync.WaitGroup
+		var resolveErr error
+		wg.Go(func() {
+			_, resolveErr = c.Resolve(ctx(t), k, once.Resolution{Decision: once.Abandon, By: "ops@example.com", Note: "customer asked us to stop"})
+		})
+		close(release)
+		wg.Wait()
+		werr := <-workerErr
+		a := mustGet(t, s, k)
+		outcomes[a.Status]++
+		tr := trail(t, s, k)
+		switch a.Status {
+		case once.StatusSucceeded:
+			if !errors.Is(resolveErr, once.ErrConflict) || werr != nil || tr != "claimed,review,succeeded,refused" {
+				t.Fatalf("worker won but resolve=%v worker=%v trail=%s", resolveErr, werr, tr)
+			}
+		case once.StatusFailed:
+			if resolveErr != nil || !errors.Is(werr, once.ErrFenced) || tr != "claimed,review,resolved,refused" || a.ResolvedBy != "ops@example.com" {
+				t.Fatalf("resolution won but resolve=%v worker=%v trail=%s by=%q", resolveErr, werr, tr, a.ResolvedBy)
+			}
+		default:
+			t.Fatalf("inconsistent outcome %s", a.Status)
+		}
+	}
+	t.Logf("outcomes over 20 races: %v", outcomes)
+}
+
+func testResolve(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	unknown := func(step int64) once.Key {
+		in := intent(step)
+		once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") })
+		return keyOf(t, in)
+	}
+	// Done with a result: duplicates replay it.
+	k := unknown(1)
+	a, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.Done, Result: json.RawMessage(`"msg-from-provider-log"`), By: "ada", Note: "found it in the provider's log"})
+	if err != nil || a.Status != once.StatusSucceeded || a.ResolvedBy != "ada" || a.ResolveNote == "" || a.ResolvedAt.IsZero() {
+		t.Fatalf("Resolve done = %+v, %v", a, err)
+	}
+	res, err := once.Do(ctx(t), c, intent(1), (&counter{}).fn("x"))
+	if err != nil || !res.Replayed || res.Value != "msg-from-provider-log" {
+		t.Fatalf("after done: %+v, %v", res, err)
+	}
+	// Retry: the next delivery runs it again.
+	k = unknown(2)
+	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.Retry, By: "ada", Note: "bounced; send again"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = once.Do(ctx(t), c, intent(2), (&counter{}).fn("again"))
+	if err != nil || res.Attempt != 2 || res.Value != "again" {
+		t.Fatalf("after retry: %+v, %v", res, err)
+	}
+	// Abandon: failed for good.
+	k = unknown(3)
+	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.Abandon, By: "ada", Note: "duplicate campaign"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := once.Do(ctx(t), c, intent(3), (&counter{}).fn("x")); !errors.Is(err, once.ErrFailed) {
+		t.Fatalf("after abandon: %v", err)
+	}
+	evs, _ := s.Events(ctx(t), k)
+	last := evs[len(evs)-1]
+	if last.Type != once.EventResolved || last.Actor != "ada" || !strings.Contains(last.Note, "duplicate campaign") || last.To != once.StatusFailed {
+		t.Fatalf("last event %+v", last)
+	}
+	// Bad resolutions are refused before any write.
+	for _, r := range []once.Resolution{
+		{Decision: "maybe", By: "a", Note: "n"},
+		{Decision: once.Done, Note: "n"},
+		{Decision: once.Done, By: "a"},
+		{Decision: once.Done, By: "a", Note: "n", Result: json.RawMessage(`{`)},
+		{Decision: once.Retry, By: "a", Note: "n", Result: json.RawMessage(`1`)},
+	} {
+		if _, err := c.Resolve(ctx(t), k, r); err == nil {
+			t.Errorf("Resolve(%+v) accepted", r)
+		}
+	}
+	// A succeeded action is not for resolving.
+	if _, err := c.Resolve(ctx(t), keyOf(t, intent(1)), once.Resolution{Decision: once.Abandon, By: "a", Note: "n"}); !errors.Is(err, once.ErrConflict) {
+		t.Fatalf("resolving a succeeded action = %v", err)
+	}
+	if _, err := c.Resolve(ctx(t), keyOf(t, intent(99)), once.Resolution{Decision: once.Abandon, By: "a", Note: "n"}); !errors.Is(err, once.ErrNotFound) {
+		t.Fatalf("resolving a missing action = %v", err)
+	}
+}
+
+func testResumeRun(t *testing.T, h Harness) {
+	_, c, spec := setup(t, h, once.Config{})
+	file := filepath.Join(t.TempDir(), "effects")
+	cmd, out := startChild(t, "run5", spec, file, envHangAfter+"=4")
+	for !exists(file + ".paused") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if lines := readLines(t, file); len(lines) != 4 {
+		t.Fatalf("before the kill %d steps ran, want 4:\n%s", len(lines), out)
+	}
+	// Resume in another process: only step 4 (the fifth) runs.
+	cmd, out = startChild(t, "run5", spec, file)
+	if err := cmd.Wait(); err != nil || strings.TrimSpace(out.String()) != "run complete" {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	lines := readLines(t, file)
+	if strings.Join(lines, ",") != "step 0,step 1,step 2,step 3,step 4" {
+		t.Fatalf("effects %q, want each step once", lines)
+	}
+	steps, err := c.Run("agent-run-5").Steps(ctx(t))
+	if err != nil || len(steps) != 5 {
+		t.Fatalf("steps = %d, %v", len(steps), err)
+	}
+	for i, a := range steps {
+		if a.Step != int64(i) || a.Status != once.StatusSucceeded || a.Attempt != 1 {
+			t.Fatalf("step %d = %+v", i, a)
+		}
+	}
+}
+
+func testPurge(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{
+		Default: once.KindPolicy{Retention: time.Millisecond, Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour,
+			Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+				return false, nil, errors.New("cannot tell")
+			}},
+		Kinds: map[string]once.KindPolicy{"kept": {Retention: time.Hour}},
+	})
+	mk := func(step int64, kind string, fn func(context.Context, once.Attempt) (int, error)) once.Key {
+		in := once.Intent{Run: "p", Step: step, Kind: kind}
+		once.Do(ctx(t), c, in, fn)
+		return keyOf(t, in)
+	}
+	ok := func(context.Context, once.Attempt) (int, error) { return 1, nil }
+	succeeded := mk(0, "k", ok)
+	failed := mk(1, "k", func(context.Context, once.Attempt) (int, error) { return 0, once.Permanent(errors.New("no")) })
+	released := mk(2, "k", func(context.Context, once.Attempt) (int, error) { return 0, once.RetryLater(nil) })
+	unknown := mk(3, "k", func(context.Context, once.Attempt) (int, error) { return 0, errors.New("?") })
+	review := mk(4, "k", func(context.Context, once.Attempt) (int, error) { return 0, errors.New("?") })
+	s.Transition(ctx(t), once.Transition{Key: review, Attempt: 1, From: []once.Status{once.StatusUnknown}, To: once.StatusReview})
+	inflight := claimReq(t, once.Intent{Run: "p", Step: 5, Kind: "k"}, time.Hour)
+	s.Claim(ctx(t), inflight)
+	kept := mk(6, "kept", ok)
+	time.Sleep(20 * time.Millisecond)
+
+	n, err := c.Purge(ctx(t), 2, true, nil)
+	if err != nil || n != 3 {
+		t.Fatalf("dry run counted %d, %v; want 3", n, err)
+	}
+	var progress []int
+	n, err = c.Purge(ctx(t), 2, false, func(d int) { progress = append(progress, d) })
+	if err != nil || n != 3 || len(progress) == 0 || progress[len(progress)-1] != 3 {
+		t.Fatalf("purged %d, %v (progress %v); want 3", n, err, progress)
+	}
+	for _, k := range []once.Key{succeeded, failed, released} {
+		if _, err := s.Get(ctx(t), k); !errors.Is(err, once.ErrNotFound) {
+			t.Errorf("finished action %s survived the purge: %v", k, err)
+		}
+		if evs, _ := s.Events(ctx(t), k); len(evs) != 0 {
+			t.Errorf("purged action %s kept %d events", k, len(evs))
+		}
+	}
+	for _, k := range []once.Key{unknown, review, inflight.Key, kept} {
+		if _, err := s.Get(ctx(t), k); err != nil {
+			t.Errorf("purge touched %s: %v", k, err)
+		}
+	}
+	stats, err := s.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, st := range stats {
+		got[st.Kind+"/"+string(st.Status)] = st.Count
+	}
+	if got["k/unknown"] != 1 || got["k/review"] != 1 || got["k/in_flight"] != 1 || got["kept/succeeded"] != 1 || len(got) != 4 {
+		t.Fatalf("stats after purge %v", got)
+	}
+}
+
+func testUnknownVerified(t *testing.T, h Harness) {
+	landed := atomic.Bool{}
+	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			return landed.Load(), json.RawMessage(`"v"`), nil
+		}}})
+	var effects counter
+	_, err := once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (string, error) {
+		effects.n.Add(1)
+		return "", errors.New("EOF after the request was sent")
+	})
+	if !errors.Is(err, once.ErrOutcomeUnknown) {
+		t.Fatal(err)
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown {
+		t.Fatalf("stored %s, want unknown awaiting verification", a.Status)
+	}
+	landed.Store(true)
+	time.Sleep(5 * time.Millisecond)
+	res, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	if err != nil || res.Value != "v" || effects.n.Load() != 1 {
+		t.Fatalf("redelivery = %+v, %v (ran %d); want the verifier's result", res, err, effects.n.Load())
+	}
+}
+
+func testReaperLoop(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	ticks := make(chan time.Time)
+	asked := make(chan time.Duration, 10)
+	r, _ := once.NewReaper(c, once.ReaperConfig{Interval: time.Hour, After: func(d time.Duration) <-chan time.Time {
+		asked <- d
+		return ticks
+	}})
+	if err := r.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx(t)); err == nil {
+		t.Error("second Start accepted")
+	}
+	if d := <-asked; d != time.Hour {
+		t.Fatalf("waited %v, want the interval", d)
+	}
+	// An action dies between passes; the next tick reaps it.
+	s.Claim(ctx(t), claimReq(t, intent(1), time.Millisecond))
+	time.Sleep(20 * time.Millisecond)
+	ticks <- time.Now()
+	<-asked
+	r.Stop()
+	r.Stop() // twice is fine
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview {
+		t.Fatalf("stored %s after a tick, want review", a.Status)
+	}
+}
+
+func readLines(t *testing.T, file string) []string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(b)) == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+func providerOf(line string) string {
+	_, p, _ := strings.Cut(line, "provider=")
+	return p
+}
