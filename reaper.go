@@ -198,30 +198,28 @@ func (c *Client) Purge(ctx context.Context, batch int, dryRun bool, progress fun
 	named := make([]string, 0, len(c.kinds))
 	for kind, p := range c.kinds {
 		named = append(named, kind)
-		n, err := c.purge(ctx, PurgeRequest{Kinds: []string{kind}, OlderThan: p.Retention, Limit: batch, DryRun: dryRun}, progress, &total)
-		if err != nil {
+		if err := c.purge(ctx, PurgeRequest{Kinds: []string{kind}, OlderThan: p.Retention, Limit: batch, DryRun: dryRun}, progress, &total); err != nil {
 			return total, err
 		}
-		_ = n
 	}
-	_, err := c.purge(ctx, PurgeRequest{ExceptKinds: named, OlderThan: c.def.Retention, Limit: batch, DryRun: dryRun}, progress, &total)
+	err := c.purge(ctx, PurgeRequest{ExceptKinds: named, OlderThan: c.def.Retention, Limit: batch, DryRun: dryRun}, progress, &total)
 	return total, err
 }
 
-func (c *Client) purge(ctx context.Context, req PurgeRequest, progress func(int), total *int) (int, error) {
-	sum := 0
+// purge repeats one request until a batch comes back short, adding to
+// total as it goes.
+func (c *Client) purge(ctx context.Context, req PurgeRequest, progress func(int), total *int) error {
 	for {
 		n, err := c.store.Purge(ctx, req)
 		if err != nil {
-			return sum, fmt.Errorf("once: purge: %w", err)
+			return fmt.Errorf("once: purge: %w", err)
 		}
-		sum += n
 		*total += n
 		if progress != nil && n > 0 {
 			progress(*total)
 		}
 		if req.DryRun || n < req.Limit {
-			return sum, nil
+			return nil
 		}
 	}
 }
