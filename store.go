@@ -244,6 +244,11 @@ type Store interface {
 	AppendEvent(ctx context.Context, e Event) error
 	// Events returns an action's trail, oldest first.
 	Events(ctx context.Context, key Key) ([]Event, error)
+	// RecentEvents returns the newest events of the given types across
+	// all actions, newest first (every type when types is empty).
+	RecentEvents(ctx context.Context, types []EventType, limit int) ([]Event, error)
+	// Version returns the newest schema migration applied, 0 if none.
+	Version(ctx context.Context) (int, error)
 	// Stats counts actions by kind and status.
 	Stats(ctx context.Context) ([]StatusCount, error)
 	// Purge deletes finished actions; it never touches in-flight, unknown

@@ -163,8 +163,8 @@ const columns = `key, fingerprint, run_id, step, kind, target, payload, status, 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
 type queries struct {
-	claim, reclaim, selectRow, heartbeat, transition, get, list string
-	recoverable, appendEvent, events, stats, purge, purgeCount  string
+	claim, reclaim, selectRow, heartbeat, transition, get, list        string
+	recoverable, appendEvent, events, recent, stats, purge, purgeCount string
 }
 
 func buildQueries(table, events string) queries {
@@ -242,6 +242,7 @@ WHERE key IN (SELECT key FROM due)
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
+		recent:      r.Replace(`SELECT $V FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1) ORDER BY at DESC, id DESC LIMIT $2`),
 		stats:       r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
 		purge: r.Replace(`
 WITH gone AS (
@@ -391,7 +392,35 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 
 // Events implements once.Store.
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
-	rows, err := s.db.Query(ctx, s.q.events, string(key))
+	return s.queryEvents(ctx, s.q.events, string(key))
+}
+
+// RecentEvents implements once.Store.
+func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit int) ([]once.Event, error) {
+	ts := make([]string, len(types))
+	for i, t := range types {
+		ts[i] = string(t)
+	}
+	return s.queryEvents(ctx, s.q.recent, ts, max(limit, 1))
+}
+
+// Version implements once.Store.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	var exists bool
+	mt := s.names.Table("migration")
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&exists); err != nil {
+		return 0, s.wrap(err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	err := s.db.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+mt).Scan(&v)
+	return v, s.wrap(err)
+}
+
+func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]once.Event, error) {
+	rows, err := s.db.Query(ctx, query, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}

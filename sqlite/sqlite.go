@@ -244,9 +244,9 @@ const columns = `key, fingerprint, run_id, step, kind, target, payload, status, 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
 type queries struct {
-	claim, selectRow, heartbeat, transition, get, list string
-	event, recoverable, events, stats, purgeWhere      string
-	purgeEvents, purgeActions, purgeCount              string
+	claim, selectRow, heartbeat, transition, get, list    string
+	event, recoverable, events, recent, stats, purgeWhere string
+	purgeEvents, purgeActions, purgeCount                 string
 }
 
 func buildQueries(table, events string) queries {
@@ -300,6 +300,7 @@ WHERE key IN (
     LIMIT ?2)
 RETURNING $C, $NOW`),
 		events:       r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
+		recent:       r.Replace(`SELECT $V FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1)) ORDER BY at DESC, id DESC LIMIT ?2`),
 		stats:        r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
 		purgeWhere:   purgeWhere,
 		purgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4)`),
@@ -568,7 +569,39 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 
 // Events implements once.Store.
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.events, string(key))
+	return s.queryEvents(ctx, s.q.events, string(key))
+}
+
+// RecentEvents implements once.Store.
+func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit int) ([]once.Event, error) {
+	ts := make([]string, len(types))
+	for i, t := range types {
+		ts[i] = string(t)
+	}
+	js, err := jsonStrings(ts)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	return s.queryEvents(ctx, s.q.recent, js, max(limit, 1))
+}
+
+// Version implements once.Store.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	mt := s.names.Table("migration")
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`, s.names.Prefix+"migration").Scan(&n); err != nil {
+		return 0, s.wrap(err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM `+mt).Scan(&v)
+	return v, s.wrap(err)
+}
+
+func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]once.Event, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}

@@ -129,14 +129,29 @@ func keyOf(t *testing.T, in once.Intent) once.Key {
 
 func testMigrateTwice(t *testing.T, h Harness) {
 	s, _ := h.New(t)
+	if v, err := s.Version(ctx(t)); err != nil || v != 0 {
+		t.Fatalf("Version before Migrate = %d, %v; want 0", v, err)
+	}
 	for i := range 2 {
 		if err := s.Migrate(ctx(t)); err != nil {
 			t.Fatalf("Migrate #%d: %v", i+1, err)
 		}
 	}
+	v, err := s.Version(ctx(t))
+	if err != nil || v < 2 {
+		t.Fatalf("Version after Migrate = %d, %v", v, err)
+	}
 	c, _ := once.New(once.Config{Store: s})
 	if _, err := once.Do(ctx(t), c, intent(0), (&counter{}).fn("ok")); err != nil {
 		t.Fatalf("Do after two migrations: %v", err)
+	}
+	once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (string, error) { return "", errors.New("lost") })
+	recent, err := s.RecentEvents(ctx(t), []once.EventType{once.EventReview, once.EventSucceeded}, 10)
+	if err != nil || len(recent) != 2 || recent[0].Type != once.EventReview || recent[1].Type != once.EventSucceeded {
+		t.Fatalf("RecentEvents = %+v, %v; want review then succeeded", recent, err)
+	}
+	if all, _ := s.RecentEvents(ctx(t), nil, 10); len(all) != 4 {
+		t.Fatalf("RecentEvents(all) = %d events, want 4", len(all))
 	}
 }
 
