@@ -1,0 +1,372 @@
+// Package demo runs the seed's story for real: a queue that delivers at
+// least once, worker processes that send emails over SMTP and are killed
+// with SIGKILL at random moments — including between the server's
+// acceptance and the record — and the same workload twice, once with the
+// naive "check, then send" and once through once.
+package demo
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/dburl"
+)
+
+// Options configures a demo run.
+type Options struct {
+	// DB is the action log for the once half (a URL as the command takes).
+	DB string
+	// SMTP is an external server's host:port; empty starts one on
+	// loopback that counts what it accepts.
+	SMTP string
+	// Intents is the number of emails to send in each half. Zero means 200.
+	Intents int
+	// Workers is the number of worker processes. Zero means 4.
+	Workers int
+	// Progress, if set, is told how far each half has got.
+	Progress func(half string, acked, total, kills int)
+	// Seed fixes the random kills; zero picks one.
+	Seed uint64
+}
+
+// Naive is what the naive half did.
+type Naive struct {
+	Delivered  int `json:"delivered"`
+	Duplicates int `json:"duplicates"`
+	Lost       int `json:"lost"`
+}
+
+// Once is what the once half did.
+type Once struct {
+	Delivered  int `json:"delivered"`
+	Duplicates int `json:"duplicates"`
+	Review     int `json:"review"`
+	Lost       int `json:"lost"`
+}
+
+// Report is the result; its JSON is what `once demo --json` prints.
+type Report struct {
+	Intents int     `json:"intents"`
+	Kills   int     `json:"kills"`
+	Naive   Naive   `json:"naive"`
+	Once    Once    `json:"once"`
+	Run     string  `json:"run"`
+	DB      string  `json:"db"`
+	SMTP    string  `json:"smtp"`
+	Seconds float64 `json:"seconds"`
+	// Counted says where delivery counts come from: the demo's own SMTP
+	// server, or the workers' log of accepted messages with --smtp.
+	Counted string `json:"counted"`
+}
+
+// Run runs both halves and reports.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	started := time.Now()
+	if opts.Intents == 0 {
+		opts.Intents = 200
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 4
+	}
+	if opts.Intents < 0 || opts.Intents > 100000 || opts.Workers < 1 || opts.Workers > 64 {
+		return Report{}, fmt.Errorf("--intents must be 1 to 100000 and --workers 1 to 64")
+	}
+	if opts.Seed == 0 {
+		opts.Seed = mrand.Uint64()
+	}
+	store, err := dburl.Open(ctx, opts.DB)
+	if err != nil {
+		return Report{}, err
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		return Report{}, err
+	}
+	tmp, err := os.MkdirTemp("", "once-demo")
+	if err != nil {
+		return Report{}, err
+	}
+	defer os.RemoveAll(tmp)
+
+	rep := Report{Intents: opts.Intents, DB: store.Name, Run: newRunID()}
+	var mail *mailServer
+	sentLog := ""
+	if opts.SMTP == "" {
+		if mail, err = startMailServer(); err != nil {
+			return Report{}, err
+		}
+		defer mail.close()
+		rep.SMTP, rep.Counted = mail.addr(), "the demo's SMTP server"
+	} else {
+		rep.SMTP, rep.Counted = opts.SMTP, "the workers' log of messages the server accepted"
+		sentLog = filepath.Join(tmp, "sent.log")
+	}
+
+	naiveDB := filepath.Join(tmp, "naive.db")
+	if err := createNaive(naiveDB); err != nil {
+		return Report{}, err
+	}
+	for _, half := range []string{"naive", "once"} {
+		jobs := make([]Job, opts.Intents)
+		for i := range jobs {
+			jobs[i] = Job{ID: i, Run: rep.Run, Rcpt: fmt.Sprintf("%s-%d-%s@demo.once.localhost", half, i, rep.Run[5:13]),
+				Subject: fmt.Sprintf("Your report #%d", i), PauseAfterSend: i%8 == 3}
+		}
+		cfg := workerConfig{Mode: half, SMTP: rep.SMTP, DB: opts.DB, NaiveDB: naiveDB, SentLog: sentLog, Lease: "1s"}
+		if sentLog != "" {
+			cfg.SentLog = sentLog + "." + half
+		}
+		kills, err := runHalf(ctx, jobs, cfg, opts, opts.Seed)
+		rep.Kills += kills
+		if err != nil {
+			return rep, err
+		}
+		counts, err := countSent(mail, cfg.SentLog, jobs)
+		if err != nil {
+			return rep, err
+		}
+		if half == "naive" {
+			for _, n := range counts {
+				switch {
+				case n == 0:
+					rep.Naive.Lost++
+				default:
+					rep.Naive.Delivered++
+					rep.Naive.Duplicates += n - 1
+				}
+			}
+			continue
+		}
+		review, err := store.List(ctx, once.Filter{Run: rep.Run, Status: once.StatusReview, Limit: opts.Intents + 1})
+		if err != nil {
+			return rep, err
+		}
+		inReview := map[string]bool{}
+		for _, a := range review {
+			inReview[a.Target] = true
+		}
+		rep.Once.Review = len(review)
+		for i, n := range counts {
+			switch {
+			case n > 0:
+				rep.Once.Delivered++
+				rep.Once.Duplicates += n - 1
+			case !inReview[jobs[i].Rcpt]:
+				rep.Once.Lost++
+			}
+		}
+	}
+	rep.Seconds = time.Since(started).Round(10 * time.Millisecond).Seconds()
+	return rep, nil
+}
+
+func newRunID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "demo-" + hex.EncodeToString(b[:])
+}
+
+func createNaive(path string) error {
+	db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.Exec(`CREATE TABLE sent (rcpt TEXT PRIMARY KEY)`)
+	return err
+}
+
+// countSent returns how many messages each job's recipient got.
+func countSent(mail *mailServer, sentLog string, jobs []Job) ([]int, error) {
+	counts := make([]int, len(jobs))
+	if mail != nil {
+		for i, j := range jobs {
+			counts[i] = mail.count(j.Rcpt)
+		}
+		return counts, nil
+	}
+	f, err := os.Open(sentLog)
+	if errors.Is(err, os.ErrNotExist) {
+		return counts, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	byRcpt := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		byRcpt[strings.TrimSpace(sc.Text())]++
+	}
+	for i, j := range jobs {
+		counts[i] = byRcpt[j.Rcpt]
+	}
+	return counts, sc.Err()
+}
+
+// supervisor keeps the worker processes running and kills them.
+type supervisor struct {
+	mu     sync.Mutex
+	procs  []*os.Process
+	kills  int
+	failed int
+	last   string
+}
+
+func (s *supervisor) kill(slot, pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.procs[slot]
+	if p == nil || (pid != 0 && p.Pid != pid) {
+		return false
+	}
+	if p.Signal(syscall.SIGKILL) == nil {
+		s.kills++
+		s.procs[slot] = nil
+		return true
+	}
+	return false
+}
+
+// stopAll ends every worker still running, without counting it as one of
+// the demo's kills.
+func (s *supervisor) stopAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, p := range s.procs {
+		if p != nil {
+			p.Kill()
+			s.procs[i] = nil
+		}
+	}
+}
+
+// runHalf drains one queue with worker processes, killing them as it
+// goes, and returns the number of kills.
+func runHalf(ctx context.Context, jobs []Job, cfg workerConfig, opts Options, seed uint64) (int, error) {
+	rng := mrand.New(mrand.NewPCG(seed, uint64(len(cfg.Mode))))
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	q, err := newQueue(jobs, 3*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer q.close()
+	cfg.Queue = q.url()
+	sup := &supervisor{procs: make([]*os.Process, opts.Workers)}
+	q.onPause = func(slot, pid int) {
+		if slot >= 0 && slot < opts.Workers {
+			sup.kill(slot, pid)
+		}
+	}
+	if opts.Progress != nil {
+		q.onAck = func(n int) {
+			sup.mu.Lock()
+			k := sup.kills
+			sup.mu.Unlock()
+			opts.Progress(cfg.Mode, n, len(jobs), k)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	stop := make(chan struct{})
+	fatal := make(chan error, 1)
+	var wg sync.WaitGroup
+	for slot := range opts.Workers {
+		wg.Go(func() {
+			wc := cfg
+			wc.Slot = slot
+			conf, _ := json.Marshal(wc)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cmd := exec.Command(exe)
+				cmd.Env = append(os.Environ(), envWorker+"="+string(conf))
+				var errOut strings.Builder
+				cmd.Stderr = &errOut
+				if err := cmd.Start(); err != nil {
+					select {
+					case fatal <- err:
+					default:
+					}
+					return
+				}
+				sup.mu.Lock()
+				sup.procs[slot] = cmd.Process
+				sup.mu.Unlock()
+				werr := cmd.Wait()
+				sup.mu.Lock()
+				if sup.procs[slot] == cmd.Process {
+					sup.procs[slot] = nil
+				}
+				sup.mu.Unlock()
+				q.workerDied(slot)
+				var ee *exec.ExitError
+				if errors.As(werr, &ee) && !ee.Sys().(syscall.WaitStatus).Signaled() {
+					sup.mu.Lock()
+					sup.failed++
+					sup.last = errOut.String()
+					n := sup.failed
+					sup.mu.Unlock()
+					if n > 20 {
+						select {
+						case fatal <- fmt.Errorf("workers keep failing; the last said: %s", strings.TrimSpace(errOut.String())):
+						default:
+						}
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				if werr == nil {
+					return // the queue is drained
+				}
+			}
+		})
+	}
+	// Random kills, at random moments, on top of the ones placed between
+	// the send and the record.
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(150+rng.IntN(350)) * time.Millisecond):
+				sup.kill(rng.IntN(opts.Workers), 0)
+			}
+		}
+	}()
+	var runErr error
+	select {
+	case <-q.done:
+	case err := <-fatal:
+		runErr = err
+	case <-ctx.Done():
+		runErr = fmt.Errorf("the %s half did not finish: %w", cfg.Mode, ctx.Err())
+	}
+	close(stop)
+	sup.stopAll()
+	wg.Wait()
+	sup.mu.Lock()
+	defer sup.mu.Unlock()
+	return sup.kills, runErr
+}

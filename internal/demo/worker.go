@@ -1,0 +1,239 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	_ "modernc.org/sqlite" // the naive worker's own table
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/dburl"
+)
+
+// A worker is this same binary, started with envWorker holding its
+// configuration as JSON; main hands control to WorkerMain before parsing
+// any flags.
+const envWorker = "ONCE_DEMO_WORKER"
+
+type workerConfig struct {
+	Slot    int    `json:"slot"`
+	Mode    string `json:"mode"` // "naive" or "once"
+	Queue   string `json:"queue"`
+	SMTP    string `json:"smtp"`
+	DB      string `json:"db"`       // once mode: the action log
+	NaiveDB string `json:"naive_db"` // naive mode: its own "sent" table
+	SentLog string `json:"sent_log"` // every accepted message, for --smtp
+	Lease   string `json:"lease"`
+}
+
+// IsWorker reports whether this process was started as a demo worker.
+func IsWorker() bool { return os.Getenv(envWorker) != "" }
+
+// WorkerMain runs a worker until the queue is drained and returns the
+// process's exit code.
+func WorkerMain(stderr io.Writer) int {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envWorker)), &cfg); err != nil {
+		fmt.Fprintln(stderr, "demo worker: bad configuration:", err)
+		return 2
+	}
+	if err := work(context.Background(), cfg); err != nil {
+		fmt.Fprintf(stderr, "demo worker %d (%s): %v\n", cfg.Slot, cfg.Mode, err)
+		return 1
+	}
+	return 0
+}
+
+func work(ctx context.Context, cfg workerConfig) error {
+	w := &worker{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+	switch cfg.Mode {
+	case "naive":
+		db, err := sql.Open("sqlite", cfg.NaiveDB+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		w.naive = db
+	case "once":
+		s, err := dburl.Open(ctx, cfg.DB)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		lease, _ := time.ParseDuration(cfg.Lease)
+		c, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{
+			// Plain SMTP cannot be asked whether it delivered: an
+			// ambiguous send goes to a person, never out again.
+			"send_email": {Recovery: once.AskPerson, Lease: lease},
+		}})
+		if err != nil {
+			return err
+		}
+		w.once = c
+	default:
+		return fmt.Errorf("unknown mode %q", cfg.Mode)
+	}
+	for {
+		job, more, err := w.next()
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if job == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err := w.handle(ctx, *job); err != nil {
+			return err
+		}
+	}
+}
+
+type worker struct {
+	cfg   workerConfig
+	http  *http.Client
+	naive *sql.DB
+	once  *once.Client
+}
+
+func (w *worker) post(path string, v url.Values) (*http.Response, error) {
+	v.Set("worker", strconv.Itoa(w.cfg.Slot))
+	v.Set("pid", strconv.Itoa(os.Getpid()))
+	return w.http.PostForm(w.cfg.Queue+path, v)
+}
+
+// next asks for a job: nil with more=true when none is ready yet,
+// more=false when the queue is drained.
+func (w *worker) next() (*Job, bool, error) {
+	resp, err := w.post("/next", url.Values{})
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusGone:
+		return nil, false, nil
+	case http.StatusNoContent:
+		return nil, true, nil
+	}
+	var j Job
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return nil, false, err
+	}
+	return &j, true, nil
+}
+
+func (w *worker) ack(j Job) error {
+	resp, err := w.post("/ack", url.Values{"id": {strconv.Itoa(j.ID)}})
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+func (w *worker) nack(j Job, delay time.Duration) error {
+	resp, err := w.post("/nack", url.Values{"id": {strconv.Itoa(j.ID)}, "delay_ms": {strconv.FormatInt(delay.Milliseconds(), 10)}})
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// afterSend runs between the SMTP server's acceptance and any record of
+// it: where the seed's story has the process killed. When the job asks,
+// the worker tells the supervisor and waits to be killed.
+func (w *worker) afterSend(j Job) {
+	if w.cfg.SentLog != "" {
+		f, err := os.OpenFile(w.cfg.SentLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err == nil {
+			fmt.Fprintln(f, j.Rcpt)
+			f.Sync()
+			f.Close()
+		}
+	}
+	if j.PauseAfterSend {
+		if resp, err := w.post("/pause", url.Values{}); err == nil {
+			resp.Body.Close()
+		}
+		select {} // SIGKILL arrives here
+	}
+}
+
+func (w *worker) send(j Job, messageID string) error {
+	msg := fmt.Sprintf("From: demo@once.localhost\r\nTo: %s\r\nSubject: %s\r\nMessage-ID: <%s@once.localhost>\r\n\r\nHello from once.\r\n", j.Rcpt, j.Subject, messageID)
+	// Plain SMTP on loopback: no STARTTLS, which smtp.SendMail insists on.
+	c, err := smtp.Dial(w.cfg.SMTP)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SendMail("demo@once.localhost", []string{j.Rcpt}, strings.NewReader(msg)); err != nil {
+		return err
+	}
+	return c.Quit()
+}
+
+func (w *worker) handle(ctx context.Context, j Job) error {
+	if w.naive != nil {
+		return w.handleNaive(ctx, j)
+	}
+	return w.handleOnce(ctx, j)
+}
+
+// handleNaive is the seed's broken "check, then send, then record".
+func (w *worker) handleNaive(ctx context.Context, j Job) error {
+	var n int
+	if err := w.naive.QueryRowContext(ctx, `SELECT count(*) FROM sent WHERE rcpt = ?`, j.Rcpt).Scan(&n); err != nil {
+		return w.nack(j, 100*time.Millisecond)
+	}
+	if n > 0 {
+		return w.ack(j)
+	}
+	if err := w.send(j, fmt.Sprintf("naive-%d-%d", j.ID, j.Delivery)); err != nil {
+		return w.nack(j, 100*time.Millisecond)
+	}
+	w.afterSend(j)
+	if _, err := w.naive.ExecContext(ctx, `INSERT OR IGNORE INTO sent (rcpt) VALUES (?)`, j.Rcpt); err != nil {
+		return w.nack(j, 100*time.Millisecond)
+	}
+	return w.ack(j)
+}
+
+// handleOnce is the same job through once.Do.
+func (w *worker) handleOnce(ctx context.Context, j Job) error {
+	in := once.Intent{Run: j.Run, Step: int64(j.ID), Kind: "send_email", Target: j.Rcpt, Payload: map[string]string{"subject": j.Subject}}
+	_, err := once.Do(ctx, w.once, in, func(ctx context.Context, a once.Attempt) (string, error) {
+		// The provider key doubles as the Message-ID: the same on every
+		// attempt, so a receiving system could spot a duplicate too.
+		if err := w.send(j, a.ProviderKey); err != nil {
+			return "", err // after a failed SMTP exchange, we cannot know
+		}
+		w.afterSend(j)
+		return "250 accepted", nil
+	})
+	switch {
+	case err == nil, errors.Is(err, once.ErrReview), errors.Is(err, once.ErrFailed),
+		errors.Is(err, once.ErrOutcomeUnknown), errors.Is(err, once.ErrFingerprintMismatch):
+		// Done, or surfaced for a person: either way off the queue.
+		return w.ack(j)
+	case errors.Is(err, once.ErrInFlight):
+		// Another attempt holds the claim, or a dead one's lease has not
+		// run out yet: back on the queue for later.
+		return w.nack(j, 250*time.Millisecond)
+	default:
+		return w.nack(j, 200*time.Millisecond)
+	}
+}

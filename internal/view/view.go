@@ -1,0 +1,84 @@
+// Package view is how actions and events look to scripts: the JSON the
+// CLI prints and the console's API serves, in snake_case, with times in
+// RFC 3339 UTC and absent times left out.
+package view
+
+import (
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oncehq/once"
+)
+
+// Action is an action as JSON.
+type Action struct {
+	Key            string          `json:"key"`
+	Fingerprint    string          `json:"fingerprint"`
+	Run            string          `json:"run"`
+	Step           int64           `json:"step"`
+	Kind           string          `json:"kind"`
+	Target         string          `json:"target"`
+	Payload        string          `json:"payload,omitempty"`
+	PayloadBase64  []byte          `json:"payload_base64,omitempty"`
+	Status         once.Status     `json:"status"`
+	Attempt        int             `json:"attempt"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Error          string          `json:"error,omitempty"`
+	LeaseUntil     *time.Time      `json:"lease_until,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	ClaimedAt      time.Time       `json:"claimed_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
+	VerifyFailures int             `json:"verify_failures,omitempty"`
+	ResolvedBy     string          `json:"resolved_by,omitempty"`
+	ResolvedAt     *time.Time      `json:"resolved_at,omitempty"`
+	ResolveNote    string          `json:"resolve_note,omitempty"`
+	Events         []Event         `json:"events,omitempty"`
+}
+
+// Event is an event as JSON.
+type Event struct {
+	ID      int64          `json:"id"`
+	At      time.Time      `json:"at"`
+	Type    once.EventType `json:"type"`
+	Attempt int            `json:"attempt"`
+	From    once.Status    `json:"from,omitempty"`
+	To      once.Status    `json:"to,omitempty"`
+	Actor   string         `json:"actor,omitempty"`
+	Note    string         `json:"note,omitempty"`
+}
+
+func opt(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// FromAction converts an action; a payload that is UTF-8 text is shown
+// as text, anything else as base64.
+func FromAction(a once.Action, events []once.Event) Action {
+	v := Action{
+		Key: string(a.Key), Fingerprint: string(a.Fingerprint), Run: a.Run, Step: a.Step, Kind: a.Kind, Target: a.Target,
+		Status: a.Status, Attempt: a.Attempt, Result: a.Result, Error: a.Error,
+		LeaseUntil: opt(a.LeaseUntil), CreatedAt: a.CreatedAt.UTC(), ClaimedAt: a.ClaimedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC(),
+		CompletedAt: opt(a.CompletedAt), VerifyFailures: a.VerifyFailures, ResolvedBy: a.ResolvedBy, ResolvedAt: opt(a.ResolvedAt),
+		ResolveNote: a.ResolveNote,
+	}
+	if utf8.Valid(a.Payload) {
+		v.Payload = string(a.Payload)
+	} else {
+		v.PayloadBase64 = a.Payload
+	}
+	for _, e := range events {
+		v.Events = append(v.Events, FromEvent(e))
+	}
+	return v
+}
+
+// FromEvent converts an event.
+func FromEvent(e once.Event) Event {
+	return Event{ID: e.ID, At: e.At.UTC(), Type: e.Type, Attempt: e.Attempt, From: e.From, To: e.To, Actor: e.Actor, Note: e.Note}
+}
