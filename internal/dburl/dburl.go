@@ -4,8 +4,10 @@ package dburl
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 
 	"github.com/oncehq/once"
@@ -41,11 +43,31 @@ func SQLitePath(url string) (string, bool) {
 	return strings.TrimPrefix(url, "sqlite:"), true
 }
 
-// Open opens the store url names. It checks the connection, so an
+// postgresConfig takes the store's own parameters, once_schema and
+// once_prefix, out of a PostgreSQL URL; the rest go to the driver.
+func postgresConfig(raw string) (string, postgres.Config, error) {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "", postgres.Config{}, errors.New("postgres store: the URL is not valid; expected postgres://user@host:5432/dbname")
+	}
+	q := u.Query()
+	cfg := postgres.Config{Schema: q.Get("once_schema"), Prefix: q.Get("once_prefix")}
+	q.Del("once_schema")
+	q.Del("once_prefix")
+	u.RawQuery = q.Encode()
+	return u.String(), cfg, nil
+}
+
+// Open opens the store url names. A PostgreSQL URL may carry
+// once_schema and once_prefix to place the tables. It checks the connection, so an
 // unreachable server is reported here, by address.
 func Open(ctx context.Context, url string) (*Store, error) {
 	if IsPostgres(url) {
-		s, err := postgres.Open(ctx, url, postgres.Config{})
+		url, cfg, err := postgresConfig(url)
+		if err != nil {
+			return nil, err
+		}
+		s, err := postgres.Open(ctx, url, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -64,4 +86,20 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{Store: s, Name: s.String(), Migrations: s.Migrations, close: func() { s.Close() }}, nil
+}
+
+// HasSQLiteSchema reports, through a read-only connection that changes
+// nothing, whether the SQLite file at path holds once's tables.
+func HasSQLiteSchema(ctx context.Context, path string) (bool, error) {
+	db, err := sql.Open("sqlite", "file:"+neturl.PathEscape(path)+"?mode=ro")
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'once_migration'`).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("%w; is it an SQLite database?", err)
+	}
+	return n > 0, nil
 }

@@ -1,0 +1,190 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Cookie names.
+const (
+	tokenCookie = "once_token"
+	csrfCookie  = "once_csrf"
+	flashCookie = "once_flash"
+)
+
+// authenticate enforces Config.Token on every request but /healthz. A
+// browser cannot set an Authorization header on a link, so a page opened
+// with ?token=TOKEN trades it for a cookie and is sent back to the same
+// URL without it, keeping the token out of history and Referer.
+func (s *server) authenticate(next http.Handler) http.Handler {
+	if !s.hasToken {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		q := r.URL.Query()
+		if q.Has("token") && (r.Method == http.MethodGet || r.Method == http.MethodHead) && !isAPI(r) {
+			if !s.tokenOK(q.Get("token")) {
+				s.unauthorized(w, r)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{
+				Name: tokenCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(q.Get("token"))),
+				Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+			})
+			q.Del("token")
+			// The path is reduced to one leading slash: "//host" would
+			// send the browser to another site.
+			loc := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/")
+			if len(q) > 0 {
+				loc += "?" + q.Encode()
+			}
+			w.Header().Set("Cache-Control", "no-store")
+			http.Redirect(w, r, loc, http.StatusSeeOther)
+			return
+		}
+		if !s.authorized(r) {
+			s.unauthorized(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) authorized(r *http.Request) bool {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		return ok && strings.EqualFold(scheme, "Bearer") && s.tokenOK(strings.TrimSpace(tok))
+	}
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		tok, err := base64.RawURLEncoding.DecodeString(c.Value)
+		return err == nil && s.tokenOK(string(tok))
+	}
+	return false
+}
+
+func (s *server) tokenOK(tok string) bool {
+	got := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+}
+
+const unauthorizedMsg = "once console: a token is required. Send the header \"Authorization: Bearer TOKEN\", " +
+	"or open /?token=TOKEN in the browser once to set a cookie."
+
+func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
+	if isAPI(r) {
+		writeJSONError(w, http.StatusUnauthorized, unauthorizedMsg)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusUnauthorized)
+	io.WriteString(w, unauthorizedMsg+"\n")
+}
+
+// checkOrigin refuses a write whose Origin header names another host. A
+// browser sends Origin on every cross-site POST, so a forged form from
+// another site stops here even before its missing CSRF token is noticed.
+func checkOrigin(r *http.Request) error {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+		return errors.New("cross-origin request refused: Origin " + o + " is not this console (" + r.Host + ")")
+	}
+	return nil
+}
+
+// The CSRF token is an HMAC, under a per-process secret, of a random value
+// the browser holds in an HttpOnly, SameSite=Strict cookie. Another site
+// can make the browser send the cookie (on some paths) but can read
+// neither it nor the page, so it cannot produce the token that goes with
+// it; and the server keeps no per-session state.
+
+// csrfToken returns the token for this browser, setting its cookie first
+// if it has none (or one that is not ours).
+func (s *server) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(csrfCookie); err == nil && validCSRFCookie(c.Value) {
+		return s.csrfFor(c.Value)
+	}
+	b := make([]byte, 32)
+	rand.Read(b) // never fails; see crypto/rand.Read
+	v := base64.RawURLEncoding.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{
+		Name: csrfCookie, Value: v, Path: "/",
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	})
+	return s.csrfFor(v)
+}
+
+func validCSRFCookie(v string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	return err == nil && len(b) == 32
+}
+
+func (s *server) csrfFor(cookie string) string {
+	m := hmac.New(sha256.New, s.csrfSecret)
+	m.Write([]byte(cookie))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// checkCSRF verifies a form's csrf field against the browser's cookie.
+func (s *server) checkCSRF(r *http.Request) error {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || !validCSRFCookie(c.Value) {
+		return errors.New("the form came without the console's cookie; load the page again (with cookies enabled) and resubmit")
+	}
+	want := s.csrfFor(c.Value)
+	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(want)) {
+		return errors.New("the form's CSRF token does not match (the console may have restarted since the page was loaded); reload the page and resubmit")
+	}
+	return nil
+}
+
+// setFlash leaves a one-line message for the next page this browser
+// loads: the outcome of a resolution, shown after the redirect.
+func setFlash(w http.ResponseWriter, r *http.Request, msg string) {
+	http.SetCookie(w, &http.Cookie{
+		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: "/", MaxAge: 60,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	})
+}
+
+// takeFlash returns the pending message, if any, and clears it.
+func takeFlash(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	b, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil || len(b) > 500 {
+		return ""
+	}
+	return string(b)
+}
+
+// safeNext accepts a redirect target only if it is a path on this
+// console: not "//host" nor "/\host" (which browsers read as "//host"),
+// nor anything with a scheme or a host.
+func safeNext(next string) bool {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
+		return false
+	}
+	u, err := url.Parse(next)
+	return err == nil && u.Scheme == "" && u.Host == "" && u.User == nil
+}

@@ -1,0 +1,259 @@
+package console
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/oncehq/once"
+)
+
+// recoveryEvents are the events the overview lists as recent recoveries:
+// what the reaper, the verifiers and people did with unknown outcomes.
+var recoveryEvents = []once.EventType{
+	once.EventReview, once.EventReleased, once.EventTakenOver, once.EventVerified,
+	once.EventVerifyFailed, once.EventResolved, once.EventRefused,
+}
+
+const (
+	defaultLimit = 100
+	maxLimit     = 10000
+	// reviewLimit bounds each status the review queue reads. A backlog
+	// larger than this is a problem the overview's count already shows.
+	reviewLimit = 500
+)
+
+type overviewData struct {
+	Counts   counts
+	Statuses []once.Status
+	Backlog  int64
+	Unknown  int64
+	Recent   []once.Event
+	Reaper   *once.ReapReport
+}
+
+func (s *server) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	st, err := s.store.Stats(ctx)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
+		return
+	}
+	recent, err := s.store.RecentEvents(ctx, recoveryEvents, 20)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading recent recoveries failed: "+err.Error())
+		return
+	}
+	c := tally(st)
+	d := overviewData{Counts: c, Statuses: once.Statuses, Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent}
+	if s.reaper != nil {
+		rep := s.reaper()
+		d.Reaper = &rep
+	}
+	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: d})
+}
+
+// listForm is the actions filter as the user typed it, echoed back into
+// the form.
+type listForm struct {
+	Status string
+	Kind   string
+	Run    string
+	Limit  int
+}
+
+// parseFilter reads status, kind, run and limit from a query, shared by
+// the page and the API so they accept exactly the same input.
+func parseFilter(q url.Values) (once.Filter, listForm, error) {
+	lf := listForm{Status: q.Get("status"), Kind: q.Get("kind"), Run: q.Get("run"), Limit: defaultLimit}
+	f := once.Filter{Status: once.Status(lf.Status), Kind: lf.Kind, Run: lf.Run, Limit: defaultLimit}
+	if lf.Status != "" && !f.Status.Valid() {
+		return f, lf, fmt.Errorf("status %q is not one of %s", lf.Status, statusList())
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxLimit {
+			return f, lf, fmt.Errorf("limit %q must be a whole number from 1 to %d", l, maxLimit)
+		}
+		f.Limit, lf.Limit = n, n
+	}
+	return f, lf, nil
+}
+
+func statusList() string {
+	ss := make([]string, len(once.Statuses))
+	for i, s := range once.Statuses {
+		ss[i] = string(s)
+	}
+	return strings.Join(ss, ", ")
+}
+
+type actionsData struct {
+	Form     listForm
+	Statuses []once.Status
+	Actions  []once.Action
+	// Limited says the list stopped at the limit: there may be more.
+	Limited bool
+}
+
+func (s *server) actions(w http.ResponseWriter, r *http.Request) {
+	f, lf, err := parseFilter(r.URL.Query())
+	d := actionsData{Form: lf, Statuses: once.Statuses}
+	if err != nil {
+		s.render(w, r, http.StatusBadRequest, "actions", page{Title: "Actions", Nav: "actions", Error: err.Error(), Data: d})
+		return
+	}
+	d.Actions, err = s.store.List(r.Context(), f)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Listing actions failed: "+err.Error())
+		return
+	}
+	d.Limited = len(d.Actions) >= f.Limit
+	s.render(w, r, http.StatusOK, "actions", page{Title: "Actions", Nav: "actions", Data: d})
+}
+
+// formView is a resolve form: where it posts, where it returns, and what
+// the user typed, kept when the form comes back with an error.
+type formView struct {
+	Key    once.Key
+	CSRF   string
+	Next   string
+	Note   string
+	By     string
+	Result string
+}
+
+type actionData struct {
+	Action once.Action
+	Events []once.Event
+	Form   formView
+}
+
+func (s *server) action(w http.ResponseWriter, r *http.Request) {
+	key := once.Key(r.PathValue("key"))
+	s.showAction(w, r, key, http.StatusOK, "", formView{Key: key, Next: actionURL(key)})
+}
+
+// showAction renders an action's page, with msg shown as an error when a
+// resolution was refused.
+func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key, code int, msg string, form formView) {
+	ctx := r.Context()
+	a, err := s.client.Get(ctx, key)
+	if errors.Is(err, once.ErrNotFound) {
+		s.notFound(w, r, key)
+		return
+	}
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action failed: "+err.Error())
+		return
+	}
+	events, err := s.client.Events(ctx, key)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action's trail failed: "+err.Error())
+		return
+	}
+	form.Key = key
+	s.render(w, r, code, "action", page{Title: "Action " + shortKey(key), Nav: "actions", Error: msg,
+		Data: actionData{Action: a, Events: events, Form: form}})
+}
+
+func (s *server) notFound(w http.ResponseWriter, r *http.Request, key once.Key) {
+	s.renderError(w, r, http.StatusNotFound, "No such action",
+		fmt.Sprintf("No action has the key %q. Check the key; a finished action may also have been purged after its kind's retention.", key))
+}
+
+type runData struct {
+	Run   string
+	Steps []once.Action
+}
+
+func (s *server) run(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("run")
+	steps, err := s.client.RunSteps(r.Context(), id)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the run failed: "+err.Error())
+		return
+	}
+	if len(steps) == 0 {
+		s.renderError(w, r, http.StatusNotFound, "No such run", fmt.Sprintf("No actions belong to the run %q.", id))
+		return
+	}
+	s.render(w, r, http.StatusOK, "run", page{Title: "Run " + id, Nav: "actions", Data: runData{Run: id, Steps: steps}})
+}
+
+type reviewData struct {
+	Items   []once.Action
+	Limited bool
+}
+
+// review lists what waits for a person, oldest first: actions in review,
+// and those with an unknown outcome, which a person may also settle.
+func (s *server) review(w http.ResponseWriter, r *http.Request) {
+	var d reviewData
+	for _, st := range []once.Status{once.StatusReview, once.StatusUnknown} {
+		acts, err := s.store.List(r.Context(), once.Filter{Status: st, Limit: reviewLimit})
+		if err != nil {
+			s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the review queue failed: "+err.Error())
+			return
+		}
+		d.Items = append(d.Items, acts...)
+		d.Limited = d.Limited || len(acts) >= reviewLimit
+	}
+	slices.SortStableFunc(d.Items, func(a, b once.Action) int { return cmp.Compare(a.UpdatedAt.UnixNano(), b.UpdatedAt.UnixNano()) })
+	s.render(w, r, http.StatusOK, "review", page{Title: "Review queue", Nav: "review", Data: d})
+}
+
+// resolveForm takes a decision from a page form. On success it redirects
+// (303, so a reload does not post again) to the form's next page; on bad
+// input or a conflict it shows the action again with the reason and what
+// the user typed.
+func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
+	key := once.Key(r.PathValue("key"))
+	if err := r.ParseForm(); err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "Bad request", "The form could not be read: "+err.Error())
+		return
+	}
+	if err := s.checkCSRF(r); err != nil {
+		s.forbidden(w, r, err.Error())
+		return
+	}
+	next := r.PostFormValue("next")
+	if !safeNext(next) {
+		next = actionURL(key)
+	}
+	in := resolveInput{
+		Decision: r.PostFormValue("decision"),
+		Note:     r.PostFormValue("note"),
+		By:       r.PostFormValue("by"),
+		Result:   []byte(strings.TrimSpace(r.PostFormValue("result"))),
+	}
+	a, code, err := s.resolve(r.Context(), key, in)
+	switch code {
+	case http.StatusOK:
+		setFlash(w, r, fmt.Sprintf("Action %s: %s (now %s).", shortKey(key), decisionWords(in.Decision), a.Status))
+		http.Redirect(w, r, next, http.StatusSeeOther)
+	case http.StatusNotFound:
+		s.notFound(w, r, key)
+	case http.StatusInternalServerError:
+		s.renderError(w, r, code, "Resolution failed", err.Error())
+	default:
+		s.showAction(w, r, key, code, err.Error(), formView{Next: next, Note: in.Note, By: in.By, Result: string(in.Result)})
+	}
+}
+
+func decisionWords(d string) string {
+	switch once.Decision(strings.ToLower(strings.TrimSpace(d))) {
+	case once.Done:
+		return "marked done"
+	case once.Retry:
+		return "released for retry"
+	case once.Abandon:
+		return "abandoned"
+	}
+	return d
+}

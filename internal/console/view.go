@@ -1,0 +1,247 @@
+package console
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oncehq/once"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static/console.css
+var css []byte
+
+// cssVersion changes whenever the stylesheet does, so it can be cached
+// for long and still never be stale.
+var cssVersion = func() string {
+	sum := sha256.Sum256(css)
+	return hex.EncodeToString(sum[:6])
+}()
+
+func serveCSS(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	w.Write(css)
+}
+
+// timeLayout is how times are shown: UTC, to the second, sortable.
+const timeLayout = "2006-01-02 15:04:05"
+
+var funcs = template.FuncMap{
+	"short":      shortKey,
+	"time":       fmtTime,
+	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"ago":        ago,
+	"actionURL":  actionURL,
+	"runURL":     runURL,
+	"resolvable": resolvable,
+	"payload":    showPayload,
+	"prettyJSON": prettyJSON,
+	"form": func(csrf string, key once.Key, next string) formView {
+		return formView{Key: key, CSRF: csrf, Next: next}
+	},
+	"withCSRF": func(f formView, csrf string) formView { f.CSRF = csrf; return f },
+}
+
+// pageNames are the templates under templates/, each rendered inside
+// layout.html with the shared partials.
+var pageNames = []string{"overview", "actions", "action", "run", "review", "error"}
+
+func parsePages() (map[string]*template.Template, error) {
+	pages := make(map[string]*template.Template, len(pageNames))
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS,
+			"templates/layout.html", "templates/partials.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: parsing template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// page is what every template gets: the layout's needs and the page's
+// own Data.
+type page struct {
+	Title string
+	Nav   string
+	CSS   string
+	CSRF  string
+	Flash string
+	Error string
+	Data  any
+}
+
+// render executes a page into a buffer first, so a template error becomes
+// a clean 500 instead of half a page.
+func (s *server) render(w http.ResponseWriter, r *http.Request, code int, name string, p page) {
+	p.CSS = s.cssURL
+	p.CSRF = s.csrfToken(w, r)
+	p.Flash = takeFlash(w, r)
+	var buf bytes.Buffer
+	if err := s.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
+		s.log.Error("console: rendering page", "page", name, "err", err)
+		http.Error(w, "console: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}
+
+type errorPage struct {
+	Heading string
+	Message string
+}
+
+func (s *server) renderError(w http.ResponseWriter, r *http.Request, code int, heading, msg string) {
+	if code >= 500 {
+		s.log.Error("console: request failed", "method", r.Method, "path", r.URL.Path, "err", msg)
+	}
+	s.render(w, r, code, "error", page{Title: heading, Data: errorPage{Heading: heading, Message: msg}})
+}
+
+func shortKey(k once.Key) string {
+	if len(k) > 12 {
+		return string(k[:12])
+	}
+	return string(k)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+// ago says how far t is from now, in the coarse words an operator scans
+// for: "5m ago", "in 2m".
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := time.Since(t)
+	if d < 0 {
+		return "in " + human(-d)
+	}
+	if d < time.Second {
+		return "just now"
+	}
+	return human(d) + " ago"
+}
+
+// human rounds a duration to its two largest units.
+func human(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "<1s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		return fmt.Sprintf("%dd %dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	}
+}
+
+func actionURL(k once.Key) string { return "/actions/" + url.PathEscape(string(k)) }
+
+// runURL links to a run's page. A run id made only of dots would be read
+// as "." or ".." by every URL parser on the way, so it gets the filtered
+// list instead.
+func runURL(run string) string {
+	if strings.Trim(run, ".") == "" {
+		return "/actions?" + url.Values{"run": {run}}.Encode()
+	}
+	return "/runs/" + url.PathEscape(run)
+}
+
+func resolvable(s once.Status) bool { return slices.Contains(once.ResolvableStatuses, s) }
+
+// maxShown caps how much of a payload or result a page prints; the JSON
+// API has the rest.
+const maxShown = 64 << 10
+
+type payloadView struct {
+	Format string // "json", "text" or "hex"
+	Text   string
+	Size   int
+	Cut    int // bytes not shown
+}
+
+// showPayload renders a payload for a person: indented if it is JSON,
+// as text if it is UTF-8, as a hex dump otherwise.
+func showPayload(b []byte) payloadView {
+	v := payloadView{Size: len(b)}
+	if len(b) > maxShown {
+		v.Cut = len(b) - maxShown
+		b = b[:maxShown]
+	}
+	text := b
+	// The cut may have split the last rune.
+	for i := 0; v.Cut > 0 && i < utf8.UTFMax && len(text) > 0 && !utf8.Valid(text); i++ {
+		text = text[:len(text)-1]
+	}
+	switch {
+	case v.Cut == 0 && json.Valid(b):
+		v.Format, v.Text = "json", prettyJSON(b)
+	case utf8.Valid(text):
+		v.Format, v.Text = "text", string(text)
+	default:
+		v.Format, v.Text = "hex", hex.Dump(b)
+	}
+	return v
+}
+
+func prettyJSON(b []byte) string {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return string(b)
+	}
+	return out.String()
+}
+
+// counts is Stats arranged for the overview and /api/stats.
+type counts struct {
+	ByStatus map[once.Status]int64
+	Kinds    []string
+	ByKind   map[string]map[once.Status]int64
+	KindSum  map[string]int64
+	Total    int64
+}
+
+func tally(cs []once.StatusCount) counts {
+	c := counts{ByStatus: map[once.Status]int64{}, ByKind: map[string]map[once.Status]int64{}, KindSum: map[string]int64{}}
+	for _, s := range once.Statuses {
+		c.ByStatus[s] = 0
+	}
+	for _, sc := range cs {
+		if c.ByKind[sc.Kind] == nil {
+			c.ByKind[sc.Kind] = map[once.Status]int64{}
+			c.Kinds = append(c.Kinds, sc.Kind)
+		}
+		c.ByKind[sc.Kind][sc.Status] += sc.Count
+		c.ByStatus[sc.Status] += sc.Count
+		c.KindSum[sc.Kind] += sc.Count
+		c.Total += sc.Count
+	}
+	slices.Sort(c.Kinds)
+	return c
+}
