@@ -230,3 +230,17 @@ func (e *ConflictError) Error() string {
 		e.Op, e.Current.Key, e.Current.Status, e.Current.Attempt)
 }
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// ErrInvalidResolution: a resolution was refused before any write.
+var ErrInvalidResolution = errors.New("once: invalid resolution")
+
+// ResolutionError says which field of a Resolution is wrong and why.
+type ResolutionError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ResolutionError) Error() string {
+	return fmt.Sprintf("once: invalid resolution: %s %s", e.Field, e.Reason)
+}
+func (e *ResolutionError) Is(target error) bool { return target == ErrInvalidResolution }

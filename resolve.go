@@ -3,9 +3,9 @@ package once
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Decision is what a person decided about an action.
@@ -104,32 +104,33 @@ func resolvable(s Status) bool {
 }
 
 func (c *Client) checkResolution(r Resolution) error {
+	bad := func(field, reason string) error { return &ResolutionError{Field: field, Reason: reason} }
 	switch r.Decision {
 	case Done, Retry, Abandon:
 	default:
-		return fmt.Errorf("once: Resolution.Decision is %q; use once.Done, once.Retry or once.Abandon", r.Decision)
+		return bad("Decision", fmt.Sprintf("is %q; use once.Done, once.Retry or once.Abandon", r.Decision))
 	}
-	if strings.TrimSpace(r.By) == "" {
-		return errors.New("once: Resolution.By is empty; say who decided")
-	}
-	if strings.TrimSpace(r.Note) == "" {
-		return errors.New("once: Resolution.Note is empty; say why, for the next person who reads the trail")
-	}
-	if err := checkText("Resolution.By", r.By, MaxIDBytes, true); err != nil {
-		return err
-	}
-	if err := checkText("Resolution.Note", r.Note, 4096, true); err != nil {
-		return err
+	for _, f := range []struct{ name, v, why string }{
+		{"By", r.By, "say who decided"},
+		{"Note", r.Note, "say why, for the next person who reads the trail"},
+	} {
+		switch {
+		case strings.TrimSpace(f.v) == "":
+			return bad(f.name, "is empty; "+f.why)
+		case len(f.v) > 4096:
+			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of 4096", len(f.v)))
+		case !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0:
+			return bad(f.name, "is not valid UTF-8 text")
+		}
 	}
 	if len(r.Result) > 0 {
-		if r.Decision != Done {
-			return fmt.Errorf("once: Resolution.Result is only stored with Done, not %s", r.Decision)
-		}
-		if !json.Valid(r.Result) {
-			return errors.New("once: Resolution.Result is not valid JSON")
-		}
-		if len(r.Result) > c.maxResult {
-			return fmt.Errorf("once: Resolution.Result is %d bytes, over Config.MaxResultBytes (%d)", len(r.Result), c.maxResult)
+		switch {
+		case r.Decision != Done:
+			return bad("Result", "is only stored with Done, not "+string(r.Decision))
+		case !json.Valid(r.Result):
+			return bad("Result", "is not valid JSON")
+		case len(r.Result) > c.maxResult:
+			return bad("Result", fmt.Sprintf("is %d bytes, over Config.MaxResultBytes (%d)", len(r.Result), c.maxResult))
 		}
 	}
 	return nil
