@@ -110,15 +110,18 @@ func (c *Client) checkResolution(r Resolution) error {
 	default:
 		return bad("Decision", fmt.Sprintf("is %q; use once.Done, once.Retry or once.Abandon", r.Decision))
 	}
-	for _, f := range []struct{ name, v, why string }{
-		{"By", r.By, "say who decided"},
-		{"Note", r.Note, "say why, for the next person who reads the trail"},
+	for _, f := range []struct {
+		name, v, why string
+		max          int
+	}{
+		{"By", r.By, "say who decided", MaxIDBytes},
+		{"Note", r.Note, "say why, for the next person who reads the trail", 4096},
 	} {
 		switch {
 		case strings.TrimSpace(f.v) == "":
 			return bad(f.name, "is empty; "+f.why)
-		case len(f.v) > 4096:
-			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of 4096", len(f.v)))
+		case len(f.v) > f.max:
+			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), f.max))
 		case !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0:
 			return bad(f.name, "is not valid UTF-8 text")
 		}

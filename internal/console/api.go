@@ -2,106 +2,25 @@ package console
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"time"
-	"unicode/utf8"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/view"
 )
 
-// actionJSON is an action as the API shows it. The root package's types
-// carry no JSON tags on purpose (they are not a wire format); this is
-// the console's, in snake_case, with zero times left out.
-type actionJSON struct {
-	Key         once.Key         `json:"key"`
-	Fingerprint once.Fingerprint `json:"fingerprint"`
-	Run         string           `json:"run"`
-	Step        int64            `json:"step"`
-	Kind        string           `json:"kind"`
-	Target      string           `json:"target"`
-	// Payload is the payload itself when it is JSON (it usually is: the
-	// canonical form of a Go value); PayloadText when it is other UTF-8
-	// text; PayloadBase64 otherwise.
-	Payload        json.RawMessage `json:"payload,omitempty"`
-	PayloadText    string          `json:"payload_text,omitempty"`
-	PayloadBase64  string          `json:"payload_base64,omitempty"`
-	Status         once.Status     `json:"status"`
-	Attempt        int             `json:"attempt"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Error          string          `json:"error,omitempty"`
-	LeaseUntil     *time.Time      `json:"lease_until,omitempty"`
-	CreatedAt      *time.Time      `json:"created_at,omitempty"`
-	ClaimedAt      *time.Time      `json:"claimed_at,omitempty"`
-	UpdatedAt      *time.Time      `json:"updated_at,omitempty"`
-	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
-	VerifyFailures int             `json:"verify_failures"`
-	ResolvedBy     string          `json:"resolved_by,omitempty"`
-	ResolvedAt     *time.Time      `json:"resolved_at,omitempty"`
-	ResolveNote    string          `json:"resolve_note,omitempty"`
-}
-
-type eventJSON struct {
-	ID      int64          `json:"id"`
-	Key     once.Key       `json:"key"`
-	At      time.Time      `json:"at"`
-	Type    once.EventType `json:"type"`
-	Attempt int            `json:"attempt"`
-	From    once.Status    `json:"from,omitempty"`
-	To      once.Status    `json:"to,omitempty"`
-	Actor   string         `json:"actor,omitempty"`
-	Note    string         `json:"note,omitempty"`
-}
-
-func utcPtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
-func toJSON(a once.Action) actionJSON {
-	j := actionJSON{
-		Key: a.Key, Fingerprint: a.Fingerprint, Run: a.Run, Step: a.Step, Kind: a.Kind, Target: a.Target,
-		Status: a.Status, Attempt: a.Attempt, Error: a.Error,
-		LeaseUntil: utcPtr(a.LeaseUntil), CreatedAt: utcPtr(a.CreatedAt), ClaimedAt: utcPtr(a.ClaimedAt),
-		UpdatedAt: utcPtr(a.UpdatedAt), CompletedAt: utcPtr(a.CompletedAt),
-		VerifyFailures: a.VerifyFailures,
-		ResolvedBy:     a.ResolvedBy, ResolvedAt: utcPtr(a.ResolvedAt), ResolveNote: a.ResolveNote,
-	}
-	switch {
-	case len(a.Payload) == 0:
-	case json.Valid(a.Payload):
-		j.Payload = a.Payload
-	case utf8.Valid(a.Payload):
-		j.PayloadText = string(a.Payload)
-	default:
-		j.PayloadBase64 = base64.StdEncoding.EncodeToString(a.Payload)
-	}
-	if len(a.Result) > 0 && json.Valid(a.Result) {
-		j.Result = a.Result
-	}
-	return j
-}
-
-func eventsJSON(es []once.Event) []eventJSON {
-	out := make([]eventJSON, len(es))
-	for i, e := range es {
-		out[i] = eventJSON{ID: e.ID, Key: e.Key, At: e.At.UTC(), Type: e.Type, Attempt: e.Attempt, From: e.From, To: e.To, Actor: e.Actor, Note: e.Note}
-	}
-	return out
-}
-
-func actionsJSON(as []once.Action) []actionJSON {
-	out := make([]actionJSON, len(as))
+// actionsView converts a list of actions, without their events. The API
+// shows actions and events as internal/view does, so that a script
+// reading the console's JSON and one reading the once command's JSON see
+// the same shape.
+func actionsView(as []once.Action) []view.Action {
+	out := make([]view.Action, len(as))
 	for i, a := range as {
-		out[i] = toJSON(a)
+		out[i] = view.FromAction(a, nil)
 	}
 	return out
 }
@@ -123,7 +42,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 type errorJSON struct {
 	Error string `json:"error"`
 	// Action is the action as it now stands, with a 409.
-	Action *actionJSON `json:"action,omitempty"`
+	Action *view.Action `json:"action,omitempty"`
 }
 
 func writeJSONError(w http.ResponseWriter, code int, msg string) {
@@ -147,13 +66,8 @@ func (s *server) apiActions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Actions []actionJSON `json:"actions"`
-	}{actionsJSON(acts)})
-}
-
-type actionWithEvents struct {
-	actionJSON
-	Events []eventJSON `json:"events"`
+		Actions []view.Action `json:"actions"`
+	}{actionsView(acts)})
 }
 
 func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +86,7 @@ func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, "reading the action's trail", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, actionWithEvents{toJSON(a), eventsJSON(events)})
+	writeJSON(w, http.StatusOK, view.FromAction(a, events))
 }
 
 // apiResolve takes a decision as JSON. It insists on Content-Type
@@ -203,9 +117,9 @@ func (s *server) apiResolve(w http.ResponseWriter, r *http.Request) {
 	a, code, err := s.resolve(r.Context(), key, in)
 	switch code {
 	case http.StatusOK:
-		writeJSON(w, code, toJSON(a))
+		writeJSON(w, code, view.FromAction(a, nil))
 	case http.StatusConflict:
-		cur := toJSON(a)
+		cur := view.FromAction(a, nil)
 		writeJSON(w, code, errorJSON{Error: err.Error(), Action: &cur})
 	default:
 		writeJSONError(w, code, err.Error())
@@ -245,7 +159,7 @@ func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Run   string       `json:"run"`
-		Steps []actionJSON `json:"steps"`
-	}{id, actionsJSON(steps)})
+		Run   string        `json:"run"`
+		Steps []view.Action `json:"steps"`
+	}{id, actionsView(steps)})
 }

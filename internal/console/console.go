@@ -206,18 +206,25 @@ func isAPI(r *http.Request) bool {
 	return r.URL.Path == "/api" || strings.HasPrefix(r.URL.Path, "/api/")
 }
 
-// healthz answers whether the store answers: 200 if Stats succeeds within
-// healthTimeout, 503 with the reason otherwise. It never needs the token,
-// so load balancers and orchestrators can probe it.
+// healthz answers whether the store answers and its schema is in place:
+// 200 if Version returns a migrated schema within healthTimeout, 503
+// with the reason otherwise. Version is a cheap schema check, unlike
+// Stats, which scans the action table. It never needs the token, so load
+// balancers and orchestrators can probe it.
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if _, err := s.store.Stats(ctx); err != nil {
+	v, err := s.store.Version(ctx)
+	switch {
+	case err != nil:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "store unavailable: %v\n", err)
-		return
+	case v <= 0:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "store not migrated: the schema is missing; run `once migrate`\n")
+	default:
+		io.WriteString(w, "ok\n")
 	}
-	io.WriteString(w, "ok\n")
 }

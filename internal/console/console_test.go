@@ -379,7 +379,7 @@ func TestResolveFormRefused(t *testing.T) {
 		{"bad decision", b.review, url.Values{"decision": {"maybe"}, "note": {"n"}}, 400, "is not done, retry or abandon"},
 		{"result not JSON", b.review, url.Values{"decision": {"done"}, "note": {"n"}, "result": {"{oops"}}, 400, "not valid JSON"},
 		{"result with retry", b.review, url.Values{"decision": {"retry"}, "note": {"n"}, "result": {"1"}}, 400, "only stored with done"},
-		{"by too long", b.review, url.Values{"decision": {"retry"}, "note": {"n"}, "by": {strings.Repeat("x", 300)}}, 400, "Resolution.By"},
+		{"by too long", b.review, url.Values{"decision": {"retry"}, "note": {"n"}, "by": {strings.Repeat("x", 4097)}}, 400, "invalid resolution: By"},
 		{"succeeded action", b.ok, url.Values{"decision": {"done"}, "note": {"already done"}}, 409, "refused"},
 		{"unknown key", once.Key("feedface"), url.Values{"decision": {"done"}, "note": {"n"}}, 404, "No action has the key"},
 	}
@@ -528,6 +528,28 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+func TestHealthzNotMigrated(t *testing.T) {
+	t.Parallel()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	client, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Client: client, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "once migrate") {
+		t.Errorf("/healthz on an unmigrated store: %d %q, want 503 saying to run once migrate", w.Code, w.Body)
+	}
+}
+
 func TestHealthzStoreDown(t *testing.T) {
 	t.Parallel()
 	b := setup(t, console.Config{Token: "t"})
@@ -569,7 +591,8 @@ type apiAction struct {
 	Target      string          `json:"target"`
 	Status      string          `json:"status"`
 	Attempt     int             `json:"attempt"`
-	Payload     json.RawMessage `json:"payload"`
+	Payload     string          `json:"payload"`
+	PayloadB64  []byte          `json:"payload_base64"`
 	Result      json.RawMessage `json:"result"`
 	Error       string          `json:"error"`
 	CreatedAt   string          `json:"created_at"`
@@ -618,7 +641,7 @@ func TestAPI(t *testing.T) {
 		t.Fatalf("show: %d", code)
 	}
 	if a.Status != "succeeded" || a.Run != "run-1" || a.Target != "ada@example.com" || compact(t, a.Result) != `"msg-1"` ||
-		!strings.Contains(string(a.Payload), b.payload) || a.CreatedAt == "" || len(a.Events) < 2 || a.Events[0].Type != "claimed" {
+		!strings.Contains(a.Payload, b.payload) || a.PayloadB64 != nil || a.CreatedAt == "" || len(a.Events) < 2 || a.Events[0].Type != "claimed" {
 		t.Errorf("show: %+v", a)
 	}
 	if code := b.apiCall(t, "GET", "/api/actions/nope", "", &e); code != 404 || e.Error == "" {
@@ -694,5 +717,38 @@ func TestAPI(t *testing.T) {
 	}
 	if code := b.apiCall(t, "POST", "/api/actions/feed/resolve", `{"decision":"retry","note":"n"}`, &e); code != 404 {
 		t.Errorf("resolve unknown: %d", code)
+	}
+}
+
+// A result over Config.MaxResultBytes is the client's to refuse, and the
+// refusal is the user's mistake: a 400, from the form and from the API.
+func TestResolveResultTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{})
+	const limit = 32
+	client, err := once.New(once.Config{Store: b.store, MaxResultBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.h, err = console.New(console.Config{Client: client}); err != nil {
+		t.Fatal(err)
+	}
+	big := `{"id":"` + strings.Repeat("x", limit) + `"}`
+
+	cookie, token := b.form(t, "/actions/"+string(b.review))
+	w := b.serve(postForm("/actions/"+string(b.review)+"/resolve", url.Values{
+		"decision": {"done"}, "note": {"sent by hand"}, "result": {big}, "csrf": {token},
+	}, cookie))
+	if body := w.Body.String(); w.Code != http.StatusBadRequest || !strings.Contains(body, "MaxResultBytes") || !strings.Contains(body, `class="error"`) {
+		t.Errorf("form: %d, want 400 naming MaxResultBytes\n%s", w.Code, body)
+	}
+
+	var e apiError
+	if code := b.apiCall(t, "POST", "/api/actions/"+string(b.review)+"/resolve",
+		`{"decision":"done","note":"sent by hand","result":`+big+`}`, &e); code != http.StatusBadRequest || !strings.Contains(e.Error, "MaxResultBytes") {
+		t.Errorf("API: %d %q, want 400 naming MaxResultBytes", code, e.Error)
+	}
+	if got := b.status(t, b.review); got != once.StatusReview {
+		t.Errorf("after refused oversized results the action is %s, want review", got)
 	}
 }

@@ -26,7 +26,8 @@ type resolveInput struct {
 
 // resolve checks a decision and hands it to Client.Resolve, and says
 // which HTTP status the outcome is: 200, 400 (bad input), 404, 409 (the
-// action moved on or is not resolvable) or 500. The input is checked
+// action moved on or is not resolvable), 503 (the request was cancelled
+// or timed out) or 500. The input is checked
 // here, before any I/O, so that a mistyped form is a 400 with a message
 // for the user and never reaches the store.
 func (s *server) resolve(ctx context.Context, key once.Key, in resolveInput) (once.Action, int, error) {
@@ -69,8 +70,9 @@ func (s *server) resolve(ctx context.Context, key once.Key, in resolveInput) (on
 		return a, http.StatusNotFound, fmt.Errorf("no action has the key %q", key)
 	case errors.As(err, &conflict):
 		return conflict.Current, http.StatusConflict, err
-	case errors.Is(err, once.ErrInvalidIntent):
-		// A field over its length limit or not UTF-8.
+	case errors.Is(err, once.ErrInvalidResolution):
+		// What the checks above leave to the client: a field over its
+		// length limit or not UTF-8, a result over Config.MaxResultBytes.
 		return a, http.StatusBadRequest, err
 	case ctx.Err() != nil:
 		return a, http.StatusServiceUnavailable, err
