@@ -24,9 +24,16 @@ func (d decision) String() string {
 	return [...]string{"changed", "review", "released", "taken_over", "verified_landed", "verify_backoff"}[d]
 }
 
-// hold is how long recovery keeps an action to itself while it decides:
-// long enough for a verifier bounded by MaxExecution.
-func (p KindPolicy) hold() time.Duration { return p.MaxExecution + p.Lease }
+// hold is how long recovery keeps an action to itself while it decides.
+// Deciding is a write or two, so a lease's length is plenty, except when a
+// verifier is asked (bounded by MaxExecution). If the recovering process
+// dies, the action comes back after this long.
+func (p KindPolicy) hold() time.Duration {
+	if p.Recovery == VerifyThenDecide {
+		return p.MaxExecution + p.Lease
+	}
+	return p.Lease
+}
 
 // recoverInline applies the kind's recovery to an action whose outcome is
 // unknown, from inside Do: a worker that meets a dead claim does not wait

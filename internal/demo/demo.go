@@ -284,7 +284,7 @@ func runHalf(ctx context.Context, jobs []Job, cfg workerConfig, opts Options, se
 			opts.Progress(cfg.Mode, n, len(jobs), k)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	stop := make(chan struct{})
 	fatal := make(chan error, 1)
@@ -361,7 +361,7 @@ func runHalf(ctx context.Context, jobs []Job, cfg workerConfig, opts Options, se
 	case err := <-fatal:
 		runErr = err
 	case <-ctx.Done():
-		runErr = fmt.Errorf("the %s half did not finish: %w", cfg.Mode, ctx.Err())
+		runErr = fmt.Errorf("the %s half did not finish (%w); still waiting: %s", cfg.Mode, ctx.Err(), q.pending())
 	}
 	close(stop)
 	sup.stopAll()

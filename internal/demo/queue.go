@@ -2,6 +2,8 @@ package demo
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"net"
 	"net/http"
 	"strconv"
@@ -141,4 +143,21 @@ func (q *queue) workerDied(worker int) {
 			s.leasedBy, s.visibleAt = -1, time.Now()
 		}
 	}
+}
+
+// pending describes the jobs not yet acknowledged, for a demo that did
+// not finish.
+func (q *queue) pending() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var b []string
+	for _, s := range q.jobs {
+		if !s.acked {
+			b = append(b, fmt.Sprintf("job %d (%s, %d deliveries, worker %d)", s.job.ID, s.job.Rcpt, s.job.Delivery, s.leasedBy))
+		}
+		if len(b) == 5 {
+			break
+		}
+	}
+	return strings.Join(b, "; ")
 }

@@ -75,7 +75,7 @@ func work(ctx context.Context, cfg workerConfig) error {
 		c, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{
 			// Plain SMTP cannot be asked whether it delivered: an
 			// ambiguous send goes to a person, never out again.
-			"send_email": {Recovery: once.AskPerson, Lease: lease},
+			"send_email": {Recovery: once.AskPerson, Lease: lease, MaxExecution: 10 * time.Second},
 		}})
 		if err != nil {
 			return err
