@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -175,10 +176,12 @@ func (w *worker) afterSend(j Job) {
 func (w *worker) send(j Job, messageID string) error {
 	msg := fmt.Sprintf("From: demo@once.localhost\r\nTo: %s\r\nSubject: %s\r\nMessage-ID: <%s@once.localhost>\r\n\r\nHello from once.\r\n", j.Rcpt, j.Subject, messageID)
 	// Plain SMTP on loopback: no STARTTLS, which smtp.SendMail insists on.
-	c, err := smtp.Dial(w.cfg.SMTP)
+	conn, err := net.DialTimeout("tcp", w.cfg.SMTP, 5*time.Second)
 	if err != nil {
 		return err
 	}
+	c := smtp.NewClient(conn)
+	c.CommandTimeout, c.SubmissionTimeout = 5*time.Second, 5*time.Second
 	defer c.Close()
 	if err := c.SendMail("demo@once.localhost", []string{j.Rcpt}, strings.NewReader(msg)); err != nil {
 		return err
