@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
@@ -171,7 +172,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			}
 		}
 	}
-	rep.Seconds = time.Since(started).Round(10 * time.Millisecond).Seconds()
+	rep.Seconds = math.Round(time.Since(started).Seconds()*100) / 100
 	return rep, nil
 }
 
