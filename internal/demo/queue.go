@@ -3,10 +3,10 @@ package demo
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
