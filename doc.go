@@ -23,6 +23,19 @@
 // Every write after the claim is fenced by the attempt number, so a
 // worker presumed dead can never overwrite a newer attempt.
 //
+// # When the outcome is unknown
+//
+// A claim whose lease lapsed, or an effect that returned an unclassified
+// error, has an unknown outcome. Each kind of action names its recovery
+// in its KindPolicy: AskPerson (the default: put it up for review and
+// never re-execute, the honest answer for plain SMTP),
+// RetryWithProviderKey (re-execute with the same Attempt.ProviderKey; the
+// provider absorbs the duplicate), or VerifyThenDecide (a Verifier asks
+// the provider whether it landed). Do applies it inline when it meets
+// such an action; a Reaper applies it to the ones nobody comes back for.
+// A person's decision is recorded with Client.Resolve, and every
+// transition is appended to the action's trail (Client.Events).
+//
 // # Keys
 //
 // The key is the lowercase hex SHA-256 of the fields "once.key.v1", Run,

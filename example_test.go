@@ -132,3 +132,69 @@ func ExampleKeyOf() {
 	// 0a3c3c42b6236f4ce825ed6954cf0ff3f9df2e723e31a81d485a3f26b34bf790
 	// 1b9565f2e170e86a7524d3b864f3506c3cee7192d334e1447ab8901a4eff471e
 }
+
+// A run numbers its steps in call order: run again after a crash, it
+// re-executes only the steps that never succeeded.
+func ExampleStep() {
+	c, done := client()
+	defer done()
+	ctx := context.Background()
+
+	agent := func(crashAfter int) {
+		run := c.Run("agent-run-7")
+		for i, to := range []string{"ada@example.com", "grace@example.com", "alan@example.com"} {
+			if i == crashAfter {
+				fmt.Println("crash")
+				return
+			}
+			once.Step(ctx, run, "send_email", to, "hello", func(context.Context, once.Attempt) (string, error) {
+				fmt.Println("sending to", to)
+				return "sent", nil
+			})
+		}
+	}
+	agent(2) // dies before the third email
+	agent(-1)
+
+	steps, _ := c.Run("agent-run-7").Steps(ctx)
+	for _, s := range steps {
+		fmt.Println(s.Step, s.Target, s.Status)
+	}
+	// Output:
+	// sending to ada@example.com
+	// sending to grace@example.com
+	// crash
+	// sending to alan@example.com
+	// 0 ada@example.com succeeded
+	// 1 grace@example.com succeeded
+	// 2 alan@example.com succeeded
+}
+
+// An email whose outcome is unknown waits for a person, who checks the
+// mail server's log and records what happened; duplicates then replay it.
+func ExampleClient_Resolve() {
+	c, done := client()
+	defer done()
+	ctx := context.Background()
+
+	in := once.Intent{Run: "r", Kind: "send_email", Target: "ada@example.com"}
+	send := func(context.Context, once.Attempt) (string, error) {
+		return "", errors.New("connection reset after DATA") // did the server take it?
+	}
+	_, err := once.Do(ctx, c, in, send)
+	fmt.Println(errors.Is(err, once.ErrOutcomeUnknown))
+	_, err = once.Do(ctx, c, in, send)
+	fmt.Println(errors.Is(err, once.ErrReview))
+
+	key, _, _ := once.KeyOf(in)
+	a, _ := c.Resolve(ctx, key, once.Resolution{Decision: once.Done, Result: []byte(`"250 queued as 4711"`), By: "ada", Note: "found in the mail log"})
+	fmt.Println(a.Status, a.ResolvedBy)
+
+	res, _ := once.Do(ctx, c, in, send)
+	fmt.Println(res.Value, res.Replayed)
+	// Output:
+	// true
+	// true
+	// succeeded ada
+	// 250 queued as 4711 true
+}
