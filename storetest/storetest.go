@@ -456,7 +456,7 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 }
 
 func testHeartbeatKeepsLease(t *testing.T, h Harness) {
-	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 300 * time.Millisecond}})
+	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 600 * time.Millisecond}})
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	running := make(chan struct{})
@@ -471,7 +471,7 @@ func testHeartbeatKeepsLease(t *testing.T, h Harness) {
 	<-running
 	// Three lease lengths later the claim is still held: the heartbeat
 	// kept it.
-	time.Sleep(900 * time.Millisecond)
+	time.Sleep(1800 * time.Millisecond)
 	var ife *once.InFlightError
 	_, err := once.Do(ctx(t), c, intent(1), (&counter{}).fn("dup"))
 	if !errors.As(err, &ife) || ife.Expired {

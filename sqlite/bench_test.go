@@ -1,0 +1,18 @@
+package sqlite_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/oncehq/once/storetest"
+)
+
+// BenchmarkDo: claim+complete and replay on an SQLite file with
+// synchronous=FULL.
+func BenchmarkDo(b *testing.B) {
+	s, _ := newStore(b)
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	storetest.Benchmark(b, s)
+}
