@@ -168,7 +168,7 @@ func answer[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, re
 	}
 	due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
 	if due && fn != nil {
-		return recoverInline(ctx, c, pol, in, a, fn)
+		return recoverInline(ctx, c, pol, in, req, a, fn)
 	}
 	return replay[T](ctx, c, a, cr.Now)
 }
@@ -193,7 +193,11 @@ func replay[T any](ctx context.Context, c *Client, a Action, now time.Time) (Res
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventConflict, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
 		return Result[T]{}, &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(now)}
 	case StatusUnknown:
-		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error}
+		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown}
+	case StatusReleased:
+		// Released between this caller's read and now (a person chose
+		// Retry, or recovery released it): the next delivery runs it.
+		return Result[T]{}, fmt.Errorf("once: action %s was released for another attempt: %w", a.Key, ErrRetryLater)
 	case StatusReview:
 		return Result[T]{}, &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error}
 	default:
@@ -209,7 +213,10 @@ func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
-	stopHeartbeat := c.heartbeat(runCtx, cancel, a, pol.Lease)
+	// The heartbeat outlives the effect's deadline and the caller's
+	// context: an effect that ignores its context may still be running,
+	// and its claim must hold until it returns.
+	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol.Lease)
 	started := time.Now()
 
 	var value T
@@ -230,7 +237,9 @@ func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a
 			if ok, err := c.record(ctx, a, t); err == nil && ok {
 				c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Duration: time.Since(started)})
 			}
-			panic(p)
+			if p != nil { // nil: runtime.Goexit, which goes on by itself
+				panic(p)
+			}
 		}()
 		value, ferr = fn(runCtx, att)
 		panicked = false
@@ -294,7 +303,7 @@ func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a
 		return Result[T]{}, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
 	default:
 		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
-		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), err: ferr}
+		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
 	}
 }
 
@@ -360,9 +369,10 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 }
 
 // heartbeat extends the attempt's lease every lease/3 while the effect
-// runs. If the claim is lost (a newer attempt took over) it cancels the
-// effect's context with a *FencedError as the cause. The returned func
-// stops it and waits.
+// runs. If the claim is lost (a newer attempt took over), or no heartbeat
+// has got through for a whole lease (so recovery may take over), it
+// cancels the effect's context with a *FencedError as the cause. The
+// returned func stops it and waits.
 func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, lease time.Duration) (stop func()) {
 	hbCtx, hbCancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -371,6 +381,7 @@ func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 		defer wg.Done()
 		tick := time.NewTicker(lease / 3)
 		defer tick.Stop()
+		lastHeld := time.Now() // the claim's own lease started about now
 		for {
 			select {
 			case <-hbCtx.Done():
@@ -380,10 +391,18 @@ func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			_, held, err := c.store.Heartbeat(hbCtx, a.Key, a.Attempt, lease)
 			switch {
 			case err != nil:
-				if hbCtx.Err() == nil {
-					c.log.Warn("once: heartbeat failed; the lease may expire", "key", a.Key, "attempt", a.Attempt, "err", err)
+				if hbCtx.Err() != nil {
+					return
 				}
-			case !held:
+				c.log.Warn("once: heartbeat failed; the lease may expire", "key", a.Key, "attempt", a.Attempt, "err", err)
+				if time.Since(lastHeld) >= lease {
+					c.log.Warn("once: no heartbeat for a whole lease; stopping the effect", "key", a.Key, "attempt", a.Attempt)
+					cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
+					return
+				}
+			case held:
+				lastHeld = time.Now()
+			default:
 				c.log.Warn("once: claim lost while the effect ran", "key", a.Key, "attempt", a.Attempt)
 				cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
 				return

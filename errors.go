@@ -109,20 +109,37 @@ func (e *FailedError) Error() string {
 func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 func (e *FailedError) Unwrap() error        { return e.err }
 
-// UnknownOutcomeError reports an effect whose outcome is not known.
+// UnknownOutcomeError reports an effect whose outcome is not known, and
+// what its kind's recovery made of it (Status). It matches
+// ErrOutcomeUnknown, and also ErrRetryLater when the action was released
+// for the next delivery (return the job to the queue) or ErrReview when
+// it was put up for review (a person decides; the job can be dropped).
 type UnknownOutcomeError struct {
 	Key     Key
 	Attempt int
 	Message string
-	err     error
+	// Status is what the action became: StatusReview, StatusReleased, or
+	// StatusUnknown (awaiting verification).
+	Status Status
+	err    error
 }
 
 func (e *UnknownOutcomeError) Error() string {
-	return fmt.Sprintf("once: action %s outcome unknown (attempt %d): %s; it will not be re-executed automatically, its kind's recovery policy decides",
-		e.Key, e.Attempt, e.Message)
+	next := "its kind's recovery decides; it is not re-executed until then"
+	switch e.Status {
+	case StatusReview:
+		next = "it was put up for review and will not be re-executed"
+	case StatusReleased:
+		next = "it was released: return the job to its queue, and the next delivery retries it with the same provider key"
+	}
+	return fmt.Sprintf("once: action %s outcome unknown (attempt %d): %s; %s", e.Key, e.Attempt, e.Message, next)
 }
-func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrOutcomeUnknown }
-func (e *UnknownOutcomeError) Unwrap() error        { return e.err }
+func (e *UnknownOutcomeError) Is(target error) bool {
+	return target == ErrOutcomeUnknown ||
+		(target == ErrRetryLater && e.Status == StatusReleased) ||
+		(target == ErrReview && e.Status == StatusReview)
+}
+func (e *UnknownOutcomeError) Unwrap() error { return e.err }
 
 // ReviewError reports an action that waits for a person.
 type ReviewError struct {

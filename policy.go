@@ -67,7 +67,9 @@ type KindPolicy struct {
 	// again. Zero means DefaultRetention (30 days).
 	Retention time.Duration
 	// Recovery is what to do with an unknown outcome. The zero value is
-	// AskPerson.
+	// AskPerson. Unlike the durations, Recovery and Verifier are not taken
+	// from Config.Default: each kind names its own, and one that names
+	// none asks a person.
 	Recovery Recovery
 	// Verifier is required with VerifyThenDecide.
 	Verifier Verifier

@@ -1,6 +1,7 @@
 package once
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,12 +121,19 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 		if err != nil {
 			return rep, fmt.Errorf("once: reaper: %w", err)
 		}
+		var firstErr error
 		for _, a := range batch {
 			d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, "reaper", false)
 			if err != nil {
-				return rep, err
+				// Go on with the rest of the batch; this one comes back
+				// when its hold runs out.
+				firstErr = cmp.Or(firstErr, err)
+				continue
 			}
 			rep.add(a.Kind, d)
+		}
+		if firstErr != nil {
+			return rep, firstErr
 		}
 		if len(batch) < r.cfg.BatchSize {
 			break

@@ -39,15 +39,14 @@ func (p KindPolicy) hold() time.Duration {
 // unknown, from inside Do: a worker that meets a dead claim does not wait
 // for the reaper. If recovery says "execute again", this caller does, as
 // the next attempt, under fencing.
-func recoverInline[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, standing Action, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
-	got, now, err := c.store.Recoverable(ctx, RecoverRequest{Key: standing.Key, Limit: 1, Hold: pol.hold()})
+func recoverInline[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, req ClaimRequest, standing Action, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
+	got, _, err := c.store.Recoverable(ctx, RecoverRequest{Key: standing.Key, Limit: 1, Hold: pol.hold()})
 	if err != nil {
 		return Result[T]{}, fmt.Errorf("once: recovering action %s: %w", standing.Key, err)
 	}
 	if len(got) == 0 {
-		// Another worker or a reaper is on it, or it finished: answer
-		// from the row as it stands now.
-		return reread[T](ctx, c, standing.Key, now)
+		// Another worker or a reaper is on it, or it finished.
+		return claimAgain(ctx, c, pol, in, req, fn)
 	}
 	a := got[0]
 	d, result, err := c.decide(ctx, pol, a, "worker", true)
@@ -68,17 +67,23 @@ func recoverInline[T any](ctx context.Context, c *Client, pol KindPolicy, in Int
 		}
 		return Result[T]{Value: v, Key: a.Key, Attempt: a.Attempt, Replayed: true}, nil
 	default:
-		return reread[T](ctx, c, a.Key, now)
+		return claimAgain(ctx, c, pol, in, req, fn)
 	}
 }
 
-// reread answers from the action as it stands now, without acting on it.
-func reread[T any](ctx context.Context, c *Client, key Key, now time.Time) (Result[T], error) {
-	a, err := c.store.Get(ctx, key)
+// claimAgain answers a caller whose recovery found the action moved on:
+// if it was released meanwhile, this caller claims it and runs the
+// effect; otherwise it answers from the row as it stands, without
+// recovering again.
+func claimAgain[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, req ClaimRequest, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
+	cr, err := c.claim(ctx, c.store, req)
 	if err != nil {
-		return Result[T]{}, fmt.Errorf("once: reading action %s: %w", key, err)
+		return Result[T]{}, err
 	}
-	return replay[T](ctx, c, a, now)
+	if cr.Claimed {
+		return execute(ctx, c, pol, in, cr.Action, fn)
+	}
+	return answer[T](ctx, c, pol, in, req, cr, nil)
 }
 
 // decide applies pol's recovery to a, which the caller holds (see
@@ -88,10 +93,13 @@ func reread[T any](ctx context.Context, c *Client, key Key, now time.Time) (Resu
 func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, actor string, canExecute bool) (decision, json.RawMessage, error) {
 	reason := a.Error
 	if a.Status == StatusInFlight {
-		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired at %s", a.Attempt, a.LeaseUntil.UTC().Format(time.RFC3339))
+		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
 	}
-	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures}
+	// HeldUntil makes every decision conditional on the hold this caller
+	// took: a worker whose heartbeat came back, or a second recoverer
+	// after the hold ran out, changes lease_until and wins instead.
+	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures, HeldUntil: a.LeaseUntil}
 	apply := func(t Transition, d decision) (decision, json.RawMessage, error) {
 		t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, a.Status, t.To, actor
 		ok, err := c.store.Transition(ctx, t)

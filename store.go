@@ -120,6 +120,9 @@ type Transition struct {
 	// Expired additionally requires lease_until to have passed by the
 	// database's clock.
 	Expired bool
+	// HeldUntil, when set, additionally requires lease_until to equal it:
+	// the hold a recoverer took with Recoverable is still its own.
+	HeldUntil time.Time
 	// Result is stored when To is StatusSucceeded.
 	Result json.RawMessage
 	// Error is stored as the action's error message (cleared if empty).

@@ -221,6 +221,7 @@ WITH u AS (
         resolved_at = CASE WHEN $9 <> '' THEN now() ELSE resolved_at END,
         resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END
     WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND (NOT $12 OR lease_until <= now())
+      AND ($17::timestamptz IS NULL OR lease_until = $17)
     RETURNING key, attempt, status
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note)
@@ -342,11 +343,19 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	var n int64
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Expired, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note).Scan(&n)
+		statuses(t.From), t.Expired, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, optTime(t.HeldUntil)).Scan(&n)
 	if err != nil {
 		return false, s.wrap(err)
 	}
 	return n == 1, nil
+}
+
+// optTime is a zero time as NULL.
+func optTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
 }
 
 func statuses(ss []once.Status) []string {

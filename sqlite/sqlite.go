@@ -285,6 +285,7 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
     resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (NOT ?12 OR lease_until <= $NOW)
+    AND (?13 IS NULL OR lease_until = ?13)
 RETURNING attempt, status`),
 		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
 		list:  r.Replace(`SELECT $C FROM $T`),
@@ -303,8 +304,8 @@ RETURNING $C, $NOW`),
 		recent:       r.Replace(`SELECT $V FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1)) ORDER BY at DESC, id DESC LIMIT ?2`),
 		stats:        r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
 		purgeWhere:   purgeWhere,
-		purgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4)`),
-		purgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4)`),
+		purgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
+		purgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4) RETURNING key`),
 		purgeCount:   r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeWhere),
 	}
 }
@@ -489,7 +490,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		var attempt int
 		var status string
 		err := db.QueryRowContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Expired).Scan(&attempt, &status)
+			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Expired, optMS(t.HeldUntil)).Scan(&attempt, &status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -507,6 +508,14 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return false, s.wrap(err)
 	}
 	return applied, nil
+}
+
+// optMS is a time in the database's milliseconds, a zero time as NULL.
+func optMS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
 }
 
 func statusStrings(ss []once.Status) []string {
@@ -657,18 +666,35 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 		err := s.db.QueryRowContext(ctx, s.q.purgeCount, older, kinds, except).Scan(&n)
 		return n, s.wrap(err)
 	}
-	var n int64
+	// The actions first, then the events of exactly those actions, in
+	// one transaction.
+	var keys []string
 	err = s.inWriteTx(ctx, func(db dbtx) error {
-		if _, err := db.ExecContext(ctx, s.q.purgeEvents, older, kinds, except, max(req.Limit, 1)); err != nil {
-			return err
-		}
-		res, err := db.ExecContext(ctx, s.q.purgeActions, older, kinds, except, max(req.Limit, 1))
+		keys = keys[:0]
+		rows, err := db.QueryContext(ctx, s.q.purgeActions, older, kinds, except, max(req.Limit, 1))
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return err
+			}
+			keys = append(keys, k)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		gone, err := jsonStrings(keys)
+		if err != nil {
+			return err
+		}
+		_, err = db.ExecContext(ctx, s.q.purgeEvents, gone)
 		return err
 	})
+	n := len(keys)
 	return int(n), s.wrap(err)
 }
 

@@ -60,6 +60,9 @@ func recoveryTests() []namedTest {
 		{"PurgeKeepsOpenActions", testPurge},
 		{"UnknownOutcomeVerified", testUnknownVerified},
 		{"ReaperLoop", testReaperLoop},
+		{"HeartbeatOutlivesDeadline", testHeartbeatOutlivesDeadline},
+		{"HoldIsFenced", testHoldIsFenced},
+		{"UnknownUnderRetryPolicy", testUnknownUnderRetry},
 	}
 }
 
@@ -664,4 +667,94 @@ func readLines(t *testing.T, file string) []string {
 func providerOf(line string) string {
 	_, p, _ := strings.Cut(line, "provider=")
 	return p
+}
+
+// An effect that ignores its context runs past MaxExecution; its claim
+// must hold until it returns, or recovery would run it a second time
+// beside it.
+func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
+	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 60 * time.Millisecond, MaxExecution: 100 * time.Millisecond,
+		Recovery: once.RetryWithProviderKey}})
+	var running, most atomic.Int64
+	effect := func(ctx context.Context, a once.Attempt) (string, error) {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(600 * time.Millisecond) // ignores ctx
+		return "sent", nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx(t), c, intent(1), effect)
+		done <- err
+	}()
+	time.Sleep(350 * time.Millisecond)
+	_, err := once.Do(ctx(t), c, intent(1), effect)
+	if !errors.Is(err, once.ErrInFlight) {
+		t.Fatalf("duplicate while a slow effect runs = %v; want ErrInFlight", err)
+	}
+	<-done
+	if most.Load() != 1 {
+		t.Fatalf("the effect ran %d times at once", most.Load())
+	}
+}
+
+// A recoverer's decision applies only while its hold is its own: a
+// worker whose heartbeat came back takes the claim back.
+func testHoldIsFenced(t *testing.T, h Harness) {
+	s, _, _ := setup(t, h, once.Config{})
+	req := claimReq(t, intent(1), time.Millisecond)
+	if _, err := s.Claim(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: req.Key, Limit: 1, Hold: time.Hour})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Recoverable = %d, %v", len(got), err)
+	}
+	// The worker was only cut off; its heartbeat gets through again.
+	if _, held, err := s.Heartbeat(ctx(t), req.Key, 1, time.Hour); err != nil || !held {
+		t.Fatalf("heartbeat: %v %v", held, err)
+	}
+	ok, err := s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusReview,
+		HeldUntil: got[0].LeaseUntil})
+	if err != nil || ok {
+		t.Fatalf("a decision on a hold that is no longer ours = %v, %v; want refused", ok, err)
+	}
+	ok, err = s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
+		Result: []byte(`1`)})
+	if err != nil || !ok {
+		t.Fatalf("the worker's own completion = %v, %v", ok, err)
+	}
+}
+
+// Under RetryWithProviderKey an unclassified error releases the action,
+// and the caller is told to put the job back, not to drop it.
+func testUnknownUnderRetry(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.RetryWithProviderKey}})
+	var keys []string
+	_, err := once.Do(ctx(t), c, intent(1), func(ctx context.Context, a once.Attempt) (string, error) {
+		keys = append(keys, a.ProviderKey)
+		return "", errors.New("timeout reading the response")
+	})
+	if !errors.Is(err, once.ErrOutcomeUnknown) || !errors.Is(err, once.ErrRetryLater) || errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v; want an unknown outcome that says retry later", err)
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReleased {
+		t.Fatalf("stored %s, want released", a.Status)
+	}
+	res, err := once.Do(ctx(t), c, intent(1), func(ctx context.Context, a once.Attempt) (string, error) {
+		keys = append(keys, a.ProviderKey)
+		return "ok", nil
+	})
+	if err != nil || res.Attempt != 2 || keys[0] != keys[1] {
+		t.Fatalf("redelivery = %+v, %v (provider keys %q)", res, err, keys)
+	}
+	// Under the default, the same error asks a person.
+	_, c2, _ := setup(t, h, once.Config{})
+	_, err = once.Do(ctx(t), c2, intent(1), func(context.Context, once.Attempt) (string, error) { return "", errors.New("?") })
+	if !errors.Is(err, once.ErrReview) || errors.Is(err, once.ErrRetryLater) {
+		t.Fatalf("default policy: %v; want review", err)
+	}
 }

@@ -265,26 +265,27 @@ func runHalf(ctx context.Context, jobs []Job, cfg workerConfig, opts Options, se
 	if err != nil {
 		return 0, err
 	}
-	q, err := newQueue(jobs, 3*time.Second)
-	if err != nil {
-		return 0, err
-	}
-	defer q.close()
-	cfg.Queue = q.url()
 	sup := &supervisor{procs: make([]*os.Process, opts.Workers)}
-	q.onPause = func(slot, pid int) {
+	onPause := func(slot, pid int) {
 		if slot >= 0 && slot < opts.Workers {
 			sup.kill(slot, pid)
 		}
 	}
+	var onAck func(int)
 	if opts.Progress != nil {
-		q.onAck = func(n int) {
+		onAck = func(n int) {
 			sup.mu.Lock()
 			k := sup.kills
 			sup.mu.Unlock()
 			opts.Progress(cfg.Mode, n, len(jobs), k)
 		}
 	}
+	q, err := newQueue(jobs, 3*time.Second, onPause, onAck)
+	if err != nil {
+		return 0, err
+	}
+	defer q.close()
+	cfg.Queue = q.url()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	stop := make(chan struct{})

@@ -45,8 +45,10 @@ type queue struct {
 	done       chan struct{}
 }
 
-func newQueue(jobs []Job, visibility time.Duration) (*queue, error) {
-	q := &queue{visibility: visibility, done: make(chan struct{})}
+// newQueue starts the queue's HTTP server; the callbacks are set before
+// it serves its first request.
+func newQueue(jobs []Job, visibility time.Duration, onPause func(worker, pid int), onAck func(acked int)) (*queue, error) {
+	q := &queue{visibility: visibility, done: make(chan struct{}), onPause: onPause, onAck: onAck}
 	for _, j := range jobs {
 		q.jobs = append(q.jobs, &slot{job: j, leasedBy: -1})
 	}
