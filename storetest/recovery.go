@@ -184,7 +184,7 @@ func testRecoverVerifyNotLanded(t *testing.T, h Harness) {
 
 func testRecoverVerifyErrors(t *testing.T, h Harness) {
 	var asked atomic.Int64
-	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: 20 * time.Millisecond,
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: 300 * time.Millisecond,
 		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
 			asked.Add(1)
 			return false, nil, errors.New("provider API down")
@@ -205,7 +205,7 @@ func testRecoverVerifyErrors(t *testing.T, h Harness) {
 		t.Fatalf("stored %+v", a)
 	}
 	// Second failure, from the reaper after the backoff: review.
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
 	r, _ := once.NewReaper(c, once.ReaperConfig{})
 	rep, err := r.RunOnce(ctx(t))
 	if err != nil || rep.Review != 1 || asked.Load() != 2 {
@@ -673,7 +673,7 @@ func providerOf(line string) string {
 // must hold until it returns, or recovery would run it a second time
 // beside it.
 func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
-	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 60 * time.Millisecond, MaxExecution: 100 * time.Millisecond,
+	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 300 * time.Millisecond, MaxExecution: 400 * time.Millisecond,
 		Recovery: once.RetryWithProviderKey}})
 	var running, most atomic.Int64
 	effect := func(ctx context.Context, a once.Attempt) (string, error) {
@@ -681,7 +681,7 @@ func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
 		defer running.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(600 * time.Millisecond) // ignores ctx
+		time.Sleep(2 * time.Second) // ignores ctx
 		return "sent", nil
 	}
 	done := make(chan error, 1)
@@ -689,7 +689,7 @@ func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
 		_, err := once.Do(ctx(t), c, intent(1), effect)
 		done <- err
 	}()
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // past MaxExecution and four leases
 	_, err := once.Do(ctx(t), c, intent(1), effect)
 	if !errors.Is(err, once.ErrInFlight) {
 		t.Fatalf("duplicate while a slow effect runs = %v; want ErrInFlight", err)
