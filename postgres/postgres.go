@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/migrate"
+	"github.com/oncehq/once/internal/sqlrows"
 )
 
 //go:embed migrations/*.sql
@@ -373,16 +374,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		return nil, time.Time{}, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.Action
 	var now time.Time
-	for rows.Next() {
-		var a once.Action
-		if err := scanAction(rows, &a, &now); err != nil {
-			return nil, now, s.wrap(err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) {
+		return a, scanAction(r, &a, &now)
+	})
+	if err != nil {
 		return nil, now, s.wrap(err)
 	}
 	if now.IsZero() {
@@ -434,17 +430,8 @@ func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]o
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.Event
-	for rows.Next() {
-		var e once.Event
-		var k, typ, from, to string
-		if err := rows.Scan(&e.ID, &k, &e.At, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note); err != nil {
-			return nil, s.wrap(err)
-		}
-		e.Key, e.Type, e.From, e.To = once.Key(k), once.EventType(typ), once.Status(from), once.Status(to)
-		out = append(out, e)
-	}
-	return out, s.wrap(rows.Err())
+	out, err := sqlrows.Collect(rows, sqlrows.Event(func(t time.Time) time.Time { return t }))
+	return out, s.wrap(err)
 }
 
 // Stats implements once.Store.
@@ -454,17 +441,8 @@ func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.StatusCount
-	for rows.Next() {
-		var c once.StatusCount
-		var status string
-		if err := rows.Scan(&c.Kind, &status, &c.Count); err != nil {
-			return nil, s.wrap(err)
-		}
-		c.Status = once.Status(status)
-		out = append(out, c)
-	}
-	return out, s.wrap(rows.Err())
+	out, err := sqlrows.Collect(rows, sqlrows.StatusCount)
+	return out, s.wrap(err)
 }
 
 // Purge implements once.Store.
@@ -498,48 +476,20 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if f.Status != "" {
-		add("status = $%d", string(f.Status))
-	}
-	if f.Kind != "" {
-		add("kind = $%d", f.Kind)
-	}
-	if f.Run != "" {
-		add("run_id = $%d", f.Run)
-	}
-	if !f.Since.IsZero() {
-		add("updated_at >= $%d", f.Since)
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	sql := s.q.list
-	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
-	}
-	sql += " ORDER BY updated_at DESC, key LIMIT " + strconv.Itoa(limit)
-	rows, err := s.db.Query(ctx, sql, args...)
+	clause, args := sqlrows.ListClause(f,
+		func(n int) string { return "$" + strconv.Itoa(n) },
+		func(t time.Time) any { return t })
+	rows, err := s.db.Query(ctx, s.q.list+clause, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.Action
-	for rows.Next() {
-		var a once.Action
-		if err := scanAction(rows, &a); err != nil {
-			return nil, s.wrap(err)
-		}
-		out = append(out, a)
-	}
-	return out, s.wrap(rows.Err())
+	out, err := sqlrows.Collect(rows, scanOne)
+	return out, s.wrap(err)
 }
+
+// scanOne scans one action.
+func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
 
 // Migrations returns the schema migrations rendered for this store's
 // schema and prefix, for users who run their own migration tool.
@@ -586,22 +536,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 )`); err != nil {
 		return s.wrap(err)
 	}
-	applied := map[int]bool{}
 	rows, err := tx.Query(ctx, `SELECT version FROM `+mt)
 	if err != nil {
 		return s.wrap(err)
 	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return s.wrap(err)
-		}
-		applied[v] = true
-	}
+	versions, err := sqlrows.Collect(rows, sqlrows.Int)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return s.wrap(err)
+	}
+	applied := map[int]bool{}
+	for _, v := range versions {
+		applied[v] = true
 	}
 	for _, m := range ms {
 		if applied[m.Version] {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/migrate"
+	"github.com/oncehq/once/internal/sqlrows"
 )
 
 //go:embed migrations/*.sql
@@ -541,20 +542,15 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var out []once.Action
 	var now int64
 	err := s.write(ctx, func() error {
-		out = nil
 		rows, err := s.db.QueryContext(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), leaseMS(req.Hold))
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var a once.Action
-			if err := scanAction(rows, &a, &now); err != nil {
-				return err
-			}
-			out = append(out, a)
-		}
-		if err := rows.Err(); err != nil {
+		out, err = sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) {
+			return a, scanAction(r, &a, &now)
+		})
+		if err != nil {
 			return err
 		}
 		if now == 0 {
@@ -615,18 +611,8 @@ func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]o
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.Event
-	for rows.Next() {
-		var e once.Event
-		var k, typ, from, to string
-		var at int64
-		if err := rows.Scan(&e.ID, &k, &at, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note); err != nil {
-			return nil, s.wrap(err)
-		}
-		e.Key, e.At, e.Type, e.From, e.To = once.Key(k), msTime(at), once.EventType(typ), once.Status(from), once.Status(to)
-		out = append(out, e)
-	}
-	return out, s.wrap(rows.Err())
+	out, err := sqlrows.Collect(rows, sqlrows.Event(msTime))
+	return out, s.wrap(err)
 }
 
 // Stats implements once.Store.
@@ -636,17 +622,8 @@ func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.StatusCount
-	for rows.Next() {
-		var c once.StatusCount
-		var status string
-		if err := rows.Scan(&c.Kind, &status, &c.Count); err != nil {
-			return nil, s.wrap(err)
-		}
-		c.Status = once.Status(status)
-		out = append(out, c)
-	}
-	return out, s.wrap(rows.Err())
+	out, err := sqlrows.Collect(rows, sqlrows.StatusCount)
+	return out, s.wrap(err)
 }
 
 // Purge implements once.Store. The events go first, in the same
@@ -670,21 +647,13 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 	// one transaction.
 	var keys []string
 	err = s.inWriteTx(ctx, func(db dbtx) error {
-		keys = keys[:0]
 		rows, err := db.QueryContext(ctx, s.q.purgeActions, older, kinds, except, max(req.Limit, 1))
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				return err
-			}
-			keys = append(keys, k)
-		}
+		keys, err = sqlrows.Collect(rows, sqlrows.String)
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return err
 		}
 		gone, err := jsonStrings(keys)
@@ -710,53 +679,24 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, cond)
-	}
-	if f.Status != "" {
-		add("status = ?", string(f.Status))
-	}
-	if f.Kind != "" {
-		add("kind = ?", f.Kind)
-	}
-	if f.Run != "" {
-		add("run_id = ?", f.Run)
-	}
-	if !f.Since.IsZero() {
-		// Rows hold whole milliseconds: one at or after Since is at or
-		// after Since rounded up to the millisecond.
-		since := f.Since.UnixMilli()
-		if !f.Since.Equal(f.Since.Truncate(time.Millisecond)) {
-			since++
-		}
-		add("updated_at >= ?", since)
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	query := s.q.list
-	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
-	}
-	query += " ORDER BY updated_at DESC, key LIMIT " + strconv.Itoa(limit)
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	clause, args := sqlrows.ListClause(f,
+		func(int) string { return "?" },
+		func(t time.Time) any {
+			// Rows hold whole milliseconds: one at or after Since is at
+			// or after Since rounded up to the millisecond.
+			since := t.UnixMilli()
+			if !t.Equal(t.Truncate(time.Millisecond)) {
+				since++
+			}
+			return since
+		})
+	rows, err := s.db.QueryContext(ctx, s.q.list+clause, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	var out []once.Action
-	for rows.Next() {
-		var a once.Action
-		if err := scanAction(rows, &a); err != nil {
-			return nil, s.wrap(err)
-		}
-		out = append(out, a)
-	}
-	return out, s.wrap(rows.Err())
+	out, err := sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) })
+	return out, s.wrap(err)
 }
 
 // Migrations returns the schema migrations rendered for this store's
@@ -791,22 +731,18 @@ func (s *Store) apply(ctx context.Context, tx dbtx, ms []migrate.Migration) erro
 ) STRICT`); err != nil {
 		return err
 	}
-	applied := map[int]bool{}
 	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+mt)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return err
-		}
-		applied[v] = true
-	}
+	versions, err := sqlrows.Collect(rows, sqlrows.Int)
 	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return err
+	}
+	applied := map[int]bool{}
+	for _, v := range versions {
+		applied[v] = true
 	}
 	for _, m := range ms {
 		if applied[m.Version] {

@@ -1,0 +1,104 @@
+// Package sqlrows holds what the SQL stores share above their drivers:
+// collecting rows, the common scans, and the action list's WHERE clause.
+// pgx.Rows and *sql.Rows both satisfy Rows.
+package sqlrows
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// Rows is what pgx.Rows and *sql.Rows have in common.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Collect scans every row with scan. The caller closes rows.
+func Collect[T any](rows Rows, scan func(Rows) (T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// Int scans a single integer column.
+func Int(r Rows) (int, error) {
+	var n int
+	err := r.Scan(&n)
+	return n, err
+}
+
+// String scans a single text column.
+func String(r Rows) (string, error) {
+	var v string
+	err := r.Scan(&v)
+	return v, err
+}
+
+// StatusCount scans kind, status, count.
+func StatusCount(r Rows) (once.StatusCount, error) {
+	var c once.StatusCount
+	var status string
+	err := r.Scan(&c.Kind, &status, &c.Count)
+	c.Status = once.Status(status)
+	return c, err
+}
+
+// Event returns a scanner for the event columns (id, key, at, type,
+// attempt, from_status, to_status, actor, note), reading at as an A and
+// turning it into a time with at.
+func Event[A any](at func(A) time.Time) func(Rows) (once.Event, error) {
+	return func(r Rows) (once.Event, error) {
+		var e once.Event
+		var k, typ, from, to string
+		var when A
+		err := r.Scan(&e.ID, &k, &when, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note)
+		e.Key, e.At, e.Type, e.From, e.To = once.Key(k), at(when), once.EventType(typ), once.Status(from), once.Status(to)
+		return e, err
+	}
+}
+
+// ListClause renders f as the WHERE, ORDER BY and LIMIT that follow the
+// list query, with its arguments. placeholder writes the n-th (from 1)
+// parameter marker; since converts Filter.Since to the column's type.
+func ListClause(f once.Filter, placeholder func(n int) string, since func(time.Time) any) (string, []any) {
+	var where []string
+	var args []any
+	add := func(column string, v any) {
+		args = append(args, v)
+		where = append(where, column+" = "+placeholder(len(args)))
+	}
+	if f.Status != "" {
+		add("status", string(f.Status))
+	}
+	if f.Kind != "" {
+		add("kind", f.Kind)
+	}
+	if f.Run != "" {
+		add("run_id", f.Run)
+	}
+	if !f.Since.IsZero() {
+		args = append(args, since(f.Since))
+		where = append(where, "updated_at >= "+placeholder(len(args)))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var b strings.Builder
+	if len(where) > 0 {
+		b.WriteString(" WHERE " + strings.Join(where, " AND "))
+	}
+	b.WriteString(" ORDER BY updated_at DESC, key LIMIT " + strconv.Itoa(limit))
+	return b.String(), args
+}
