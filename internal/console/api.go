@@ -33,10 +33,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		writeJSONError(w, http.StatusInternalServerError, "encoding the response: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	w.Write(buf.Bytes())
+	send(w, code, "application/json", buf.Bytes())
 }
 
 type errorJSON struct {

@@ -97,10 +97,16 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, code int, name s
 		http.Error(w, "console: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	send(w, code, "text/html; charset=utf-8", buf.Bytes())
+}
+
+// send writes a response rendered in full beforehand, so that a failure
+// while rendering can still answer 500 instead of half a page.
+func send(w http.ResponseWriter, code int, contentType string, body []byte) {
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	w.Write(buf.Bytes())
+	w.Write(body)
 }
 
 type errorPage struct {
