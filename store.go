@@ -213,6 +213,9 @@ type Filter struct {
 	Status Status
 	Kind   string
 	Run    string
+	// KeyPrefix keeps actions whose key starts with it (lowercase hex),
+	// as people type keys from a listing.
+	KeyPrefix string
 	// Since keeps actions updated at or after it.
 	Since time.Time
 	// Limit caps the number of rows; zero means 100.

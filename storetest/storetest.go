@@ -764,6 +764,8 @@ func testList(t *testing.T, h Harness) {
 	check(once.Filter{Limit: 2}, 2)
 	check(once.Filter{Since: time.Now().Add(time.Hour)}, 0)
 	check(once.Filter{Since: time.Now().Add(-time.Hour)}, 5)
+	check(once.Filter{KeyPrefix: string(keyOf(t, intent(2)))[:10]}, 1)
+	check(once.Filter{KeyPrefix: string(keyOf(t, intent(2)))}, 1)
 	rows, _ := s.List(ctx(t), once.Filter{})
 	for i := 1; i < len(rows); i++ {
 		if rows[i].UpdatedAt.After(rows[i-1].UpdatedAt) {

@@ -189,18 +189,12 @@ func findKey(e env, o *dburl.Store, k string) (once.Action, error) {
 	if len(k) == 64 {
 		return o.Get(e.ctx, once.Key(k))
 	}
-	if len(k) < 8 {
-		return once.Action{}, usagef("the key %q is too short; give at least 8 characters of it", k)
+	if len(k) < 8 || len(k) > 64 || strings.Trim(k, "0123456789abcdef") != "" {
+		return once.Action{}, usagef("%q is not a key; give the key, or at least 8 of its first characters (lowercase hex)", k)
 	}
-	acts, err := o.List(e.ctx, once.Filter{Limit: 100000})
+	found, err := o.List(e.ctx, once.Filter{KeyPrefix: k, Limit: 2})
 	if err != nil {
 		return once.Action{}, err
-	}
-	var found []once.Action
-	for _, a := range acts {
-		if strings.HasPrefix(string(a.Key), k) {
-			found = append(found, a)
-		}
 	}
 	switch len(found) {
 	case 0:
@@ -208,7 +202,7 @@ func findKey(e env, o *dburl.Store, k string) (once.Action, error) {
 	case 1:
 		return found[0], nil
 	}
-	return once.Action{}, fmt.Errorf("%d keys start with %s; give more of it", len(found), k)
+	return once.Action{}, fmt.Errorf("more than one key starts with %s; give more of it", k)
 }
 
 func runShow(e env, args []string) error {

@@ -91,6 +91,12 @@ func ListClause(f once.Filter, placeholder func(n int) string, since func(time.T
 		args = append(args, since(f.Since))
 		where = append(where, "updated_at >= "+placeholder(len(args)))
 	}
+	if f.KeyPrefix != "" {
+		// A range on the primary key, which both databases answer from
+		// its index: keys are lowercase hex, and "g" sorts after "f".
+		args = append(args, f.KeyPrefix, f.KeyPrefix+"g")
+		where = append(where, "key >= "+placeholder(len(args)-1)+" AND key < "+placeholder(len(args)))
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 100
