@@ -424,25 +424,24 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 	return v, s.wrap(err)
 }
 
-func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]once.Event, error) {
-	rows, err := s.db.Query(ctx, query, args...)
+func (s *Store) queryEvents(ctx context.Context, stmt string, args ...any) ([]once.Event, error) {
+	return query(ctx, s, sqlrows.Event(func(t time.Time) time.Time { return t }), stmt, args...)
+}
+
+// query runs a query and scans every row with scan.
+func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, error), stmt string, args ...any) ([]T, error) {
+	rows, err := s.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	out, err := sqlrows.Collect(rows, sqlrows.Event(func(t time.Time) time.Time { return t }))
+	out, err := sqlrows.Collect(rows, scan)
 	return out, s.wrap(err)
 }
 
 // Stats implements once.Store.
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
-	rows, err := s.db.Query(ctx, s.q.stats)
-	if err != nil {
-		return nil, s.wrap(err)
-	}
-	defer rows.Close()
-	out, err := sqlrows.Collect(rows, sqlrows.StatusCount)
-	return out, s.wrap(err)
+	return query(ctx, s, sqlrows.StatusCount, s.q.stats)
 }
 
 // Purge implements once.Store.
@@ -479,13 +478,7 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 	clause, args := sqlrows.ListClause(f,
 		func(n int) string { return "$" + strconv.Itoa(n) },
 		func(t time.Time) any { return t })
-	rows, err := s.db.Query(ctx, s.q.list+clause, args...)
-	if err != nil {
-		return nil, s.wrap(err)
-	}
-	defer rows.Close()
-	out, err := sqlrows.Collect(rows, scanOne)
-	return out, s.wrap(err)
+	return query(ctx, s, scanOne, s.q.list+clause, args...)
 }
 
 // scanOne scans one action.

@@ -320,6 +320,9 @@ func leaseMS(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
+// scanOne scans one action.
+func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
+
 // scanAction scans the column list, plus extra destinations.
 func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
 	var key, fp, status string
@@ -605,29 +608,27 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 	return v, s.wrap(err)
 }
 
-func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]once.Event, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+func (s *Store) queryEvents(ctx context.Context, stmt string, args ...any) ([]once.Event, error) {
+	return query(ctx, s, sqlrows.Event(msTime), stmt, args...)
+}
+
+// query runs a query and scans every row with scan.
+func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, error), stmt string, args ...any) ([]T, error) {
+	rows, err := s.db.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	out, err := sqlrows.Collect(rows, sqlrows.Event(msTime))
+	out, err := sqlrows.Collect(rows, scan)
 	return out, s.wrap(err)
 }
 
 // Stats implements once.Store.
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.stats)
-	if err != nil {
-		return nil, s.wrap(err)
-	}
-	defer rows.Close()
-	out, err := sqlrows.Collect(rows, sqlrows.StatusCount)
-	return out, s.wrap(err)
+	return query(ctx, s, sqlrows.StatusCount, s.q.stats)
 }
 
-// Purge implements once.Store. The events go first, in the same
-// transaction, chosen by the same ordered query as the actions.
+// Purge implements once.Store.
 func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 	kinds, err := jsonStrings(req.Kinds)
 	if err != nil {
@@ -690,13 +691,7 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 			}
 			return since
 		})
-	rows, err := s.db.QueryContext(ctx, s.q.list+clause, args...)
-	if err != nil {
-		return nil, s.wrap(err)
-	}
-	defer rows.Close()
-	out, err := sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) })
-	return out, s.wrap(err)
+	return query(ctx, s, scanOne, s.q.list+clause, args...)
 }
 
 // Migrations returns the schema migrations rendered for this store's
