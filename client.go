@@ -1,7 +1,6 @@
 package once
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -72,12 +71,16 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Default.validate("Default"); err != nil {
 		return nil, err
 	}
+	def := cfg.Default.withDefaults(packageDefaults)
+	if err := def.validateMerged("Default"); err != nil {
+		return nil, err
+	}
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 {
 		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes and RecordTimeout must not be negative; zero means the default")
 	}
 	c := &Client{
 		store:         cfg.Store,
-		def:           cfg.Default.withDefaults(packageDefaults),
+		def:           def,
 		kinds:         make(map[string]KindPolicy, len(cfg.Kinds)),
 		maxPayload:    orDefault(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
 		maxResult:     orDefault(cfg.MaxResultBytes, DefaultMaxResultBytes),
@@ -89,10 +92,15 @@ func New(cfg Config) (*Client, error) {
 		if kind == "" {
 			return nil, errors.New("once: Config.Kinds has an empty kind name")
 		}
-		if err := p.validate(fmt.Sprintf("Kinds[%q]", kind)); err != nil {
+		name := fmt.Sprintf("Kinds[%q]", kind)
+		if err := p.validate(name); err != nil {
 			return nil, err
 		}
-		c.kinds[kind] = p.withDefaults(c.def)
+		p = p.withDefaults(c.def)
+		if err := p.validateMerged(name); err != nil {
+			return nil, err
+		}
+		c.kinds[kind] = p
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -113,14 +121,6 @@ func (c *Client) Policy(kind string) KindPolicy {
 		return p
 	}
 	return c.def
-}
-
-// Store returns the client's store.
-func (c *Client) Store() Store { return c.store }
-
-// Get returns the action stored under key.
-func (c *Client) Get(ctx context.Context, key Key) (Action, error) {
-	return c.store.Get(ctx, key)
 }
 
 // prepare validates an intent and turns it into a claim request. It is

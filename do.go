@@ -32,7 +32,8 @@ type Result[T any] struct {
 	// Attempt is the attempt that produced Value.
 	Attempt int
 	// Replayed is true when the effect did not run in this call because
-	// an earlier attempt had already succeeded.
+	// an earlier attempt had already succeeded (or a verifier found that
+	// it had).
 	Replayed bool
 }
 
@@ -53,10 +54,28 @@ type Result[T any] struct {
 //   - any other error, a panic, or a timeout: the outcome is unknown and
 //     recorded so; the action is not re-executed automatically.
 //
+// fn's context is cancelled at the kind's MaxExecution, when the claim is
+// lost, and when ctx is. A cancellation it returns as a plain error is an
+// unknown outcome like any other (by default a person reviews it): on a
+// graceful shutdown, an effect that knows it sent nothing should return
+// RetryLater(ctx.Err()) instead, so the next delivery runs it.
+//
 // A caller that meets a claim held by another attempt gets an
 // *InFlightError and should return its job to the queue. A caller whose
 // payload differs from the first attempt's gets a *FingerprintError.
 // Neither runs fn.
+//
+// Do returns the effect's value together with an error when the effect
+// ran but its outcome could not be stored as it happened. The value is
+// real: act on it, but do not run the effect again.
+//   - *RecordError (ErrNotRecorded): the database was unreachable for
+//     Config.RecordTimeout; the claim stays in flight and recovery decides
+//     when its lease runs out.
+//   - *FencedError (ErrFenced): the attempt was superseded while it ran
+//     (its lease lapsed and recovery moved on); the trail shows the late
+//     outcome beside the decision.
+//   - ErrResultTooLarge or ErrResultNotJSON: the effect happened but its
+//     value cannot be stored; the action was put up for review.
 func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
 	if c == nil {
 		return Result[T]{}, errors.New("once: Do called with a nil *Client; build one with once.New")
@@ -64,79 +83,159 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 	if fn == nil {
 		return Result[T]{}, errors.New("once: Do called with a nil effect function")
 	}
-	req, pol, err := c.prepare(in)
-	if err != nil {
-		return Result[T]{}, err
-	}
-	cr, err := c.claim(ctx, c.store, req)
-	if err != nil {
-		return Result[T]{}, err
-	}
-	if !cr.Claimed {
-		return answer(ctx, c, pol, in, req, cr, fn)
-	}
-	return execute(ctx, c, pol, in, cr.Action, fn)
+	return finish[T](c.do(ctx, in, func(ctx context.Context, a Attempt) (any, error) { return fn(ctx, a) }))
 }
 
 // DoTx is Do inside the caller's transaction, for effects that are writes
 // to the same database: the claim, the effect and the record commit or
 // roll back together, so there is no window in which the effect happened
-// but was not recorded. tx is a pgx.Tx for the postgres store and a
-// *sql.Tx for the sqlite store; fn receives it back.
+// but was not recorded. store is the client's store, which binds tx (a
+// pgx.Tx for the postgres store, a *sql.Tx for the sqlite store): a
+// transaction of the wrong type does not compile. fn receives tx back.
 //
 // When fn returns an error nothing is recorded and the error is returned:
 // roll the transaction back. There is no lease or heartbeat; the
 // transaction itself holds the claim, and a concurrent DoTx on the same
-// key waits for it to commit or roll back.
-func DoTx[T any, TX any](ctx context.Context, c *Client, tx TX, in Intent, fn func(context.Context, TX, Attempt) (T, error)) (Result[T], error) {
-	if c == nil {
+// key waits for it to commit or roll back. Hooks see the claim and the
+// outcome as Do's, before the caller commits.
+func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx TX, in Intent, fn func(context.Context, TX, Attempt) (T, error)) (Result[T], error) {
+	switch {
+	case c == nil:
 		return Result[T]{}, errors.New("once: DoTx called with a nil *Client; build one with once.New")
-	}
-	if fn == nil {
+	case fn == nil:
 		return Result[T]{}, errors.New("once: DoTx called with a nil effect function")
-	}
-	binder, ok := c.store.(TxBinder)
-	if !ok {
-		return Result[T]{}, fmt.Errorf("once: DoTx: store %T cannot join a caller's transaction", c.store)
+	case store == nil || Store(store) != c.store:
+		return Result[T]{}, fmt.Errorf("once: DoTx: the store that binds the transaction (%T) is not the client's store; pass the store the client was made with", store)
 	}
 	req, pol, err := c.prepare(in)
 	if err != nil {
 		return Result[T]{}, err
 	}
-	store, err := binder.BindTx(tx)
-	if err != nil {
-		return Result[T]{}, err
-	}
-	cr, err := c.claim(ctx, store, req)
+	s := store.BindTx(tx)
+	cr, err := c.claim(ctx, s, req)
 	if err != nil {
 		return Result[T]{}, err
 	}
 	if !cr.Claimed {
 		// Recovery needs a transaction of its own; inside the caller's
 		// it only answers.
-		return answer[T](ctx, c, pol, in, req, cr, nil)
+		return finish[T](c.answer(ctx, req, cr))
 	}
 	a := cr.Action
-	att := Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
+	ctx, end := c.started(ctx, a)
 	runCtx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
-	value, ferr := fn(runCtx, tx, att)
+	started := time.Now()
+	value, ferr := fn(runCtx, tx, attemptOf(a, in))
 	cancel()
+	took := time.Since(started)
 	if ferr != nil {
-		return Result[T]{}, fmt.Errorf("once: action %s: the effect failed inside the transaction, roll it back: %w", a.Key, ferr)
+		err := fmt.Errorf("once: action %s: the effect failed inside the transaction, roll it back: %w", a.Key, ferr)
+		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
+		return Result[T]{}, err
 	}
-	result, rerr := c.encodeResult(value)
-	if rerr != nil {
-		return Result[T]{}, fmt.Errorf("once: action %s: %w; roll the transaction back", a.Key, rerr)
+	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, nil)
+	if resultErr != nil {
+		err := fmt.Errorf("once: action %s: %w; roll the transaction back", a.Key, resultErr)
+		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
+		return Result[T]{}, err
 	}
-	ok, err = store.Transition(ctx, Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusSucceeded, Result: result,
-		Event: Event{Type: EventSucceeded, From: StatusInFlight, Actor: "worker"}})
+	ok, err := s.Transition(ctx, t)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
+	case !ok:
+		err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusSucceeded}
+	}
+	o := Observation{Event: t.Event, Kind: a.Kind, Duration: took}
+	if err == nil {
+		c.emit(ctx, o)
+	}
+	end(o, err)
 	if err != nil {
-		return Result[T]{}, fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
-	}
-	if !ok {
-		return Result[T]{}, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusSucceeded}
+		return Result[T]{}, err
 	}
 	return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, nil
+}
+
+// effect is an effect function with its type parameter dropped: the
+// protocol below is one non-generic loop, and T meets JSON only in finish.
+type effect func(context.Context, Attempt) (any, error)
+
+// outcome is what one call of the protocol came to.
+type outcome struct {
+	key     Key
+	attempt int
+	// ran is true when the effect ran in this call; value is what it
+	// returned.
+	ran   bool
+	value any
+	// stored is a result read back from the store (a replay, or what a
+	// verifier found), decoded into T by finish.
+	stored   json.RawMessage
+	replayed bool
+	err      error
+}
+
+// finish is the one place where T meets JSON: it turns an outcome into
+// Do's return values.
+func finish[T any](o outcome) (Result[T], error) {
+	r := Result[T]{Key: o.key, Attempt: o.attempt, Replayed: o.replayed}
+	if o.ran {
+		if v, ok := o.value.(T); ok {
+			r.Value = v
+		}
+		return r, o.err
+	}
+	if o.err != nil {
+		return Result[T]{}, o.err
+	}
+	if len(o.stored) > 0 {
+		if err := json.Unmarshal(o.stored, &r.Value); err != nil {
+			return Result[T]{}, fmt.Errorf("once: action %s succeeded but its stored result does not decode into %T: %w; decode it with the type the first attempt returned", o.key, r.Value, err)
+		}
+	}
+	return r, nil
+}
+
+// do is the protocol: claim, then execute, refuse, replay, or recover the
+// standing attempt once and go round again.
+func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
+	req, pol, err := c.prepare(in)
+	if err != nil {
+		return outcome{err: err}
+	}
+	recovered := false
+	for {
+		cr, err := c.claim(ctx, c.store, req)
+		if err != nil {
+			return outcome{err: err}
+		}
+		if cr.Claimed {
+			return c.execute(ctx, pol, in, cr.Action, fn)
+		}
+		a := cr.Action
+		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
+		if recovered || !due || a.Fingerprint != req.Fingerprint {
+			return c.answer(ctx, req, cr)
+		}
+		// The standing attempt's outcome is unknown and due: apply the
+		// kind's recovery here, so the worker that meets a dead claim
+		// does not wait for the reaper.
+		recovered = true
+		r, err := c.recoverKey(ctx, pol, a.Key)
+		if err != nil {
+			return outcome{err: err}
+		}
+		switch r.decision {
+		case decTakeover:
+			return c.execute(ctx, pol, in, r.action, fn)
+		case decSucceeded:
+			return outcome{key: a.Key, attempt: r.action.Attempt, stored: r.result, replayed: true}
+		}
+		// Anything else (put up for review, released, moved on under
+		// us): claim again; a release is claimed by this caller, and any
+		// other row is answered as it stands, without recovering again.
+	}
 }
 
 // claim asks the store for the key. A released row whose fingerprint
@@ -155,186 +254,190 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 	return ClaimResult{}, fmt.Errorf("once: claiming action %s: the row kept changing under the claim; try again", req.Key)
 }
 
-// answer serves a caller that did not win the claim, from the standing
-// row: a replay, a stored failure, an in-flight conflict, or, when the
-// standing attempt's outcome is unknown and due for recovery, the kind's
-// recovery applied right here, so it does not wait for the reaper.
-func answer[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, req ClaimRequest, cr ClaimResult, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
+// answer serves a caller that did not win the claim from the standing
+// row, without acting on it: a refusal of a different payload, a replay,
+// a stored failure, or the state that keeps it from running.
+func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) outcome {
 	a := cr.Action
+	o := outcome{key: a.Key, attempt: a.Attempt}
+	observe := func(t EventType) {
+		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: t, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
+	}
 	if a.Fingerprint != req.Fingerprint {
 		c.log.Warn("once: payload differs from the first attempt; refused", "key", a.Key, "kind", a.Kind)
-		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventFingerprintMismatch, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
-		return Result[T]{}, &FingerprintError{Key: a.Key, Stored: a.Fingerprint, Got: req.Fingerprint}
+		observe(EventFingerprintMismatch)
+		o.err = &FingerprintError{Key: a.Key, Stored: a.Fingerprint, Got: req.Fingerprint}
+		return o
 	}
-	due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
-	if due && fn != nil {
-		return recoverInline(ctx, c, pol, in, req, a, fn)
-	}
-	return replay[T](ctx, c, a, cr.Now)
-}
-
-// replay answers from a row without acting on it.
-func replay[T any](ctx context.Context, c *Client, a Action, now time.Time) (Result[T], error) {
 	switch a.Status {
 	case StatusSucceeded:
-		var v T
-		if len(a.Result) > 0 {
-			if err := json.Unmarshal(a.Result, &v); err != nil {
-				return Result[T]{}, fmt.Errorf("once: action %s succeeded but its stored result does not decode into %T: %w; decode it with the type the first attempt returned", a.Key, v, err)
-			}
-		}
 		c.log.Debug("once: replayed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
-		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventReplayed, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
-		return Result[T]{Value: v, Key: a.Key, Attempt: a.Attempt, Replayed: true}, nil
+		observe(EventReplayed)
+		o.stored, o.replayed = a.Result, true
 	case StatusFailed:
-		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventReplayed, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
-		return Result[T]{}, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Replayed: true}
+		observe(EventReplayed)
+		o.err = &FailedError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Replayed: true}
 	case StatusInFlight:
-		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventConflict, Attempt: a.Attempt, From: a.Status}, Kind: a.Kind})
-		return Result[T]{}, &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(now)}
+		observe(EventConflict)
+		o.err = &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
 	case StatusUnknown:
-		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown}
+		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown}
 	case StatusReleased:
 		// Released between this caller's read and now (a person chose
 		// Retry, or recovery released it): the next delivery runs it.
-		return Result[T]{}, fmt.Errorf("once: action %s was released for another attempt: %w", a.Key, ErrRetryLater)
+		o.err = fmt.Errorf("once: action %s was released for another attempt: %w", a.Key, ErrRetryLater)
 	case StatusReview:
-		return Result[T]{}, &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error}
+		o.err = &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error}
 	default:
-		return Result[T]{}, fmt.Errorf("once: action %s has status %q, which this version does not know; upgrade", a.Key, a.Status)
+		o.err = fmt.Errorf("once: action %s has status %q, which this version does not know; upgrade", a.Key, a.Status)
 	}
+	return o
+}
+
+func attemptOf(a Action, in Intent) Attempt {
+	return Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
 }
 
 // execute runs the effect of a won claim and records its outcome.
-func execute[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, a Action, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
-	att := Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
+func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect) outcome {
 	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
-	c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventClaimed, Attempt: a.Attempt, To: StatusInFlight, Actor: "worker"}, Kind: a.Kind})
+	ctx, end := c.started(ctx, a)
+	started := time.Now()
+	settle := func(value any, err error) outcome {
+		o, obs := c.settle(ctx, pol, a, value, err, time.Since(started))
+		end(obs, o.err)
+		return o
+	}
+	value, err := c.run(ctx, pol, a, attemptOf(a, in), fn, func(p any) {
+		// The effect panicked (or called runtime.Goexit): it may have
+		// happened. Record that honestly before the panic goes on.
+		settle(nil, fmt.Errorf("panic: %v", p))
+	})
+	return settle(value, err)
+}
 
+// run runs the effect under the kind's deadline while a heartbeat keeps
+// the claim. If the effect does not return (a panic, runtime.Goexit),
+// aborted is called before the panic goes on up the stack.
+func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, aborted func(p any)) (value any, err error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
 	// The heartbeat outlives the effect's deadline and the caller's
 	// context: an effect that ignores its context may still be running,
 	// and its claim must hold until it returns.
 	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol.Lease)
-	started := time.Now()
-
-	var value T
-	var ferr error
-	panicked := true
-	func() {
-		defer func() {
-			if !panicked {
-				return
-			}
-			// The effect panicked: it may have happened. Record that
-			// honestly before the panic goes on up the stack.
-			p := recover()
-			stopHeartbeat()
-			cancelTimeout()
-			cancel(nil)
-			t := c.unknownOutcome(pol, a, fmt.Sprintf("panic: %v", p))
-			if ok, err := c.record(ctx, a, t); err == nil && ok {
-				c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Duration: time.Since(started)})
-			}
-			if p != nil { // nil: runtime.Goexit, which goes on by itself
-				panic(p)
-			}
-		}()
-		value, ferr = fn(runCtx, att)
-		panicked = false
+	returned := false
+	defer func() {
+		stopHeartbeat()
+		cancelTimeout()
+		cancel(nil)
+		if returned {
+			return
+		}
+		p := recover()
+		aborted(p)
+		if p != nil { // nil: runtime.Goexit, which goes on by itself
+			panic(p)
+		}
 	}()
-	took := time.Since(started)
-	stopHeartbeat()
-	cancelTimeout()
-	cancel(nil)
+	value, err = fn(runCtx, att)
+	returned = true
+	return value, err
+}
 
-	var t Transition
-	var resultErr error
-	switch classify(ferr) {
+// outcomeTransition is the transition that records what an effect
+// returned, by the rules in Do's doc and the kind's recovery. It does no
+// I/O. resultErr is set when the effect succeeded but its value cannot be
+// stored (too large, not JSON); the action is then put up for review.
+func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err error) (t Transition, resultErr error) {
+	switch classify(err) {
 	case StatusSucceeded:
 		// A slow worker whose claim was put up for review may still say
 		// how it ended: the outcome became known. A newer attempt fences
 		// it out through the attempt number.
 		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight, StatusReview}, Event: Event{Type: EventSucceeded}}
-		t.Result, resultErr = c.encodeResult(value)
+		t.Result, resultErr = encodeResult(value, maxResult)
 		if resultErr != nil {
 			t = Transition{To: StatusReview, From: []Status{StatusInFlight}, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
 		}
 	case StatusReleased:
-		t = Transition{To: StatusReleased, From: []Status{StatusInFlight}, Error: ferr.Error(), Event: Event{Type: EventReleased}}
+		t = Transition{To: StatusReleased, From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Type: EventReleased}}
 	case StatusFailed:
-		t = Transition{To: StatusFailed, From: []Status{StatusInFlight}, Error: ferr.Error(), Event: Event{Type: EventFailed}}
+		t = Transition{To: StatusFailed, From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Type: EventFailed}}
 	default:
-		t = c.unknownOutcome(pol, a, ferr.Error())
+		// Unknown: a person is asked at once, a provider-idempotent
+		// effect is released for the next delivery, and a verifiable one
+		// is left due for verification right away.
+		t = Transition{From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
+		switch pol.Recovery {
+		case RetryWithProviderKey:
+			t.To, t.Event.Type = StatusReleased, EventReleased
+		case VerifyThenDecide:
+			t.To, t.Event.Type, t.Lease = StatusUnknown, EventUnknown, time.Millisecond
+		default:
+			t.To, t.Event.Type = StatusReview, EventReview
+		}
 	}
 	t.Key, t.Attempt = a.Key, a.Attempt
-	t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, StatusInFlight, t.To, "worker"
+	t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, StatusInFlight, t.To, ActorWorker
 	if t.Event.Note == "" {
 		t.Event.Note = t.Error
 	}
+	return t, resultErr
+}
+
+// encodeResult encodes an effect's value for storage, within the cap.
+func encodeResult(v any, maxResult int) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrResultNotJSON, err)
+	}
+	if len(b) > maxResult {
+		return nil, fmt.Errorf("%w: its result is %d bytes, over Config.MaxResultBytes (%d); return a smaller value (an id, not a document)", ErrResultTooLarge, len(b), maxResult)
+	}
+	return b, nil
+}
+
+// settle records what the effect returned and reports it: to the hooks,
+// the log, and as the outcome Do returns.
+func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any, ferr error, took time.Duration) (outcome, Observation) {
+	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, ferr)
+	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
+	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
 
 	ok, err := c.record(ctx, a, t)
 	if err != nil {
-		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
+		return o, obs
 	}
 	if !ok {
 		// Superseded: say so in the trail, so an operator sees the late
 		// outcome beside whatever won.
 		c.log.Warn("once: attempt superseded; outcome not recorded", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "outcome", t.To)
-		refused := Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: "worker",
+		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker,
 			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
-		if err := c.store.AppendEvent(context.WithoutCancel(ctx), refused); err != nil {
+		if err := c.store.AppendEvent(context.WithoutCancel(ctx), obs.Event); err != nil {
 			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
 		}
-		c.emit(ctx, Observation{Event: refused, Kind: a.Kind, Duration: took})
-		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
+		c.emit(ctx, obs)
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
+		return o, obs
 	}
-	c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Duration: took})
+	c.emit(ctx, obs)
 	switch {
 	case t.To == StatusSucceeded:
-		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, nil
 	case resultErr != nil:
 		c.log.Warn("once: result not stored; action put up for review", "key", a.Key, "kind", a.Kind, "err", resultErr)
-		return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, resultErr)
-	case t.To == StatusReleased && classify(ferr) == StatusReleased:
-		return Result[T]{}, fmt.Errorf("once: action %s attempt %d released: %w", a.Key, a.Attempt, ferr)
+		o.err = fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, resultErr)
+	case classify(ferr) == StatusReleased:
+		o.value, o.err = nil, fmt.Errorf("once: action %s attempt %d released: %w", a.Key, a.Attempt, ferr)
 	case t.To == StatusFailed:
-		return Result[T]{}, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
+		o.value, o.err = nil, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
 	default:
 		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
-		return Result[T]{}, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
+		o.value, o.err = nil, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
 	}
-}
-
-// unknownOutcome is the transition for an effect whose outcome is
-// unknown, by the kind's recovery: a person is asked at once, a
-// provider-idempotent effect is released for the next delivery, and a
-// verifiable one is left due for verification right away.
-func (c *Client) unknownOutcome(pol KindPolicy, a Action, msg string) Transition {
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, Error: msg,
-		Event: Event{From: StatusInFlight, Actor: "worker", Note: "outcome unknown: " + msg}}
-	switch pol.Recovery {
-	case RetryWithProviderKey:
-		t.To, t.Event.Type = StatusReleased, EventReleased
-	case VerifyThenDecide:
-		t.To, t.Event.Type, t.Lease = StatusUnknown, EventUnknown, time.Millisecond
-	default:
-		t.To, t.Event.Type = StatusReview, EventReview
-	}
-	return t
-}
-
-// encodeResult encodes an effect's value for storage, within the cap.
-func (c *Client) encodeResult(v any) (json.RawMessage, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: its result cannot be encoded as JSON: %v", ErrResultTooLarge, err)
-	}
-	if len(b) > c.maxResult {
-		return nil, fmt.Errorf("%w: its result is %d bytes, over Config.MaxResultBytes (%d); return a smaller value (an id, not a document)", ErrResultTooLarge, len(b), c.maxResult)
-	}
-	return b, nil
+	return o, obs
 }
 
 // record writes an outcome, retrying while the database is unreachable.
@@ -376,9 +479,7 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, lease time.Duration) (stop func()) {
 	hbCtx, hbCancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		tick := time.NewTicker(lease / 3)
 		defer tick.Stop()
 		lastHeld := time.Now() // the claim's own lease started about now
@@ -408,7 +509,7 @@ func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 				return
 			}
 		}
-	}()
+	})
 	var once sync.Once
 	return func() {
 		once.Do(func() {

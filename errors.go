@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Sentinels for the conditions a caller branches on. Every typed error
-// below matches exactly one of them with errors.Is, and carries the detail
-// (key, attempt, timestamps) for errors.As.
+// Sentinels for the conditions a caller branches on. Each typed error
+// below matches its own sentinel with errors.Is (an *UnknownOutcomeError
+// also matches ErrRetryLater or ErrReview, by what recovery made of it),
+// and carries the detail (key, attempt, timestamps) for errors.As.
 var (
 	// ErrInvalidIntent: the intent was refused before any I/O.
 	ErrInvalidIntent = errors.New("once: invalid intent")
@@ -38,9 +39,16 @@ var (
 	// retried; the claim was released for the next delivery.
 	ErrRetryLater = errors.New("once: did not happen, retry later")
 	// ErrResultTooLarge: the effect succeeded but its result exceeds
-	// Config.MaxResultBytes or cannot be encoded as JSON. The action is put
-	// up for review rather than re-executed.
+	// Config.MaxResultBytes. The action is put up for review rather than
+	// re-executed, and Do returns the value with the error.
 	ErrResultTooLarge = errors.New("once: result too large to store")
+	// ErrResultNotJSON: the effect succeeded but its result cannot be
+	// encoded as JSON. As with ErrResultTooLarge, the action is put up for
+	// review and Do returns the value with the error.
+	ErrResultNotJSON = errors.New("once: result cannot be encoded as JSON")
+	// ErrPermanent matches an error made with Permanent, so an effect's
+	// own tests can assert how it classified a failure.
+	ErrPermanent = errors.New("once: permanent failure")
 	// ErrNotFound: no action has this key.
 	ErrNotFound = errors.New("once: action not found")
 )
@@ -182,6 +190,7 @@ func (e *RecordError) Is(target error) bool { return target == ErrNotRecorded }
 func (e *RecordError) Unwrap() error        { return e.Err }
 
 // retryLaterError marks an effect error as "did not happen, retry later".
+// It matches ErrRetryLater, as the error Do returns for it does.
 type retryLaterError struct{ err error }
 
 func (e *retryLaterError) Error() string        { return "did not happen, retry later: " + e.err.Error() }
@@ -191,8 +200,9 @@ func (e *retryLaterError) Unwrap() error        { return e.err }
 // permanentError marks an effect error as "did not happen, never retry".
 type permanentError struct{ err error }
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+func (e *permanentError) Unwrap() error        { return e.err }
 
 // RetryLater marks an error from an effect as "did not happen, retry
 // later": the provider refused before acting (a 429, a connection refused
@@ -207,7 +217,8 @@ func RetryLater(err error) error {
 
 // Permanent marks an error from an effect as "did not happen, never
 // retry" (an invalid address, a declined card). The failure is stored and
-// every duplicate gets it back.
+// every duplicate gets it back. The marked error matches ErrPermanent;
+// what Do returns for it is a *FailedError, which matches ErrFailed.
 func Permanent(err error) error {
 	if err == nil {
 		err = errors.New("permanent failure")

@@ -135,7 +135,7 @@ func ExampleKeyOf() {
 
 // A run numbers its steps in call order: run again after a crash, it
 // re-executes only the steps that never succeeded.
-func ExampleStep() {
+func ExampleRun_Next() {
 	c, done := client()
 	defer done()
 	ctx := context.Background()
@@ -147,7 +147,7 @@ func ExampleStep() {
 				fmt.Println("crash")
 				return
 			}
-			once.Step(ctx, run, "send_email", to, "hello", func(context.Context, once.Attempt) (string, error) {
+			once.Do(ctx, c, run.Next(once.Intent{Kind: "send_email", Target: to, Payload: "hello"}), func(context.Context, once.Attempt) (string, error) {
 				fmt.Println("sending to", to)
 				return "sent", nil
 			})
@@ -187,7 +187,7 @@ func ExampleClient_Resolve() {
 	fmt.Println(errors.Is(err, once.ErrReview))
 
 	key, _, _ := once.KeyOf(in)
-	a, _ := c.Resolve(ctx, key, once.Resolution{Decision: once.Done, Result: []byte(`"250 queued as 4711"`), By: "ada", Note: "found in the mail log"})
+	a, _ := c.Resolve(ctx, key, once.Resolution{Decision: once.DecisionDone, Result: []byte(`"250 queued as 4711"`), By: "ada", Note: "found in the mail log"})
 	fmt.Println(a.Status, a.ResolvedBy)
 
 	res, _ := once.Do(ctx, c, in, send)

@@ -17,7 +17,8 @@ const (
 type Observation struct {
 	Event
 	Kind string
-	// Recovery is the kind's recovery mode, set on recovery events.
+	// Recovery is the kind's recovery mode, set on recovery events and
+	// on an effect's outcome.
 	Recovery Recovery
 	// Duration is the effect's run time on outcome events, the
 	// verifier's on verification events.
@@ -25,14 +26,84 @@ type Observation struct {
 }
 
 // Hooks let a program watch every transition: for metrics (the metrics
-// package), tracing or alerts. They run synchronously on the goroutine
-// that made the transition, so they must be quick and must not block.
+// package), tracing (the tracing package) or alerts. They run
+// synchronously on the goroutine that made the transition, so they must
+// be quick and must not block.
 type Hooks struct {
+	// OnEvent is called after every transition, and for replays,
+	// in-flight conflicts and refused payloads, which are not written to
+	// the trail.
 	OnEvent func(context.Context, Observation)
+	// OnExecute is called when a claim is won, just before the effect
+	// runs, with the claimed event. The context it returns is the one the
+	// effect runs under (and the outcome's hooks see), so a tracer can
+	// open a span around the effect. The func it returns, if not nil, is
+	// called exactly once when the attempt is settled, with the outcome's
+	// observation and the error Do or DoTx returns (nil on success).
+	OnExecute func(context.Context, Observation) (context.Context, func(Observation, error))
+}
+
+// JoinHooks returns hooks that call each of hs in order: metrics and
+// tracing together, say. OnExecute contexts are threaded through, and the
+// end funcs are called in reverse order, as deferred calls would be.
+func JoinHooks(hs ...Hooks) Hooks {
+	var j Hooks
+	for _, h := range hs {
+		if h.OnEvent != nil {
+			prev := j.OnEvent
+			j.OnEvent = func(ctx context.Context, o Observation) {
+				if prev != nil {
+					prev(ctx, o)
+				}
+				h.OnEvent(ctx, o)
+			}
+		}
+		if h.OnExecute != nil {
+			prev := j.OnExecute
+			j.OnExecute = func(ctx context.Context, o Observation) (context.Context, func(Observation, error)) {
+				var prevEnd func(Observation, error)
+				if prev != nil {
+					ctx, prevEnd = prev(ctx, o)
+				}
+				ctx, end := h.OnExecute(ctx, o)
+				return ctx, func(o Observation, err error) {
+					if end != nil {
+						end(o, err)
+					}
+					if prevEnd != nil {
+						prevEnd(o, err)
+					}
+				}
+			}
+		}
+	}
+	return j
 }
 
 func (c *Client) emit(ctx context.Context, o Observation) {
 	if c.hooks.OnEvent != nil {
 		c.hooks.OnEvent(ctx, o)
+	}
+}
+
+// started reports a won claim to the hooks and returns the context the
+// effect runs under, with the func that reports the attempt settled. The
+// func does its work once, however often it is called.
+func (c *Client) started(ctx context.Context, a Action) (context.Context, func(Observation, error)) {
+	o := Observation{Event: Event{Key: a.Key, Type: EventClaimed, Attempt: a.Attempt, To: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind}
+	var end func(Observation, error)
+	if c.hooks.OnExecute != nil {
+		ctx, end = c.hooks.OnExecute(ctx, o)
+	}
+	c.emit(ctx, o)
+	if end == nil {
+		return ctx, func(Observation, error) {}
+	}
+	done := false
+	return ctx, func(o Observation, err error) {
+		if !done {
+			done = true
+			end(o, err)
+		}
 	}
 }

@@ -14,11 +14,15 @@ import (
 type Recovery int
 
 const (
+	// RecoveryDefault, the zero value, takes Config.Default's recovery
+	// (and its Verifier) in a kind policy, and AskPerson in
+	// Config.Default itself.
+	RecoveryDefault Recovery = iota
 	// AskPerson never re-executes: the action is put up for review with
 	// the reason, and a person decides (Client.Resolve). The default, and
 	// the honest answer for plain SMTP, which cannot be asked whether it
 	// delivered.
-	AskPerson Recovery = iota
+	AskPerson
 	// RetryWithProviderKey re-executes with the same Attempt.ProviderKey:
 	// the provider (Stripe, most payment and messaging APIs) absorbs the
 	// duplicate.
@@ -33,6 +37,8 @@ const (
 
 func (r Recovery) String() string {
 	switch r {
+	case RecoveryDefault:
+		return "default"
 	case AskPerson:
 		return "ask_person"
 	case RetryWithProviderKey:
@@ -66,12 +72,12 @@ type KindPolicy struct {
 	// a job: a duplicate that arrives after its action was purged runs
 	// again. Zero means DefaultRetention (30 days).
 	Retention time.Duration
-	// Recovery is what to do with an unknown outcome. The zero value is
-	// AskPerson. Unlike the durations, Recovery and Verifier are not taken
-	// from Config.Default: each kind names its own, and one that names
-	// none asks a person.
+	// Recovery is what to do with an unknown outcome. Zero
+	// (RecoveryDefault) means Config.Default's, and AskPerson where
+	// Default names none.
 	Recovery Recovery
-	// Verifier is required with VerifyThenDecide.
+	// Verifier is required with VerifyThenDecide. A kind that takes its
+	// recovery from Config.Default takes Default's Verifier with it.
 	Verifier Verifier
 	// MaxVerifyFailures is how many verifier errors send the action to
 	// review. Zero means DefaultMaxVerifyFailures (5).
@@ -82,6 +88,7 @@ type KindPolicy struct {
 }
 
 var packageDefaults = KindPolicy{
+	Recovery:          AskPerson,
 	Lease:             DefaultLease,
 	MaxExecution:      DefaultMaxExecution,
 	Retention:         DefaultRetention,
@@ -89,7 +96,15 @@ var packageDefaults = KindPolicy{
 	VerifyBackoff:     10 * time.Second,
 }
 
+// withDefaults fills p's zero fields from d. Every field is inherited the
+// same way: a kind that sets only a Lease keeps Default's recovery.
 func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
+	if p.Recovery == RecoveryDefault {
+		p.Recovery = d.Recovery
+		if p.Verifier == nil {
+			p.Verifier = d.Verifier
+		}
+	}
 	if p.Lease == 0 {
 		p.Lease = d.Lease
 	}
@@ -114,9 +129,17 @@ func (p KindPolicy) validate(name string) error {
 		return fmt.Errorf("once: Config.%s has a negative duration or count; zero means the default", name)
 	case p.Lease > 0 && p.Lease < 30*time.Millisecond:
 		return fmt.Errorf("once: Config.%s.Lease is %v; it must be at least 30ms so heartbeats can keep it", name, p.Lease)
-	case p.Recovery < AskPerson || p.Recovery > VerifyThenDecide:
+	case p.Recovery < RecoveryDefault || p.Recovery > VerifyThenDecide:
 		return fmt.Errorf("once: Config.%s.Recovery is %v; use AskPerson, RetryWithProviderKey or VerifyThenDecide", name, p.Recovery)
-	case p.Recovery == VerifyThenDecide && p.Verifier == nil:
+	case p.Verifier != nil && p.Recovery != VerifyThenDecide && p.Recovery != RecoveryDefault:
+		return fmt.Errorf("once: Config.%s has a Verifier but Recovery is %v; a verifier is only asked under VerifyThenDecide", name, p.Recovery)
+	}
+	return nil
+}
+
+// validateMerged checks a policy after its defaults were filled in.
+func (p KindPolicy) validateMerged(name string) error {
+	if p.Recovery == VerifyThenDecide && p.Verifier == nil {
 		return fmt.Errorf("once: Config.%s.Recovery is VerifyThenDecide but Verifier is nil; give it a function that asks the provider", name)
 	}
 	return nil

@@ -19,9 +19,10 @@ type ReaperConfig struct {
 	// MaxPerPass bounds the actions one pass handles, so a backlog is
 	// worked through over several passes. Zero means 10,000.
 	MaxPerPass int
-	// After stands in for time.After between passes, so tests can drive
-	// the loop. Nil means time.After.
-	After func(time.Duration) <-chan time.Time
+	// OnPass, if not nil, is called after every pass Start makes, with
+	// its report and error: a console shows the last pass, an
+	// application alerts on a growing review count.
+	OnPass func(ReapReport, error)
 	// Logger for pass summaries. Nil means the client's.
 	Logger *slog.Logger
 }
@@ -97,9 +98,6 @@ func NewReaper(c *Client, cfg ReaperConfig) (*Reaper, error) {
 	cfg.Interval = orDefault(cfg.Interval, 30*time.Second)
 	cfg.BatchSize = orDefault(cfg.BatchSize, 100)
 	cfg.MaxPerPass = orDefault(cfg.MaxPerPass, 10000)
-	if cfg.After == nil {
-		cfg.After = time.After
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = c.log
@@ -117,13 +115,14 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	for rep.Examined < r.cfg.MaxPerPass {
 		// Hold for the longest policy: the batch is decided one by one.
 		hold := r.c.longestHold()
-		batch, _, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: min(r.cfg.BatchSize, r.cfg.MaxPerPass-rep.Examined), Hold: hold})
+		token := newToken()
+		batch, _, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: min(r.cfg.BatchSize, r.cfg.MaxPerPass-rep.Examined), Hold: hold, Token: token})
 		if err != nil {
 			return rep, fmt.Errorf("once: reaper: %w", err)
 		}
 		var firstErr error
 		for _, a := range batch {
-			d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, "reaper", false)
+			d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, token, ActorReaper, false)
 			if err != nil {
 				// Go on with the rest of the batch; this one comes back
 				// when its hold runs out.
@@ -158,13 +157,22 @@ func (r *Reaper) Start(ctx context.Context) error {
 	go func() {
 		defer close(r.done)
 		for {
-			if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			rep, err := r.RunOnce(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
 				r.log.Warn("once: reaper pass failed", "err", err)
 			}
+			if r.cfg.OnPass != nil {
+				r.cfg.OnPass(rep, err)
+			}
+			t := time.NewTimer(r.cfg.Interval)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-r.cfg.After(r.cfg.Interval):
+			case <-t.C:
 			}
 		}
 	}()
@@ -190,44 +198,4 @@ func (c *Client) longestHold() time.Duration {
 		h = max(h, p.hold())
 	}
 	return h
-}
-
-// Purge deletes finished actions (succeeded, failed, released) older than
-// their kind's Retention, in batches of at most batch rows, and returns
-// how many it deleted. It never touches in-flight, unknown or review
-// actions. Retention must exceed the longest time your queue may
-// redeliver a job, or a late duplicate runs again. With dryRun it only
-// counts.
-func (c *Client) Purge(ctx context.Context, batch int, dryRun bool, progress func(deleted int)) (int, error) {
-	if batch <= 0 {
-		batch = 1000
-	}
-	total := 0
-	named := make([]string, 0, len(c.kinds))
-	for kind, p := range c.kinds {
-		named = append(named, kind)
-		if err := c.purge(ctx, PurgeRequest{Kinds: []string{kind}, OlderThan: p.Retention, Limit: batch, DryRun: dryRun}, progress, &total); err != nil {
-			return total, err
-		}
-	}
-	err := c.purge(ctx, PurgeRequest{ExceptKinds: named, OlderThan: c.def.Retention, Limit: batch, DryRun: dryRun}, progress, &total)
-	return total, err
-}
-
-// purge repeats one request until a batch comes back short, adding to
-// total as it goes.
-func (c *Client) purge(ctx context.Context, req PurgeRequest, progress func(int), total *int) error {
-	for {
-		n, err := c.store.Purge(ctx, req)
-		if err != nil {
-			return fmt.Errorf("once: purge: %w", err)
-		}
-		*total += n
-		if progress != nil && n > 0 {
-			progress(*total)
-		}
-		if req.DryRun || n < req.Limit {
-			return nil
-		}
-	}
 }

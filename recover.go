@@ -2,8 +2,8 @@ package once
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
-
 	"fmt"
 	"time"
 )
@@ -35,71 +35,61 @@ func (p KindPolicy) hold() time.Duration {
 	return p.Lease
 }
 
-// recoverInline applies the kind's recovery to an action whose outcome is
-// unknown, from inside Do: a worker that meets a dead claim does not wait
-// for the reaper. If recovery says "execute again", this caller does, as
-// the next attempt, under fencing.
-func recoverInline[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, req ClaimRequest, standing Action, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
-	got, _, err := c.store.Recoverable(ctx, RecoverRequest{Key: standing.Key, Limit: 1, Hold: pol.hold()})
+// recovery is what recovering one action came to.
+type recovery struct {
+	decision decision
+	// action is the action as the decision left it: the new attempt on
+	// a takeover.
+	action Action
+	// result is the verifier's, when it found the effect landed.
+	result json.RawMessage
+}
+
+// recoverKey applies the kind's recovery to one action whose outcome is
+// unknown, from inside Do: it takes the action (if no one else has) and
+// decides. On a takeover the caller runs the effect as the next attempt,
+// under fencing.
+func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key) (recovery, error) {
+	token := newToken()
+	got, _, err := c.store.Recoverable(ctx, RecoverRequest{Key: key, Limit: 1, Hold: pol.hold(), Token: token})
 	if err != nil {
-		return Result[T]{}, fmt.Errorf("once: recovering action %s: %w", standing.Key, err)
+		return recovery{}, fmt.Errorf("once: recovering action %s: %w", key, err)
 	}
 	if len(got) == 0 {
 		// Another worker or a reaper is on it, or it finished.
-		return claimAgain(ctx, c, pol, in, req, fn)
+		return recovery{decision: decChanged}, nil
 	}
 	a := got[0]
-	d, result, err := c.decide(ctx, pol, a, "worker", true)
+	d, result, err := c.decide(ctx, pol, a, token, ActorWorker, true)
 	if err != nil {
-		return Result[T]{}, err
+		return recovery{}, err
 	}
-	switch d {
-	case decTakeover:
+	if d == decTakeover {
 		a.Attempt++
 		a.Status, a.VerifyFailures, a.Error = StatusInFlight, 0, ""
-		return execute(ctx, c, pol, in, a, fn)
-	case decSucceeded:
-		var v T
-		if len(result) > 0 {
-			if err := json.Unmarshal(result, &v); err != nil {
-				return Result[T]{}, fmt.Errorf("once: action %s: the verifier's result does not decode into %T: %w", a.Key, v, err)
-			}
-		}
-		return Result[T]{Value: v, Key: a.Key, Attempt: a.Attempt, Replayed: true}, nil
-	default:
-		return claimAgain(ctx, c, pol, in, req, fn)
 	}
+	return recovery{decision: d, action: a, result: result}, nil
 }
 
-// claimAgain answers a caller whose recovery found the action moved on:
-// if it was released meanwhile, this caller claims it and runs the
-// effect; otherwise it answers from the row as it stands, without
-// recovering again.
-func claimAgain[T any](ctx context.Context, c *Client, pol KindPolicy, in Intent, req ClaimRequest, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
-	cr, err := c.claim(ctx, c.store, req)
-	if err != nil {
-		return Result[T]{}, err
-	}
-	if cr.Claimed {
-		return execute(ctx, c, pol, in, cr.Action, fn)
-	}
-	return answer[T](ctx, c, pol, in, req, cr, nil)
+// newToken returns a random hold token.
+func newToken() string {
+	return rand.Text()
 }
 
 // decide applies pol's recovery to a, which the caller holds (see
 // Store.Recoverable). canExecute says whether the caller can run the
 // effect itself (a worker in Do) or only release it (the reaper). It
 // returns the verifier's result when it found the effect landed.
-func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, actor string, canExecute bool) (decision, json.RawMessage, error) {
+func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, actor string, canExecute bool) (decision, json.RawMessage, error) {
 	reason := a.Error
 	if a.Status == StatusInFlight {
 		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
 	}
-	// HeldUntil makes every decision conditional on the hold this caller
-	// took: a worker whose heartbeat came back, or a second recoverer
-	// after the hold ran out, changes lease_until and wins instead.
-	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures, HeldUntil: a.LeaseUntil}
+	// Hold makes every decision conditional on the hold this caller took:
+	// a worker whose heartbeat came back, or a second recoverer after the
+	// hold ran out, clears or replaces the token and wins instead.
+	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures, Hold: hold}
 	apply := func(t Transition, d decision) (decision, json.RawMessage, error) {
 		t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, a.Status, t.To, actor
 		ok, err := c.store.Transition(ctx, t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -12,15 +13,18 @@ import (
 type Decision string
 
 const (
-	// Done: the effect happened (the person checked); store Result, if
-	// any, and replay it to every duplicate.
-	Done Decision = "done"
-	// Retry: the effect did not happen; release the action so the next
-	// delivery runs it again.
-	Retry Decision = "retry"
-	// Abandon: do not do it at all; the action fails permanently.
-	Abandon Decision = "abandon"
+	// DecisionDone: the effect happened (the person checked); store
+	// Result, if any, and replay it to every duplicate.
+	DecisionDone Decision = "done"
+	// DecisionRetry: the effect did not happen; release the action so the
+	// next delivery runs it again.
+	DecisionRetry Decision = "retry"
+	// DecisionAbandon: do not do it at all; the action fails permanently.
+	DecisionAbandon Decision = "abandon"
 )
+
+// Decisions returns every decision, in the order a form offers them.
+func Decisions() []Decision { return []Decision{DecisionDone, DecisionRetry, DecisionAbandon} }
 
 // Resolution is a person's decision about an action awaiting review.
 type Resolution struct {
@@ -33,9 +37,12 @@ type Resolution struct {
 	Note string
 }
 
-// ResolvableStatuses are the statuses a person may resolve: an action in
-// review, one whose outcome is unknown, and one that failed.
-var ResolvableStatuses = []Status{StatusReview, StatusUnknown, StatusFailed}
+// ResolvableStatuses returns the statuses a person may resolve: an action
+// in review, one whose outcome is unknown, and one that failed.
+func ResolvableStatuses() []Status { return []Status{StatusReview, StatusUnknown, StatusFailed} }
+
+// Resolvable reports whether a person may resolve an action in status s.
+func (s Status) Resolvable() bool { return slices.Contains(ResolvableStatuses(), s) }
 
 // Resolve records a person's decision on an action in review, with an
 // unknown outcome, or failed. It races safely with a late worker: both
@@ -43,27 +50,27 @@ var ResolvableStatuses = []Status{StatusReview, StatusUnknown, StatusFailed}
 // refused with a *ConflictError (for the resolution) or a *FencedError
 // (for the worker), both written to the trail.
 func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, error) {
-	if err := c.checkResolution(r); err != nil {
+	if err := c.ValidateResolution(r); err != nil {
 		return Action{}, err
 	}
 	a, err := c.store.Get(ctx, key)
 	if err != nil {
 		return Action{}, err
 	}
-	if !resolvable(a.Status) {
+	if !a.Status.Resolvable() {
 		return a, c.refuseResolution(ctx, r, a)
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, ResolvedBy: r.By, ResolveNote: r.Note,
 		Event: Event{Key: a.Key, Attempt: a.Attempt, Type: EventResolved, From: a.Status, Actor: r.By, Note: string(r.Decision) + ": " + r.Note}}
 	switch r.Decision {
-	case Done:
+	case DecisionDone:
 		t.To, t.Result = StatusSucceeded, r.Result
 		if len(t.Result) == 0 {
 			t.Result = json.RawMessage("null")
 		}
-	case Retry:
+	case DecisionRetry:
 		t.To, t.Error = StatusReleased, "released by "+r.By+": "+r.Note
-	case Abandon:
+	case DecisionAbandon:
 		t.To, t.Error = StatusFailed, "abandoned by "+r.By+": "+r.Note
 	}
 	t.Event.To = t.To
@@ -94,21 +101,15 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur}
 }
 
-func resolvable(s Status) bool {
-	for _, r := range ResolvableStatuses {
-		if s == r {
-			return true
-		}
-	}
-	return false
-}
-
-func (c *Client) checkResolution(r Resolution) error {
+// ValidateResolution checks r as Resolve would, without any I/O, and
+// returns a *ResolutionError naming the field that is wrong. A form or a
+// command checks with it before it asks anything of the store.
+func (c *Client) ValidateResolution(r Resolution) error {
 	bad := func(field, reason string) error { return &ResolutionError{Field: field, Reason: reason} }
 	switch r.Decision {
-	case Done, Retry, Abandon:
+	case DecisionDone, DecisionRetry, DecisionAbandon:
 	default:
-		return bad("Decision", fmt.Sprintf("is %q; use once.Done, once.Retry or once.Abandon", r.Decision))
+		return bad("Decision", fmt.Sprintf("is %q; use once.DecisionDone, DecisionRetry or DecisionAbandon", r.Decision))
 	}
 	for _, f := range []struct {
 		name, v, why string
@@ -128,7 +129,7 @@ func (c *Client) checkResolution(r Resolution) error {
 	}
 	if len(r.Result) > 0 {
 		switch {
-		case r.Decision != Done:
+		case r.Decision != DecisionDone:
 			return bad("Result", "is only stored with Done, not "+string(r.Decision))
 		case !json.Valid(r.Result):
 			return bad("Result", "is not valid JSON")
@@ -137,9 +138,4 @@ func (c *Client) checkResolution(r Resolution) error {
 		}
 	}
 	return nil
-}
-
-// Events returns an action's trail, oldest first.
-func (c *Client) Events(ctx context.Context, key Key) ([]Event, error) {
-	return c.store.Events(ctx, key)
 }

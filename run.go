@@ -1,14 +1,12 @@
 package once
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"sync"
 )
 
 // Run is a handle on one run — an agent run, a job — that numbers its
-// steps in call order. One key per external call, not one per run: an
+// steps in call order (Run.Next). One key per external call, not one per run: an
 // agent run that sends three emails and writes two records has five keys,
 // and when it dies after the fourth, running it again re-executes only
 // the fifth; the first four replay their stored results.
@@ -30,27 +28,19 @@ func (c *Client) Run(id string) *Run { return &Run{c: c, id: id} }
 // ID returns the run id.
 func (r *Run) ID() string { return r.id }
 
-// Step runs the run's next step through Do: kind, target and payload as in
-// Intent, the step number taken from the handle.
-func Step[T any](ctx context.Context, r *Run, kind, target string, payload any, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
+// Next hands out the run's next intent: in with Run set to the run's id
+// and Step to the next number, whatever they held. Pass it to Do:
+//
+//	res, err := once.Do(ctx, c, run.Next(once.Intent{Kind: "send_email", Target: to, Payload: msg}), send)
+func (r *Run) Next(in Intent) Intent {
 	r.mu.Lock()
-	step := r.next
+	defer r.mu.Unlock()
+	in.Run, in.Step = r.id, r.next
 	r.next++
-	r.mu.Unlock()
-	return Do(ctx, r.c, Intent{Run: r.id, Step: step, Kind: kind, Target: target, Payload: payload}, fn)
+	return in
 }
 
 // Steps returns the run's actions in step order, with their statuses.
 func (r *Run) Steps(ctx context.Context) ([]Action, error) {
 	return r.c.RunSteps(ctx, r.id)
-}
-
-// RunSteps returns the actions of run id in step order.
-func (c *Client) RunSteps(ctx context.Context, id string) ([]Action, error) {
-	acts, err := c.store.List(ctx, Filter{Run: id, Limit: 10000})
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(acts, func(a, b Action) int { return cmp.Compare(a.Step, b.Step) })
-	return acts, nil
 }

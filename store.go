@@ -3,6 +3,7 @@ package once
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -29,18 +30,21 @@ const (
 	StatusReleased Status = "released"
 )
 
-// Statuses lists every status, in the order an operator reads them.
-var Statuses = []Status{StatusInFlight, StatusUnknown, StatusReview, StatusReleased, StatusSucceeded, StatusFailed}
+// Statuses returns every status, in the order an operator reads them.
+func Statuses() []Status {
+	return []Status{StatusInFlight, StatusUnknown, StatusReview, StatusReleased, StatusSucceeded, StatusFailed}
+}
 
 // Valid reports whether s is one of the statuses above.
-func (s Status) Valid() bool {
-	for _, v := range Statuses {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
+
+// Actors that are not a person. A person's decision names the person.
+const (
+	// ActorWorker is a worker in Do or DoTx.
+	ActorWorker = "worker"
+	// ActorReaper is a Reaper's pass.
+	ActorReaper = "reaper"
+)
 
 // Action is one row of the action log.
 type Action struct {
@@ -117,12 +121,12 @@ type Transition struct {
 	// Lease, when positive, sets lease_until to the database's now plus
 	// Lease; otherwise lease_until is cleared.
 	Lease time.Duration
-	// Expired additionally requires lease_until to have passed by the
-	// database's clock.
-	Expired bool
-	// HeldUntil, when set, additionally requires lease_until to equal it:
-	// the hold a recoverer took with Recoverable is still its own.
-	HeldUntil time.Time
+	// Hold, when set, additionally requires the row's hold token to
+	// equal it: the hold a recoverer took with Recoverable is still its
+	// own. A heartbeat, a claim and every applied transition clear the
+	// token, so a worker that came back or a second recoverer wins
+	// instead.
+	Hold string
 	// Result is stored when To is StatusSucceeded.
 	Result json.RawMessage
 	// Error is stored as the action's error message (cleared if empty).
@@ -167,7 +171,8 @@ type Event struct {
 	Attempt int
 	From    Status
 	To      Status
-	// Actor is who caused it: "worker", "reaper", or a person's name.
+	// Actor is who caused it: ActorWorker, ActorReaper, or a person's
+	// name.
 	Actor string
 	Note  string
 }
@@ -184,6 +189,10 @@ type RecoverRequest struct {
 	// database's now, so no other reaper or worker takes it while this one
 	// decides.
 	Hold time.Duration
+	// Token is written to every returned action as its hold token; the
+	// decisions that follow name it in Transition.Hold. Required: a
+	// random value no other recoverer uses.
+	Token string
 }
 
 // StatusCount is one cell of Stats: how many actions of a kind are in a
@@ -267,11 +276,28 @@ type Store interface {
 	// Migrate creates or upgrades the schema. It is safe to run twice and
 	// from several processes at once.
 	Migrate(ctx context.Context) error
+	// Migrations returns the schema's migrations as SQL, rendered for the
+	// store's schema and table prefix, for teams that apply SQL with a
+	// tool of their own (once migrate --print).
+	Migrations() ([]Migration, error)
+	// Close releases what the store opened. A store made over a caller's
+	// pool or database leaves it open.
+	Close() error
 }
 
-// TxBinder is implemented by stores that can work inside a caller's
-// transaction, for DoTx. BindTx returns a Store whose statements run in
-// tx, or an error naming the transaction type the store needs.
-type TxBinder interface {
-	BindTx(tx any) (Store, error)
+// Migration is one numbered schema migration, rendered as SQL.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// TxBinder is a Store that can work inside a caller's transaction of
+// type TX (pgx.Tx for the postgres store, *sql.Tx for the sqlite store),
+// for DoTx. Because DoTx takes the binder with its type, a transaction of
+// the wrong type does not compile.
+type TxBinder[TX any] interface {
+	Store
+	// BindTx returns a Store whose statements run in tx.
+	BindTx(tx TX) Store
 }

@@ -55,8 +55,8 @@ type Store struct {
 }
 
 var (
-	_ once.Store    = (*Store)(nil)
-	_ once.TxBinder = (*Store)(nil)
+	_ once.Store            = (*Store)(nil)
+	_ once.TxBinder[pgx.Tx] = (*Store)(nil)
 )
 
 // New returns a store over an existing pool. It does no I/O.
@@ -125,11 +125,13 @@ func redact(err error) string {
 	return msg
 }
 
-// Close closes the pool if Open made it.
-func (s *Store) Close() {
+// Close closes the pool if Open made it; a pool passed to New is the
+// caller's to close.
+func (s *Store) Close() error {
 	if s.owned {
 		s.pool.Close()
 	}
+	return nil
 }
 
 // Pool returns the store's pool.
@@ -138,16 +140,11 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // String names the store and its address, for messages.
 func (s *Store) String() string { return "postgres store at " + s.addr }
 
-// BindTx returns a store whose statements run in tx, which must be a
-// pgx.Tx. once.DoTx calls it.
-func (s *Store) BindTx(tx any) (once.Store, error) {
-	t, ok := tx.(pgx.Tx)
-	if !ok {
-		return nil, fmt.Errorf("once: DoTx on the postgres store needs a pgx.Tx, got %T", tx)
-	}
+// BindTx returns a store whose statements run in tx. once.DoTx calls it.
+func (s *Store) BindTx(tx pgx.Tx) once.Store {
 	c := *s
-	c.db, c.inTx = t, true
-	return &c, nil
+	c.db, c.inTx = tx, true
+	return &c
 }
 
 func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
@@ -194,7 +191,8 @@ SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM cla
 		reclaim: r.Replace(`
 WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
-        claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0
+        claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
+        hold_token = NULL
     WHERE key = $1 AND status = 'released' AND fingerprint = $2
     RETURNING $C
 ), ev AS (
@@ -206,7 +204,7 @@ SELECT $C, true, now() FROM claimed`),
 		// after the claim's snapshot was taken.
 		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
 		heartbeat: r.Replace(`
-UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond'
+UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = NULL
 WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
 RETURNING lease_until`),
 		// A fenced compare-and-set and its event, in one statement.
@@ -220,9 +218,9 @@ WITH u AS (
         verify_failures = $8,
         resolved_by = CASE WHEN $9 <> '' THEN $9 ELSE resolved_by END,
         resolved_at = CASE WHEN $9 <> '' THEN now() ELSE resolved_at END,
-        resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END
-    WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND (NOT $12 OR lease_until <= now())
-      AND ($17::timestamptz IS NULL OR lease_until = $17)
+        resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END,
+        hold_token = NULL
+    WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND ($12 = '' OR hold_token = $12)
     RETURNING key, attempt, status
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note)
@@ -239,7 +237,7 @@ WITH due AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
-UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond'
+UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = $4
 WHERE key IN (SELECT key FROM due)
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
@@ -344,19 +342,11 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	var n int64
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Expired, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, optTime(t.HeldUntil)).Scan(&n)
+		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note).Scan(&n)
 	if err != nil {
 		return false, s.wrap(err)
 	}
 	return n == 1, nil
-}
-
-// optTime is a zero time as NULL.
-func optTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t
 }
 
 func statuses(ss []once.Status) []string {
@@ -369,7 +359,10 @@ func statuses(ss []once.Status) []string {
 
 // Recoverable implements once.Store.
 func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]once.Action, time.Time, error) {
-	rows, err := s.db.Query(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), req.Hold.Microseconds())
+	if req.Token == "" {
+		return nil, time.Time{}, errors.New("postgres store: Recoverable needs a hold token")
+	}
+	rows, err := s.db.Query(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), req.Hold.Microseconds(), req.Token)
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)
 	}
@@ -486,7 +479,7 @@ func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r
 
 // Migrations returns the schema migrations rendered for this store's
 // schema and prefix, for users who run their own migration tool.
-func (s *Store) Migrations() ([]migrate.Migration, error) {
+func (s *Store) Migrations() ([]once.Migration, error) {
 	return migrate.Load(migrationFS, "migrations", s.names)
 }
 

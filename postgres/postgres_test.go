@@ -86,7 +86,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(t *testing.T) (once.Store, string) { return newStore(t) }, Open: openSpec})
 	t.Run("DoTx", func(t *testing.T) { t.Parallel(); testDoTx(t) })
 	t.Run("DoTxRollback", func(t *testing.T) { t.Parallel(); testDoTxRollback(t) })
-	t.Run("DoTxWrongType", func(t *testing.T) { t.Parallel(); testDoTxWrongType(t) })
+	t.Run("DoTxOtherStore", func(t *testing.T) { t.Parallel(); testDoTxOtherStore(t) })
 	t.Run("Prefix", func(t *testing.T) { t.Parallel(); testPrefix(t) })
 }
 
@@ -116,7 +116,7 @@ func testDoTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := once.DoTx(ctx, c, tx, txIntent, func(ctx context.Context, tx pgx.Tx, a once.Attempt) (string, error) {
+		res, err := once.DoTx(ctx, c, s, tx, txIntent, func(ctx context.Context, tx pgx.Tx, a once.Attempt) (string, error) {
 			_, err := tx.Exec(ctx, `INSERT INTO `+outbox+` (id, body) VALUES ($1, $2)`, a.Key, "hello")
 			return "written", err
 		})
@@ -142,7 +142,7 @@ func testDoTxRollback(t *testing.T) {
 	s, c, outbox := setup(t)
 	ctx := context.Background()
 	tx, _ := s.Pool().Begin(ctx)
-	_, err := once.DoTx(ctx, c, tx, txIntent, func(ctx context.Context, tx pgx.Tx, a once.Attempt) (string, error) {
+	_, err := once.DoTx(ctx, c, s, tx, txIntent, func(ctx context.Context, tx pgx.Tx, a once.Attempt) (string, error) {
 		tx.Exec(ctx, `INSERT INTO `+outbox+` (id, body) VALUES ($1, $2)`, a.Key, "hello")
 		return "", errors.New("validation failed after the write")
 	})
@@ -165,14 +165,30 @@ func testDoTxRollback(t *testing.T) {
 	}
 }
 
-func testDoTxWrongType(t *testing.T) {
-	_, c, _ := setup(t)
-	_, err := once.DoTx(context.Background(), c, "not a tx", txIntent, func(context.Context, string, once.Attempt) (int, error) {
+// A transaction of the wrong type does not compile (TxBinder is typed);
+// a transaction bound by a store other than the client's is refused
+// before anything is claimed or run.
+func testDoTxOtherStore(t *testing.T) {
+	s, c, _ := setup(t)
+	other, _, _ := setup(t)
+	ctx := context.Background()
+	tx, err := other.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	_, err = once.DoTx(ctx, c, other, tx, txIntent, func(context.Context, pgx.Tx, once.Attempt) (int, error) {
 		t.Error("effect ran")
 		return 0, nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "pgx.Tx") {
-		t.Fatalf("DoTx with a string = %v, want an error naming pgx.Tx", err)
+	if err == nil || !strings.Contains(err.Error(), "not the client's store") {
+		t.Fatalf("DoTx with another store = %v, want an error saying so", err)
+	}
+	k, _, _ := once.KeyOf(txIntent)
+	for _, st := range []*postgres.Store{s, other} {
+		if _, err := st.Get(ctx, k); !errors.Is(err, once.ErrNotFound) {
+			t.Fatalf("a refused DoTx left a row: %v", err)
+		}
 	}
 }
 

@@ -48,7 +48,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(t *testing.T) (once.Store, string) { return newStore(t) }, Open: openSpec})
 	t.Run("DoTx", func(t *testing.T) { t.Parallel(); testDoTx(t) })
 	t.Run("DoTxRollback", func(t *testing.T) { t.Parallel(); testDoTxRollback(t) })
-	t.Run("DoTxWrongType", func(t *testing.T) { t.Parallel(); testDoTxWrongType(t) })
+	t.Run("DoTxOtherStore", func(t *testing.T) { t.Parallel(); testDoTxOtherStore(t) })
 }
 
 func setup(t *testing.T) (*sqlite.Store, *once.Client) {
@@ -86,7 +86,7 @@ func testDoTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := once.DoTx(ctx, c, tx, txIntent, func(ctx context.Context, tx *sql.Tx, a once.Attempt) (string, error) {
+		res, err := once.DoTx(ctx, c, s, tx, txIntent, func(ctx context.Context, tx *sql.Tx, a once.Attempt) (string, error) {
 			_, err := tx.ExecContext(ctx, `INSERT INTO outbox (id, body) VALUES (?, ?)`, string(a.Key), "hello")
 			return "written", err
 		})
@@ -109,7 +109,7 @@ func testDoTxRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = once.DoTx(ctx, c, tx, txIntent, func(ctx context.Context, tx *sql.Tx, a once.Attempt) (string, error) {
+	_, err = once.DoTx(ctx, c, s, tx, txIntent, func(ctx context.Context, tx *sql.Tx, a once.Attempt) (string, error) {
 		tx.ExecContext(ctx, `INSERT INTO outbox (id, body) VALUES (?, ?)`, string(a.Key), "hello")
 		return "", errors.New("validation failed after the write")
 	})
@@ -126,13 +126,28 @@ func testDoTxRollback(t *testing.T) {
 	}
 }
 
-func testDoTxWrongType(t *testing.T) {
-	_, c := setup(t)
-	_, err := once.DoTx(context.Background(), c, 42, txIntent, func(context.Context, int, once.Attempt) (int, error) {
+// A transaction of the wrong type does not compile (TxBinder is typed);
+// a transaction bound by a store other than the client's is refused
+// before anything is claimed or run.
+func testDoTxOtherStore(t *testing.T) {
+	s, c := setup(t)
+	other, _ := setup(t)
+	tx, err := other.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, err = once.DoTx(context.Background(), c, other, tx, txIntent, func(context.Context, *sql.Tx, once.Attempt) (int, error) {
 		t.Error("effect ran")
 		return 0, nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "*sql.Tx") {
-		t.Fatalf("DoTx with an int = %v, want an error naming *sql.Tx", err)
+	if err == nil || !strings.Contains(err.Error(), "not the client's store") {
+		t.Fatalf("DoTx with another store = %v, want an error saying so", err)
+	}
+	k, _, _ := once.KeyOf(txIntent)
+	for _, st := range []*sqlite.Store{s, other} {
+		if _, err := st.Get(context.Background(), k); !errors.Is(err, once.ErrNotFound) {
+			t.Fatalf("a refused DoTx left a row: %v", err)
+		}
 	}
 }

@@ -82,8 +82,8 @@ type Store struct {
 }
 
 var (
-	_ once.Store    = (*Store)(nil)
-	_ once.TxBinder = (*Store)(nil)
+	_ once.Store             = (*Store)(nil)
+	_ once.TxBinder[*sql.Tx] = (*Store)(nil)
 )
 
 // Open opens the database file at path, creating it if it does not exist,
@@ -209,18 +209,14 @@ func (s *Store) DB() *sql.DB { return s.sqlDB }
 // String names the store and its file, for messages.
 func (s *Store) String() string { return "sqlite store at " + s.path }
 
-// BindTx returns a store whose statements run in tx, which must be a
-// *sql.Tx begun on DB(). once.DoTx calls it. A transaction begun on
-// another *sql.DB should begin IMMEDIATE too, or a claim that follows a
-// read in it can fail at once with "database is locked".
-func (s *Store) BindTx(tx any) (once.Store, error) {
-	t, ok := tx.(*sql.Tx)
-	if !ok || t == nil {
-		return nil, fmt.Errorf("once: DoTx on the sqlite store needs a *sql.Tx, got %T", tx)
-	}
+// BindTx returns a store whose statements run in tx, which should be
+// begun on DB(). once.DoTx calls it. A transaction begun on another
+// *sql.DB should begin IMMEDIATE too, or a claim that follows a read in it
+// can fail at once with "database is locked".
+func (s *Store) BindTx(tx *sql.Tx) once.Store {
 	c := *s
-	c.db, c.inTx = t, true
-	return &c, nil
+	c.db, c.inTx = tx, true
+	return &c
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
@@ -265,12 +261,13 @@ INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, a
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8)
 ON CONFLICT (key) DO UPDATE
     SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
-        claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0
+        claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
+        hold_token = NULL
     WHERE status = 'released' AND fingerprint = excluded.fingerprint
 RETURNING $C, $NOW`),
 		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
 		heartbeat: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3
+UPDATE $T SET lease_until = $NOW + ?3, hold_token = NULL
 WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
 RETURNING lease_until`),
 		// The statuses to match come as one JSON array, so the statement
@@ -284,9 +281,9 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     verify_failures = ?8,
     resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
     resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
-    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END
-WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (NOT ?12 OR lease_until <= $NOW)
-    AND (?13 IS NULL OR lease_until = ?13)
+    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
+    hold_token = NULL
+WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
 RETURNING attempt, status`),
 		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
 		list:  r.Replace(`SELECT $C FROM $T`),
@@ -294,7 +291,7 @@ RETURNING attempt, status`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		recoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3
+UPDATE $T SET lease_until = $NOW + ?3, hold_token = ?4
 WHERE key IN (
     SELECT key FROM $T
     WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?1 = '' OR key = ?1)
@@ -494,7 +491,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		var attempt int
 		var status string
 		err := db.QueryRowContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Expired, optMS(t.HeldUntil)).Scan(&attempt, &status)
+			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold).Scan(&attempt, &status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -512,14 +509,6 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return false, s.wrap(err)
 	}
 	return applied, nil
-}
-
-// optMS is a time in the database's milliseconds, a zero time as NULL.
-func optMS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
 }
 
 func statusStrings(ss []once.Status) []string {
@@ -542,10 +531,13 @@ func jsonStrings(ss []string) (string, error) {
 
 // Recoverable implements once.Store.
 func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]once.Action, time.Time, error) {
+	if req.Token == "" {
+		return nil, time.Time{}, errors.New("sqlite store: Recoverable needs a hold token")
+	}
 	var out []once.Action
 	var now int64
 	err := s.write(ctx, func() error {
-		rows, err := s.db.QueryContext(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), leaseMS(req.Hold))
+		rows, err := s.db.QueryContext(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), leaseMS(req.Hold), req.Token)
 		if err != nil {
 			return err
 		}
@@ -696,7 +688,7 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 
 // Migrations returns the schema migrations rendered for this store's
 // prefix, for users who run their own migration tool.
-func (s *Store) Migrations() ([]migrate.Migration, error) {
+func (s *Store) Migrations() ([]once.Migration, error) {
 	return migrate.Load(migrationFS, "migrations", s.names)
 }
 
@@ -717,7 +709,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // apply records and runs the migrations tx has not seen.
-func (s *Store) apply(ctx context.Context, tx dbtx, ms []migrate.Migration) error {
+func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) error {
 	mt := s.names.Table("migration")
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
     version    INTEGER NOT NULL PRIMARY KEY,

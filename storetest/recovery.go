@@ -31,7 +31,7 @@ func runFive(ctx context.Context, c *once.Client, file, hangAfter string) error 
 			appendLine(file+".paused", "paused")
 			select {}
 		}
-		_, err := once.Step(ctx, run, kind, fmt.Sprintf("target-%d", i), map[string]int{"step": i},
+		_, err := once.Do(ctx, c, run.Next(once.Intent{Kind: kind, Target: fmt.Sprintf("target-%d", i), Payload: map[string]int{"step": i}}),
 			func(ctx context.Context, a once.Attempt) (string, error) {
 				return fmt.Sprintf("done-%d", i), appendLine(file, fmt.Sprintf("step %d", a.Intent.Step))
 			})
@@ -423,7 +423,7 @@ func testResolveRace(t *testing.T, h Harness) {
 		var wg sync.WaitGroup
 		var resolveErr error
 		wg.Go(func() {
-			_, resolveErr = c.Resolve(ctx(t), k, once.Resolution{Decision: once.Abandon, By: "ops@example.com", Note: "customer asked us to stop"})
+			_, resolveErr = c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionAbandon, By: "ops@example.com", Note: "customer asked us to stop"})
 		})
 		close(release)
 		wg.Wait()
@@ -456,7 +456,7 @@ func testResolve(t *testing.T, h Harness) {
 	}
 	// Done with a result: duplicates replay it.
 	k := unknown(1)
-	a, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.Done, Result: json.RawMessage(`"msg-from-provider-log"`), By: "ada", Note: "found it in the provider's log"})
+	a, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionDone, Result: json.RawMessage(`"msg-from-provider-log"`), By: "ada", Note: "found it in the provider's log"})
 	if err != nil || a.Status != once.StatusSucceeded || a.ResolvedBy != "ada" || a.ResolveNote == "" || a.ResolvedAt.IsZero() {
 		t.Fatalf("Resolve done = %+v, %v", a, err)
 	}
@@ -466,7 +466,7 @@ func testResolve(t *testing.T, h Harness) {
 	}
 	// Retry: the next delivery runs it again.
 	k = unknown(2)
-	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.Retry, By: "ada", Note: "bounced; send again"}); err != nil {
+	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "bounced; send again"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = once.Do(ctx(t), c, intent(2), (&counter{}).fn("again"))
@@ -475,7 +475,7 @@ func testResolve(t *testing.T, h Harness) {
 	}
 	// Abandon: failed for good.
 	k = unknown(3)
-	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.Abandon, By: "ada", Note: "duplicate campaign"}); err != nil {
+	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "duplicate campaign"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := once.Do(ctx(t), c, intent(3), (&counter{}).fn("x")); !errors.Is(err, once.ErrFailed) {
@@ -489,20 +489,20 @@ func testResolve(t *testing.T, h Harness) {
 	// Bad resolutions are refused before any write.
 	for _, r := range []once.Resolution{
 		{Decision: "maybe", By: "a", Note: "n"},
-		{Decision: once.Done, Note: "n"},
-		{Decision: once.Done, By: "a"},
-		{Decision: once.Done, By: "a", Note: "n", Result: json.RawMessage(`{`)},
-		{Decision: once.Retry, By: "a", Note: "n", Result: json.RawMessage(`1`)},
+		{Decision: once.DecisionDone, Note: "n"},
+		{Decision: once.DecisionDone, By: "a"},
+		{Decision: once.DecisionDone, By: "a", Note: "n", Result: json.RawMessage(`{`)},
+		{Decision: once.DecisionRetry, By: "a", Note: "n", Result: json.RawMessage(`1`)},
 	} {
 		if _, err := c.Resolve(ctx(t), k, r); err == nil {
 			t.Errorf("Resolve(%+v) accepted", r)
 		}
 	}
 	// A succeeded action is not for resolving.
-	if _, err := c.Resolve(ctx(t), keyOf(t, intent(1)), once.Resolution{Decision: once.Abandon, By: "a", Note: "n"}); !errors.Is(err, once.ErrConflict) {
+	if _, err := c.Resolve(ctx(t), keyOf(t, intent(1)), once.Resolution{Decision: once.DecisionAbandon, By: "a", Note: "n"}); !errors.Is(err, once.ErrConflict) {
 		t.Fatalf("resolving a succeeded action = %v", err)
 	}
-	if _, err := c.Resolve(ctx(t), keyOf(t, intent(99)), once.Resolution{Decision: once.Abandon, By: "a", Note: "n"}); !errors.Is(err, once.ErrNotFound) {
+	if _, err := c.Resolve(ctx(t), keyOf(t, intent(99)), once.Resolution{Decision: once.DecisionAbandon, By: "a", Note: "n"}); !errors.Is(err, once.ErrNotFound) {
 		t.Fatalf("resolving a missing action = %v", err)
 	}
 }
@@ -564,12 +564,12 @@ func testPurge(t *testing.T, h Harness) {
 	kept := mk(6, "kept", ok)
 	time.Sleep(20 * time.Millisecond)
 
-	n, err := c.Purge(ctx(t), 2, true, nil)
+	n, err := c.Purge(ctx(t), once.PurgeOptions{BatchSize: 2, DryRun: true})
 	if err != nil || n != 3 {
 		t.Fatalf("dry run counted %d, %v; want 3", n, err)
 	}
 	var progress []int
-	n, err = c.Purge(ctx(t), 2, false, func(d int) { progress = append(progress, d) })
+	n, err = c.Purge(ctx(t), once.PurgeOptions{BatchSize: 2, Progress: func(d int) { progress = append(progress, d) }})
 	if err != nil || n != 3 || len(progress) == 0 || progress[len(progress)-1] != 3 {
 		t.Fatalf("purged %d, %v (progress %v); want 3", n, err, progress)
 	}
@@ -626,11 +626,13 @@ func testUnknownVerified(t *testing.T, h Harness) {
 
 func testReaperLoop(t *testing.T, h Harness) {
 	s, c, _ := setup(t, h, once.Config{})
-	ticks := make(chan time.Time)
-	asked := make(chan time.Duration, 10)
-	r, _ := once.NewReaper(c, once.ReaperConfig{Interval: time.Hour, After: func(d time.Duration) <-chan time.Time {
-		asked <- d
-		return ticks
+	type pass struct {
+		rep once.ReapReport
+		err error
+	}
+	passes := make(chan pass, 100)
+	r, _ := once.NewReaper(c, once.ReaperConfig{Interval: 50 * time.Millisecond, OnPass: func(rep once.ReapReport, err error) {
+		passes <- pass{rep, err}
 	}})
 	if err := r.Start(ctx(t)); err != nil {
 		t.Fatal(err)
@@ -638,18 +640,30 @@ func testReaperLoop(t *testing.T, h Harness) {
 	if err := r.Start(ctx(t)); err == nil {
 		t.Error("second Start accepted")
 	}
-	if d := <-asked; d != time.Hour {
-		t.Fatalf("waited %v, want the interval", d)
+	if p := <-passes; p.err != nil || p.rep.Examined != 0 {
+		t.Fatalf("first pass over an empty store = %+v, %v", p.rep, p.err)
 	}
-	// An action dies between passes; the next tick reaps it.
+	// An action dies between passes; a later pass reaps it.
 	s.Claim(ctx(t), claimReq(t, intent(1), time.Millisecond))
-	time.Sleep(20 * time.Millisecond)
-	ticks <- time.Now()
-	<-asked
+	reviewed := 0
+	for reviewed == 0 {
+		select {
+		case p := <-passes:
+			if p.err != nil {
+				t.Fatalf("pass failed: %v", p.err)
+			}
+			reviewed += p.rep.Review
+		case <-ctx(t).Done():
+			t.Fatal("no pass reaped the dead claim")
+		}
+	}
 	r.Stop()
 	r.Stop() // twice is fine
 	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview {
-		t.Fatalf("stored %s after a tick, want review", a.Status)
+		t.Fatalf("stored %s after a pass, want review", a.Status)
+	}
+	if reviewed != 1 {
+		t.Fatalf("passes reported %d reviews, want 1", reviewed)
 	}
 }
 
@@ -709,7 +723,7 @@ func testHoldIsFenced(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	time.Sleep(30 * time.Millisecond)
-	got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: req.Key, Limit: 1, Hold: time.Hour})
+	got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: req.Key, Limit: 1, Hold: time.Hour, Token: "hold-1"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Recoverable = %d, %v", len(got), err)
 	}
@@ -718,7 +732,7 @@ func testHoldIsFenced(t *testing.T, h Harness) {
 		t.Fatalf("heartbeat: %v %v", held, err)
 	}
 	ok, err := s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusReview,
-		HeldUntil: got[0].LeaseUntil})
+		Hold: "hold-1"})
 	if err != nil || ok {
 		t.Fatalf("a decision on a hold that is no longer ours = %v, %v; want refused", ok, err)
 	}

@@ -186,14 +186,7 @@ func testMigrateConcurrently(t *testing.T, h Harness) {
 	}
 }
 
-func closeStore(s once.Store) {
-	switch c := s.(type) {
-	case interface{ Close() error }:
-		c.Close()
-	case interface{ Close() }:
-		c.Close()
-	}
-}
+func closeStore(s once.Store) { s.Close() }
 
 func testClaimRace(t *testing.T, h Harness) {
 	_, c, _ := setup(t, h, once.Config{})
@@ -417,7 +410,7 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 	if !errors.As(err, &ife) || ife.Expired || ife.Attempt != 1 || ife.ClaimedAt.IsZero() {
 		t.Fatalf("Do on a held claim = %v; want an unexpired *InFlightError", err)
 	}
-	if got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: long.Key, Limit: 10, Hold: time.Minute}); err != nil || len(got) != 0 {
+	if got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: long.Key, Limit: 10, Hold: time.Minute, Token: "t1"}); err != nil || len(got) != 0 {
 		t.Fatalf("Recoverable on a held lease = %d, %v; want none", len(got), err)
 	}
 
@@ -443,11 +436,11 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 		t.Fatalf("claim: %+v %v", cr, err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	got, now, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: lapsed.Key, Limit: 10, Hold: time.Hour})
+	got, now, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: lapsed.Key, Limit: 10, Hold: time.Hour, Token: "t2"})
 	if err != nil || len(got) != 1 || got[0].Key != lapsed.Key || !got[0].LeaseUntil.After(now.Add(59*time.Minute)) {
 		t.Fatalf("Recoverable on a lapsed lease = %+v, %v; want it, held for an hour", got, err)
 	}
-	if again, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Limit: 10, Hold: time.Hour}); err != nil || len(again) != 0 {
+	if again, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Limit: 10, Hold: time.Hour, Token: "t3"}); err != nil || len(again) != 0 {
 		t.Fatalf("second Recoverable = %d, %v; a held action was handed out twice", len(again), err)
 	}
 	if effects.n.Load() != 0 {
@@ -672,8 +665,8 @@ func testResultTooLarge(t *testing.T, h Harness) {
 	}
 	// An unencodable result is treated the same way.
 	_, err = once.Do(ctx(t), c, intent(2), func(context.Context, once.Attempt) (chan int, error) { return make(chan int), nil })
-	if !errors.Is(err, once.ErrResultTooLarge) {
-		t.Fatalf("unencodable result: %v", err)
+	if !errors.Is(err, once.ErrResultNotJSON) || errors.Is(err, once.ErrResultTooLarge) {
+		t.Fatalf("unencodable result: %v, want ErrResultNotJSON", err)
 	}
 }
 

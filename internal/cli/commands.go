@@ -156,8 +156,8 @@ func runLs(e env, args []string) error {
 }
 
 func statusList() string {
-	s := make([]string, len(once.Statuses))
-	for i, v := range once.Statuses {
+	s := make([]string, len(once.Statuses()))
+	for i, v := range once.Statuses() {
 		s[i] = string(v)
 	}
 	return strings.Join(s, ", ")
@@ -293,7 +293,7 @@ func runResolve(e env, args []string) error {
 	for _, c := range []struct {
 		set bool
 		d   once.Decision
-	}{{*done, once.Done}, {*retry, once.Retry}, {*abandon, once.Abandon}} {
+	}{{*done, once.DecisionDone}, {*retry, once.DecisionRetry}, {*abandon, once.DecisionAbandon}} {
 		if c.set {
 			d, n = c.d, n+1
 		}
@@ -406,7 +406,7 @@ func runPurge(e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	total, err := c.Purge(e.ctx, 0, true, nil)
+	total, err := c.Purge(e.ctx, once.PurgeOptions{DryRun: true})
 	if err != nil {
 		return err
 	}
@@ -415,7 +415,7 @@ func runPurge(e env, args []string) error {
 		return nil
 	}
 	bar := newBar(e.stderr, "purging", total)
-	n, err := c.Purge(e.ctx, 500, false, bar.set)
+	n, err := c.Purge(e.ctx, once.PurgeOptions{BatchSize: 500, Progress: bar.set})
 	bar.finish()
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func (s *server) apiActions(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	acts, err := s.store.List(r.Context(), f)
+	acts, err := s.client.List(r.Context(), f)
 	if err != nil {
 		s.apiFail(w, r, "listing actions", err)
 		return
@@ -132,7 +132,7 @@ type statsJSON struct {
 }
 
 func (s *server) apiStats(w http.ResponseWriter, r *http.Request) {
-	st, err := s.store.Stats(r.Context())
+	st, err := s.client.Stats(r.Context())
 	if err != nil {
 		s.apiFail(w, r, "reading the counts", err)
 		return

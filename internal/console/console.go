@@ -67,7 +67,6 @@ const healthTimeout = 2 * time.Second
 
 type server struct {
 	client *once.Client
-	store  once.Store
 	log    *slog.Logger
 	reaper func() once.ReapReport
 
@@ -90,15 +89,11 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("console: Config.Client is nil; pass the *once.Client whose actions the console shows")
 	}
-	if cfg.Client.Store() == nil {
-		return nil, errors.New("console: Config.Client has no store; build it with once.New")
-	}
 	if err := checkToken(cfg.Token); err != nil {
 		return nil, err
 	}
 	s := &server{
 		client:     cfg.Client,
-		store:      cfg.Client.Store(),
 		log:        cfg.Logger,
 		reaper:     cfg.Reaper,
 		csrfSecret: make([]byte, 32),
@@ -216,7 +211,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	v, err := s.store.Version(ctx)
+	v, err := s.client.SchemaVersion(ctx)
 	switch {
 	case err != nil:
 		w.WriteHeader(http.StatusServiceUnavailable)

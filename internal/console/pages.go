@@ -39,18 +39,18 @@ type overviewData struct {
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	st, err := s.store.Stats(ctx)
+	st, err := s.client.Stats(ctx)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
 		return
 	}
-	recent, err := s.store.RecentEvents(ctx, recoveryEvents, 20)
+	recent, err := s.client.RecentEvents(ctx, recoveryEvents, 20)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading recent recoveries failed: "+err.Error())
 		return
 	}
 	c := tally(st)
-	d := overviewData{Counts: c, Statuses: once.Statuses, Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent}
+	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent}
 	if s.reaper != nil {
 		rep := s.reaper()
 		d.Reaper = &rep
@@ -86,8 +86,8 @@ func parseFilter(q url.Values) (once.Filter, listForm, error) {
 }
 
 func statusList() string {
-	ss := make([]string, len(once.Statuses))
-	for i, s := range once.Statuses {
+	ss := make([]string, len(once.Statuses()))
+	for i, s := range once.Statuses() {
 		ss[i] = string(s)
 	}
 	return strings.Join(ss, ", ")
@@ -103,12 +103,12 @@ type actionsData struct {
 
 func (s *server) actions(w http.ResponseWriter, r *http.Request) {
 	f, lf, err := parseFilter(r.URL.Query())
-	d := actionsData{Form: lf, Statuses: once.Statuses}
+	d := actionsData{Form: lf, Statuses: once.Statuses()}
 	if err != nil {
 		s.render(w, r, http.StatusBadRequest, "actions", page{Title: "Actions", Nav: "actions", Error: err.Error(), Data: d})
 		return
 	}
-	d.Actions, err = s.store.List(r.Context(), f)
+	d.Actions, err = s.client.List(r.Context(), f)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Listing actions failed: "+err.Error())
 		return
@@ -196,7 +196,7 @@ type reviewData struct {
 func (s *server) review(w http.ResponseWriter, r *http.Request) {
 	var d reviewData
 	for _, st := range []once.Status{once.StatusReview, once.StatusUnknown} {
-		acts, err := s.store.List(r.Context(), once.Filter{Status: st, Limit: reviewLimit})
+		acts, err := s.client.List(r.Context(), once.Filter{Status: st, Limit: reviewLimit})
 		if err != nil {
 			s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the review queue failed: "+err.Error())
 			return
@@ -248,11 +248,11 @@ func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
 
 func decisionWords(d string) string {
 	switch once.Decision(strings.ToLower(strings.TrimSpace(d))) {
-	case once.Done:
+	case once.DecisionDone:
 		return "marked done"
-	case once.Retry:
+	case once.DecisionRetry:
 		return "released for retry"
-	case once.Abandon:
+	case once.DecisionAbandon:
 		return "abandoned"
 	}
 	return d

@@ -38,7 +38,7 @@ func (s *server) resolve(ctx context.Context, key once.Key, in resolveInput) (on
 		By:   strings.TrimSpace(in.By),
 	}
 	switch res.Decision {
-	case once.Done, once.Retry, once.Abandon:
+	case once.DecisionDone, once.DecisionRetry, once.DecisionAbandon:
 	case "":
 		return once.Action{}, http.StatusBadRequest, errors.New("no decision: choose done, retry or abandon")
 	default:
@@ -54,7 +54,7 @@ func (s *server) resolve(ctx context.Context, key once.Key, in resolveInput) (on
 		if !json.Valid(r) {
 			return once.Action{}, http.StatusBadRequest, errors.New("the result is not valid JSON; leave it empty, or give a JSON value such as {\"id\": \"msg-1\"}")
 		}
-		if res.Decision != once.Done {
+		if res.Decision != once.DecisionDone {
 			return once.Action{}, http.StatusBadRequest, fmt.Errorf("a result is only stored with done, not %s; clear it or choose done", res.Decision)
 		}
 		res.Result = r

@@ -179,7 +179,7 @@ func runURL(run string) string {
 	return "/runs/" + url.PathEscape(run)
 }
 
-func resolvable(s once.Status) bool { return slices.Contains(once.ResolvableStatuses, s) }
+func resolvable(s once.Status) bool { return slices.Contains(once.ResolvableStatuses(), s) }
 
 // maxShown caps how much of a payload or result a page prints; the JSON
 // API has the rest.
@@ -235,7 +235,7 @@ type counts struct {
 
 func tally(cs []once.StatusCount) counts {
 	c := counts{ByStatus: map[once.Status]int64{}, ByKind: map[string]map[once.Status]int64{}, KindSum: map[string]int64{}}
-	for _, s := range once.Statuses {
+	for _, s := range once.Statuses() {
 		c.ByStatus[s] = 0
 	}
 	for _, sc := range cs {

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
 )
@@ -21,13 +20,7 @@ type Store struct {
 	once.Store
 	// Name says which store and where, for messages.
 	Name string
-	// Migrations are the store's schema migrations, rendered.
-	Migrations func() ([]migrate.Migration, error)
-	close      func()
 }
-
-// Close releases the store.
-func (s *Store) Close() { s.close() }
 
 // IsPostgres reports whether url names a PostgreSQL database.
 func IsPostgres(url string) bool {
@@ -71,7 +64,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Store{Store: s, Name: s.String(), Migrations: s.Migrations, close: s.Close}, nil
+		return &Store{Store: s, Name: s.String()}, nil
 	}
 	path, ok := SQLitePath(url)
 	if !ok {
@@ -85,7 +78,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Store: s, Name: s.String(), Migrations: s.Migrations, close: func() { s.Close() }}, nil
+	return &Store{Store: s, Name: s.String()}, nil
 }
 
 // HasSQLiteSchema reports, through a read-only connection that changes

@@ -13,14 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/oncehq/once"
 )
 
 // Migration is one numbered SQL file, rendered.
-type Migration struct {
-	Version int
-	Name    string
-	SQL     string
-}
+type Migration = once.Migration
 
 // Names says how a store spells its objects. Templates use them as
 // {{.Table "action"}} and {{.Index "action_lease"}}.

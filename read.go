@@ -1,0 +1,59 @@
+package once
+
+import (
+	"cmp"
+	"context"
+	"slices"
+)
+
+// The read API: what the console, the CLI, metrics and applications see
+// of the action log. Everything outside the engine reads through these,
+// never through the Store, so the store stays the engine's port.
+
+// Get returns the action stored under key, or an error matching
+// ErrNotFound.
+func (c *Client) Get(ctx context.Context, key Key) (Action, error) {
+	return c.store.Get(ctx, key)
+}
+
+// List returns the actions matching f, most recently updated first.
+func (c *Client) List(ctx context.Context, f Filter) ([]Action, error) {
+	return c.store.List(ctx, f)
+}
+
+// Events returns an action's trail, oldest first.
+func (c *Client) Events(ctx context.Context, key Key) ([]Event, error) {
+	return c.store.Events(ctx, key)
+}
+
+// RecentEvents returns the newest events of the given types across all
+// actions, newest first (every type when types is empty).
+func (c *Client) RecentEvents(ctx context.Context, types []EventType, limit int) ([]Event, error) {
+	return c.store.RecentEvents(ctx, types, limit)
+}
+
+// Stats counts actions by kind and status.
+func (c *Client) Stats(ctx context.Context) ([]StatusCount, error) {
+	return c.store.Stats(ctx)
+}
+
+// SchemaVersion returns the newest schema migration applied to the
+// store, 0 if none: a health check compares it with what this build
+// expects.
+func (c *Client) SchemaVersion(ctx context.Context) (int, error) {
+	return c.store.Version(ctx)
+}
+
+// maxRunSteps bounds RunSteps: a run is a handful of external calls, and
+// one with more is listed in part.
+const maxRunSteps = 10000
+
+// RunSteps returns the actions of run id in step order.
+func (c *Client) RunSteps(ctx context.Context, id string) ([]Action, error) {
+	acts, err := c.store.List(ctx, Filter{Run: id, Limit: maxRunSteps})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(acts, func(a, b Action) int { return cmp.Compare(a.Step, b.Step) })
+	return acts, nil
+}
