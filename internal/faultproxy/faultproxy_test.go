@@ -1,0 +1,106 @@
+package faultproxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/internal/testdb"
+)
+
+// proxied starts a proxy in front of the test database and returns a
+// URL through it that sends every statement's text (so a marker is seen
+// on every execution, not only the first).
+func proxied(t *testing.T) (*faultproxy.Proxy, string) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec", cfg.User, p.Addr(), cfg.Database)
+}
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// A cut loses the reply of a statement the server committed.
+func TestCutAfterCommit(t *testing.T) {
+	p, url := proxied(t)
+	c := connect(t, url)
+	direct := connect(t, testdb.PostgresURL())
+	ctx := context.Background()
+	table := pgx.Identifier{fmt.Sprintf("faultproxy_%d", time.Now().UnixNano())}.Sanitize()
+	if _, err := direct.Exec(ctx, `CREATE TABLE `+table+` (v int)`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Exec(context.Background(), `DROP TABLE `+table) })
+
+	cut := p.CutAfter([]byte("/* mark */"), faultproxy.PostgresReady)
+	_, err := c.Exec(ctx, `INSERT INTO `+table+` VALUES (1) /* mark */`)
+	if err == nil {
+		t.Fatal("the insert's reply arrived; want it lost")
+	}
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cut never happened")
+	}
+	var n int
+	if err := direct.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows committed = %d, %v; want the lost reply's insert committed", n, err)
+	}
+}
+
+// A black hole makes a statement hang until its deadline, not fail.
+func TestBlackout(t *testing.T) {
+	p, url := proxied(t)
+	c := connect(t, url)
+	p.Blackout(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := c.QueryRow(ctx, `SELECT 1`).Scan(new(int))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		t.Fatalf("a query into a black hole = %v; want it to hang until its deadline", err)
+	}
+	p.Blackout(false)
+	p.Reset()
+	c2 := connect(t, url)
+	if err := c2.QueryRow(context.Background(), `SELECT 1`).Scan(new(int)); err != nil {
+		t.Fatalf("after the blackout: %v", err)
+	}
+}
+
+// Refused connections fail at once; open ones go on.
+func TestRefuse(t *testing.T) {
+	p, url := proxied(t)
+	open := connect(t, url)
+	p.Refuse(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := pgx.Connect(ctx, url); err == nil {
+		c.Close(ctx)
+		t.Fatal("a new connection got through a refusing proxy")
+	}
+	if err := open.QueryRow(ctx, `SELECT 1`).Scan(new(int)); err != nil {
+		t.Fatalf("an open connection stopped working: %v", err)
+	}
+}
