@@ -19,9 +19,14 @@ const (
 	// StatusFailed: the effect definitely did not happen and will not be
 	// retried; duplicates get the stored failure back.
 	StatusFailed Status = "failed"
-	// StatusUnknown: the effect returned an unclassified error; it may or
-	// may not have happened. Never re-executed automatically: the kind's
-	// recovery policy decides.
+	// StatusUnknown: only under VerifyThenDecide, the effect returned an
+	// unclassified error or panicked, so it may or may not have happened;
+	// it waits for the kind's Verifier, which is due at once and asked
+	// again with backoff while it cannot tell. It is not re-executed
+	// unless the verifier finds no trace. Under AskPerson the same error
+	// is recorded as StatusReview, under RetryWithProviderKey as
+	// StatusReleased, and a claim whose worker died stays StatusInFlight
+	// until recovery decides: none of them passes through StatusUnknown.
 	StatusUnknown Status = "unknown"
 	// StatusReview: the outcome is unknown and a person must decide.
 	StatusReview Status = "review"
