@@ -150,7 +150,12 @@ type Transition struct {
 // EventType names what happened to an action.
 type EventType string
 
-// The events of an action's trail.
+// The events of an action's trail. Two of them reach hooks only and are
+// never written: EventReplayed (a duplicate got a stored success or
+// failure; writing it would turn every duplicate, a read, into a write)
+// and EventLeaseExpired (recovery took an in-flight action whose lease
+// lapsed; the decision that follows is written). docs/state_machine.md
+// says which transition writes each of the others.
 const (
 	EventClaimed      EventType = "claimed"
 	EventReplayed     EventType = "replayed"
