@@ -1,11 +1,30 @@
-# The targets are the commands the README shows.
-.PHONY: test bench fuzz
+# The targets are the commands the README and docs/development.md show.
+# `make` alone lists them.
 
-test:
+# staticcheck's version is pinned once, in .ci/run.
+STATICCHECK := $(shell sed -n 's/^STATICCHECK=//p' .ci/run)
+FUZZTIME ?= 30s
+
+.DEFAULT_GOAL := help
+.PHONY: help test bench fuzz lint ci
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  make %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+test: ## every test, with the race detector (PostgreSQL on 127.0.0.1:5432; see docs/development.md)
 	go test -race -count=1 ./...
 
-bench:
+bench: ## the benchmarks of both stores: a new intent and a replayed duplicate
 	go test -run '^$$' -bench . ./postgres/ ./sqlite/
 
-fuzz:
-	go test -run '^$$' -fuzz FuzzKey -fuzztime 30s .
+fuzz: ## fuzz the key encoding for FUZZTIME (default 30s)
+	go test -run '^$$' -fuzz FuzzKey -fuzztime $(FUZZTIME) .
+
+lint: ## go vet, gofmt, staticcheck and go mod tidy -diff
+	go vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
+	go run $(STATICCHECK) ./...
+	go mod tidy -diff
+
+ci: ## what CI runs: start PostgreSQL, install Chromium if missing, lint, then every test
+	bash .ci/run

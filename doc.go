@@ -26,15 +26,26 @@
 // # When the outcome is unknown
 //
 // A claim whose lease lapsed, or an effect that returned an unclassified
-// error, has an unknown outcome. Each kind of action names its recovery
-// in its KindPolicy: AskPerson (the default: put it up for review and
-// never re-execute, the honest answer for plain SMTP),
-// RetryWithProviderKey (re-execute with the same Attempt.ProviderKey; the
-// provider absorbs the duplicate), or VerifyThenDecide (a Verifier asks
-// the provider whether it landed). Do applies it inline when it meets
-// such an action; a Reaper applies it to the ones nobody comes back for.
-// A person's decision is recorded with Client.Resolve, and every
-// transition is appended to the action's trail (Client.Events).
+// error (or panicked), has an unknown outcome. Each kind of action names
+// its recovery in its KindPolicy: AskPerson (the default: put it up for
+// review and never re-execute, the honest answer for plain SMTP),
+// RetryWithProviderKey (release it, and re-execute with the same
+// Attempt.ProviderKey; the provider absorbs the duplicate), or
+// VerifyThenDecide (a Verifier asks the provider whether it landed). Do
+// applies it inline when it meets a lapsed claim; a Reaper applies it to
+// the ones nobody comes back for. A person's decision is recorded with
+// Client.Resolve, and every transition is appended to the action's trail
+// (Client.Events).
+//
+// # Statuses
+//
+// An action is in_flight while an attempt holds its claim, then
+// succeeded, failed (never retried) or released (the next attempt may
+// claim it); review when a person must decide. StatusUnknown occurs only
+// under VerifyThenDecide: an unclassified error waits there for the
+// verifier, where the other recoveries record review or released at
+// once. docs/state_machine.md in the repository lists every transition,
+// who makes it and what it writes to the trail.
 //
 // # Keys
 //

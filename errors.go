@@ -22,9 +22,13 @@ var (
 	// ErrFailed: the effect failed permanently (it did not happen and will
 	// not be retried). Duplicates get the stored failure back.
 	ErrFailed = errors.New("once: action failed permanently")
-	// ErrOutcomeUnknown: the effect returned an unclassified error, so it
-	// may or may not have happened. It is never re-executed automatically;
-	// the kind's recovery policy decides.
+	// ErrOutcomeUnknown: the effect returned an unclassified error (or
+	// panicked, or ran past its deadline), so it may or may not have
+	// happened. The kind's recovery decided what became of it, and the
+	// *UnknownOutcomeError says which: put up for review (AskPerson),
+	// released for the next delivery to retry with the same provider key
+	// (RetryWithProviderKey), or StatusUnknown, waiting for the Verifier
+	// (VerifyThenDecide).
 	ErrOutcomeUnknown = errors.New("once: outcome unknown")
 	// ErrReview: the action waits for a person to decide.
 	ErrReview = errors.New("once: action awaits review")
@@ -126,8 +130,9 @@ type UnknownOutcomeError struct {
 	Key     Key
 	Attempt int
 	Message string
-	// Status is what the action became: StatusReview, StatusReleased, or
-	// StatusUnknown (awaiting verification).
+	// Status is what the action became: StatusReview (AskPerson),
+	// StatusReleased (RetryWithProviderKey), or StatusUnknown, awaiting
+	// the verifier (VerifyThenDecide only).
 	Status Status
 	err    error
 }

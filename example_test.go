@@ -2,10 +2,13 @@ package once_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/sqlite"
@@ -13,6 +16,13 @@ import (
 
 // client opens an embedded store in a temporary directory.
 func client() (*once.Client, func()) {
+	c, _, done := clientWith(once.Config{})
+	return c, done
+}
+
+// clientWith opens an embedded store in a temporary directory and a
+// client over it configured by cfg.
+func clientWith(cfg once.Config) (*once.Client, *sqlite.Store, func()) {
 	dir, _ := os.MkdirTemp("", "once-example")
 	store, err := sqlite.Open(filepath.Join(dir, "once.db"), sqlite.Config{})
 	if err != nil {
@@ -21,11 +31,12 @@ func client() (*once.Client, func()) {
 	if err := store.Migrate(context.Background()); err != nil {
 		panic(err)
 	}
-	c, err := once.New(once.Config{Store: store})
+	cfg.Store = store
+	c, err := once.New(cfg)
 	if err != nil {
 		panic(err)
 	}
-	return c, func() { store.Close(); os.RemoveAll(dir) }
+	return c, store, func() { store.Close(); os.RemoveAll(dir) }
 }
 
 // A job is delivered twice; the email goes out once, and the second
@@ -197,4 +208,203 @@ func ExampleClient_Resolve() {
 	// true
 	// succeeded ada
 	// 250 queued as 4711 true
+}
+
+// DoTx joins the caller's transaction, for an effect that is a write to
+// the same database: the claim, the outbox row and the stored result
+// commit together, so there is no moment at which the row exists but its
+// record does not. The redelivered job gets the stored result back.
+func ExampleDoTx() {
+	c, s, done := clientWith(once.Config{})
+	defer done()
+	ctx := context.Background()
+	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE outbox (key TEXT PRIMARY KEY, body TEXT)`); err != nil {
+		panic(err)
+	}
+
+	in := once.Intent{Run: "order-7", Kind: "outbox_write", Target: "shipping", Payload: "order 7 shipped"}
+	write := func(ctx context.Context, tx *sql.Tx, a once.Attempt) (int64, error) {
+		r, err := tx.ExecContext(ctx, `INSERT INTO outbox (key, body) VALUES (?, ?)`, string(a.Key), "order 7 shipped")
+		if err != nil {
+			return 0, err
+		}
+		return r.LastInsertId()
+	}
+	for delivery := 1; delivery <= 2; delivery++ {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			panic(err)
+		}
+		res, err := once.DoTx(ctx, c, s, tx, in, write)
+		if err != nil {
+			tx.Rollback() // nothing was recorded: the claim goes with the write
+			fmt.Println("error:", err)
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			panic(err)
+		}
+		fmt.Printf("delivery %d: outbox row %d (replayed: %v)\n", delivery, res.Value, res.Replayed)
+	}
+	var rows int
+	s.DB().QueryRowContext(ctx, `SELECT count(*) FROM outbox`).Scan(&rows)
+	fmt.Println("outbox rows:", rows)
+	// Output:
+	// delivery 1: outbox row 1 (replayed: false)
+	// delivery 2: outbox row 1 (replayed: true)
+	// outbox rows: 1
+}
+
+// chat stands for a messaging API that can be asked whether a message
+// posted with a given idempotency key arrived.
+type chat struct{ posted map[string]string }
+
+// find is the kind's Verifier: it looks the attempt's provider key up.
+func (ch *chat) find(_ context.Context, a once.Action) (bool, json.RawMessage, error) {
+	id, ok := ch.posted[string(a.Key)] // Attempt.ProviderKey is the action's key
+	if !ok {
+		return false, nil, nil // no trace of it: retried
+	}
+	result, err := json.Marshal(id)
+	return true, result, err // landed: stored as if the effect had returned id
+}
+
+// Under VerifyThenDecide an effect whose outcome is unknown is not put up
+// for review: its kind's Verifier asks the provider. Here the message
+// arrived but the reply was lost; the next delivery asks, finds it, and
+// gets its id back without posting again.
+func ExampleVerifier() {
+	ch := &chat{posted: map[string]string{}}
+	c, _, done := clientWith(once.Config{Kinds: map[string]once.KindPolicy{
+		"post_message": {Recovery: once.VerifyThenDecide, Verifier: ch.find},
+	}})
+	defer done()
+	ctx := context.Background()
+
+	in := once.Intent{Run: "incident-3", Kind: "post_message", Target: "#ops", Payload: "disk full on db-2"}
+	posts := 0
+	post := func(ctx context.Context, a once.Attempt) (string, error) {
+		posts++
+		ch.posted[a.ProviderKey] = "msg-42"                        // the service took it…
+		return "", errors.New("connection reset before the reply") // …and the reply was lost
+	}
+	_, err := once.Do(ctx, c, in, post)
+	fmt.Println(errors.Is(err, once.ErrOutcomeUnknown))
+	key, _, _ := once.KeyOf(in)
+	a, _ := c.Get(ctx, key)
+	fmt.Println(a.Status)
+
+	time.Sleep(10 * time.Millisecond) // an unknown outcome is due for verification after a millisecond
+	res, err := once.Do(ctx, c, in, post)
+	fmt.Println(res.Value, res.Replayed, err, posts)
+	// Output:
+	// true
+	// unknown
+	// msg-42 true <nil> 1
+}
+
+// A reaper applies each kind's recovery to the actions nobody comes back
+// for: claims whose worker died, and unknown outcomes that are due. Here
+// two posts ended with an unknown outcome; the verifier finds one of them
+// landed (it succeeds) and no trace of the other (it is released, and the
+// next delivery posts it again).
+func ExampleReaper_RunOnce() {
+	ch := &chat{posted: map[string]string{}}
+	c, _, done := clientWith(once.Config{Kinds: map[string]once.KindPolicy{
+		"post_message": {Recovery: once.VerifyThenDecide, Verifier: ch.find},
+	}})
+	defer done()
+	ctx := context.Background()
+
+	landed := once.Intent{Run: "incident-4", Step: 0, Kind: "post_message", Target: "#ops", Payload: "paging"}
+	lost := once.Intent{Run: "incident-4", Step: 1, Kind: "post_message", Target: "#ops", Payload: "resolved"}
+	once.Do(ctx, c, landed, func(ctx context.Context, a once.Attempt) (string, error) {
+		ch.posted[a.ProviderKey] = "msg-1"
+		return "", errors.New("timeout reading the reply")
+	})
+	once.Do(ctx, c, lost, func(ctx context.Context, a once.Attempt) (string, error) {
+		return "", errors.New("timeout reading the reply") // it never got there
+	})
+	time.Sleep(10 * time.Millisecond) // both are due for verification after a millisecond
+
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		panic(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		panic(err)
+	}
+	report, _ := json.Marshal(rep)
+	fmt.Println(string(report))
+	steps, _ := c.RunSteps(ctx, "incident-4")
+	for _, a := range steps {
+		fmt.Println(a.Step, a.Status)
+	}
+	// Output:
+	// {"examined":2,"review":0,"released":1,"verified":1,"deferred":0,"changed":0,"by_kind":{"post_message":2}}
+	// 0 succeeded
+	// 1 released
+}
+
+// Hooks watch every transition: OnExecute wraps the effect (a tracer opens
+// a span there), OnEvent sees each event, including replays, which are
+// not written to the trail. JoinHooks runs several sets together.
+func ExampleHooks() {
+	logging := once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		fmt.Printf("event %s: %s attempt %d\n", o.Type, o.Kind, o.Attempt)
+	}}
+	tracing := once.Hooks{OnExecute: func(ctx context.Context, o once.Observation) (context.Context, func(once.Observation, error)) {
+		fmt.Println("span start:", o.Kind)
+		return ctx, func(o once.Observation, err error) { fmt.Println("span end:", o.Type, err) }
+	}}
+	c, _, done := clientWith(once.Config{Hooks: once.JoinHooks(logging, tracing)})
+	defer done()
+	ctx := context.Background()
+
+	in := once.Intent{Run: "signup-12", Kind: "send_email", Target: "ada@example.com", Payload: "welcome"}
+	send := func(context.Context, once.Attempt) (string, error) { return "msg-7", nil }
+	once.Do(ctx, c, in, send)
+	once.Do(ctx, c, in, send) // a duplicate: replayed, the effect does not run
+	// Output:
+	// span start: send_email
+	// event claimed: send_email attempt 1
+	// event succeeded: send_email attempt 1
+	// span end: succeeded <nil>
+	// event replayed: send_email attempt 1
+}
+
+// On a graceful shutdown the effect's context is cancelled. An effect
+// that knows it sent nothing returns RetryLater(ctx.Err()): the claim is
+// released, the job goes back to its queue, and the next delivery, after
+// the restart, runs it. (Returned as a plain error, the cancellation
+// would be an unknown outcome: a person would be asked.)
+func ExampleRetryLater_shutdown() {
+	c, done := client()
+	defer done()
+
+	in := once.Intent{Run: "newsletter-9", Kind: "send_email", Target: "grace@example.com", Payload: "issue 9"}
+	ctx, shutdown := context.WithCancel(context.Background())
+	waiting := make(chan struct{})
+	go func() { <-waiting; shutdown() }() // SIGTERM arrives while the effect waits
+	slot := make(chan struct{})           // a rate limiter's slot that never frees up
+	_, err := once.Do(ctx, c, in, func(ctx context.Context, a once.Attempt) (string, error) {
+		close(waiting)
+		select {
+		case <-slot:
+			return "msg-1", nil
+		case <-ctx.Done():
+			return "", once.RetryLater(ctx.Err()) // nothing was sent
+		}
+	})
+	fmt.Println(errors.Is(err, once.ErrRetryLater), errors.Is(err, context.Canceled))
+
+	// After the restart the queue delivers the job again.
+	res, err := once.Do(context.Background(), c, in, func(ctx context.Context, a once.Attempt) (string, error) {
+		return "msg-2", nil
+	})
+	fmt.Println(res.Value, res.Attempt, err)
+	// Output:
+	// true true
+	// msg-2 2 <nil>
 }

@@ -19,9 +19,14 @@ const (
 	// StatusFailed: the effect definitely did not happen and will not be
 	// retried; duplicates get the stored failure back.
 	StatusFailed Status = "failed"
-	// StatusUnknown: the effect returned an unclassified error; it may or
-	// may not have happened. Never re-executed automatically: the kind's
-	// recovery policy decides.
+	// StatusUnknown: only under VerifyThenDecide, the effect returned an
+	// unclassified error or panicked, so it may or may not have happened;
+	// it waits for the kind's Verifier, which is due at once and asked
+	// again with backoff while it cannot tell. It is not re-executed
+	// unless the verifier finds no trace. Under AskPerson the same error
+	// is recorded as StatusReview, under RetryWithProviderKey as
+	// StatusReleased, and a claim whose worker died stays StatusInFlight
+	// until recovery decides: none of them passes through StatusUnknown.
 	StatusUnknown Status = "unknown"
 	// StatusReview: the outcome is unknown and a person must decide.
 	StatusReview Status = "review"
@@ -145,7 +150,12 @@ type Transition struct {
 // EventType names what happened to an action.
 type EventType string
 
-// The events of an action's trail.
+// The events of an action's trail. Two of them reach hooks only and are
+// never written: EventReplayed (a duplicate got a stored success or
+// failure; writing it would turn every duplicate, a read, into a write)
+// and EventLeaseExpired (recovery took an in-flight action whose lease
+// lapsed; the decision that follows is written). docs/state_machine.md
+// says which transition writes each of the others.
 const (
 	EventClaimed      EventType = "claimed"
 	EventReplayed     EventType = "replayed"

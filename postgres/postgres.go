@@ -514,37 +514,29 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return s.wrap(err)
 		}
 	}
-	mt := s.names.Table("migration")
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
+	err = migrate.Apply(ctx, migrate.Tx{
+		Exec: func(ctx context.Context, sql string, args ...any) error {
+			_, err := tx.Exec(ctx, sql, args...)
+			return err
+		},
+		Ints: func(ctx context.Context, sql string) ([]int, error) {
+			rows, err := tx.Query(ctx, sql)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			return sqlrows.Collect(rows, sqlrows.Int)
+		},
+		Table: s.names.Table("migration"),
+		Columns: `(
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-		return s.wrap(err)
-	}
-	rows, err := tx.Query(ctx, `SELECT version FROM `+mt)
+)`,
+		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
+	}, ms)
 	if err != nil {
 		return s.wrap(err)
-	}
-	versions, err := sqlrows.Collect(rows, sqlrows.Int)
-	rows.Close()
-	if err != nil {
-		return s.wrap(err)
-	}
-	applied := map[int]bool{}
-	for _, v := range versions {
-		applied[v] = true
-	}
-	for _, m := range ms {
-		if applied[m.Version] {
-			continue
-		}
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return s.wrap(fmt.Errorf("migration %03d_%s: %w", m.Version, m.Name, err))
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+mt+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-			return s.wrap(err)
-		}
 	}
 	return s.wrap(tx.Commit(ctx))
 }

@@ -710,41 +710,27 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // apply records and runs the migrations tx has not seen.
 func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) error {
-	mt := s.names.Table("migration")
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+mt+` (
+	return migrate.Apply(ctx, migrate.Tx{
+		Exec: func(ctx context.Context, sql string, args ...any) error {
+			_, err := tx.ExecContext(ctx, sql, args...)
+			return err
+		},
+		Ints: func(ctx context.Context, sql string) ([]int, error) {
+			rows, err := tx.QueryContext(ctx, sql)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			return sqlrows.Collect(rows, sqlrows.Int)
+		},
+		Table: s.names.Table("migration"),
+		Columns: `(
     version    INTEGER NOT NULL PRIMARY KEY,
     name       TEXT    NOT NULL,
-    applied_at INTEGER NOT NULL DEFAULT (`+nowMS+`)
-) STRICT`); err != nil {
-		return err
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT version FROM `+mt)
-	if err != nil {
-		return err
-	}
-	versions, err := sqlrows.Collect(rows, sqlrows.Int)
-	rows.Close()
-	if err != nil {
-		return err
-	}
-	applied := map[int]bool{}
-	for _, v := range versions {
-		applied[v] = true
-	}
-	for _, m := range ms {
-		if applied[m.Version] {
-			continue
-		}
-		// One statement per call, so a failure names its statement.
-		for _, stmt := range migrate.Statements(m.SQL) {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				head, _, _ := strings.Cut(stmt, "\n")
-				return fmt.Errorf("migration %03d_%s, at %q: %w", m.Version, m.Name, head, err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+mt+` (version, name) VALUES (?1, ?2)`, m.Version, m.Name); err != nil {
-			return err
-		}
-	}
-	return nil
+    applied_at INTEGER NOT NULL DEFAULT (` + nowMS + `)
+) STRICT`,
+		Placeholder: func(n int) string { return "?" + strconv.Itoa(n) },
+		// The driver runs one statement per call.
+		OneStatementPerCall: true,
+	}, ms)
 }

@@ -1,6 +1,7 @@
-// Package migrate reads a store's numbered SQL migrations and renders
-// them for a schema and table prefix. Running them, under whatever lock
-// the database offers, is the store's business.
+// Package migrate reads a store's numbered SQL migrations, renders them
+// for a schema and table prefix, and applies the ones a database lacks
+// (Apply). The lock that keeps concurrent migrators apart, and the SQL
+// dialect, are the store's business.
 package migrate
 
 import (
