@@ -51,8 +51,11 @@ type Result[T any] struct {
 //     and the error returned, so the job goes back to its queue;
 //   - Permanent(err): the effect did not happen and never will; stored as
 //     failed, a *FailedError to this caller and every duplicate;
-//   - any other error, a panic, or a timeout: the outcome is unknown and
-//     recorded so; the action is not re-executed automatically.
+//   - any other error, a panic, or a timeout: the outcome is unknown, and
+//     the kind's recovery decides, never a guess: AskPerson puts it up for
+//     review, RetryWithProviderKey releases it for the next delivery
+//     (which runs it again with the same provider key), and
+//     VerifyThenDecide leaves it unknown until its verifier is asked.
 //
 // fn's context is cancelled at the kind's MaxExecution, when the claim is
 // lost, and when ctx is. A cancellation it returns as a plain error is an

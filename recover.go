@@ -90,6 +90,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	// a worker whose heartbeat came back, or a second recoverer after the
 	// hold ran out, clears or replaces the token and wins instead.
 	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures, Hold: hold}
+	var took time.Duration // the verifier's, when one was asked
 	apply := func(t Transition, d decision) (decision, json.RawMessage, error) {
 		t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, a.Status, t.To, actor
 		ok, err := c.store.Transition(ctx, t)
@@ -99,7 +100,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 		if !ok {
 			return decChanged, nil, nil
 		}
-		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took})
 		c.log.Info("once: recovered", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "outcome", d, "by", actor)
 		return d, t.Result, nil
 	}
@@ -129,7 +130,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 		started := time.Now()
 		landed, result, err := safeVerify(vctx, pol.Verifier, a)
 		cancel()
-		took := time.Since(started)
+		took = time.Since(started)
 		if err != nil {
 			n := a.VerifyFailures + 1
 			if n >= pol.MaxVerifyFailures {
@@ -138,7 +139,6 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 			t := base
 			t.To, t.Lease, t.VerifyFailures, t.Error = a.Status, pol.backoff(n), n, a.Error
 			t.Event = Event{Type: EventVerifyFailed, Note: fmt.Sprintf("verifier failed (%d of %d): %v; asking again in %v", n, pol.MaxVerifyFailures, err, pol.backoff(n))}
-			c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventVerifyFailed, Attempt: a.Attempt}, Kind: a.Kind, Recovery: pol.Recovery, Duration: took})
 			return apply(t, decBackoff)
 		}
 		if landed {
