@@ -93,6 +93,10 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	var took time.Duration // the verifier's, when one was asked
 	apply := func(t Transition, d decision) (decision, json.RawMessage, error) {
 		t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, a.Status, t.To, actor
+		if t.NewAttempt {
+			// The trail names the attempt a takeover starts; so do hooks.
+			t.Event.Attempt++
+		}
 		ok, err := c.store.Transition(ctx, t)
 		if err != nil {
 			return decChanged, nil, fmt.Errorf("once: recovering action %s: %w", a.Key, err)

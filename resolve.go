@@ -98,6 +98,7 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 	if err := c.store.AppendEvent(ctx, refused); err != nil {
 		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
 	}
+	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
 	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur}
 }
 
