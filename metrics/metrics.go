@@ -1,16 +1,24 @@
 // Package metrics exports once's transitions as Prometheus metrics.
 //
-//	m, err := metrics.New(prometheus.DefaultRegisterer, store)
-//	client, err := once.New(once.Config{Store: store, Hooks: m.Hooks()})
-//
 // Counters come from the client's hooks; the per-status gauges (the
-// review backlog among them) are read from the store at scrape time, so
-// they are right across every process sharing the database.
+// review backlog among them) are counted at scrape time through the
+// client's read API (Client.Stats), so they are right across every
+// process sharing the database. The client needs the hooks before it
+// exists, and the gauges need the client, so the client is handed over
+// after once.New:
+//
+//	m, err := metrics.New(prometheus.DefaultRegisterer, nil)
+//	client, err := once.New(once.Config{Store: store, Hooks: m.Hooks()})
+//	m.SetStats(client)
+//
+// A process that already has a client (one without these hooks, or a
+// dashboard that only counts) passes it to New directly.
 package metrics
 
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,12 +40,21 @@ type Metrics struct {
 	verify      *prometheus.HistogramVec
 	actions     *prometheus.Desc
 	scrapeErr   prometheus.Gauge
-	store       once.Store
+
+	mu    sync.Mutex
+	stats StatsSource
 }
 
-// New makes the collectors and registers them with reg. store, if not
-// nil, is counted by kind and status at every scrape.
-func New(reg prometheus.Registerer, store once.Store) (*Metrics, error) {
+// StatsSource is what the per-status gauges are counted from: a
+// *once.Client.
+type StatsSource interface {
+	Stats(context.Context) ([]once.StatusCount, error)
+}
+
+// New makes the collectors and registers them with reg. stats, if not
+// nil, is counted by kind and status at every scrape; nil leaves the
+// gauges out until SetStats.
+func New(reg prometheus.Registerer, stats StatsSource) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: New needs a prometheus.Registerer, such as prometheus.DefaultRegisterer")
 	}
@@ -61,7 +78,7 @@ func New(reg prometheus.Registerer, store once.Store) (*Metrics, error) {
 			[]string{"kind", "status"}, nil),
 		scrapeErr: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "once", Name: "store_scrape_error",
 			Help: "1 if the last count of the store failed."}),
-		store: store,
+		stats: stats,
 	}
 	for _, c := range []prometheus.Collector{m.claims, m.replays, m.conflicts, m.mismatches, m.outcomes, m.recoveries,
 		m.expiries, m.resolutions, m.effect, m.verify, m.scrapeErr, storeCollector{m}} {
@@ -70,6 +87,15 @@ func New(reg prometheus.Registerer, store once.Store) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// SetStats sets what the per-status gauges are counted from, for a
+// client made after New because it takes Hooks. It is safe to call while
+// a scrape runs; nil turns the gauges off.
+func (m *Metrics) SetStats(stats StatsSource) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats = stats
 }
 
 // Hooks returns the hooks to put in once.Config.
@@ -95,7 +121,7 @@ func (m *Metrics) Observe(_ context.Context, o once.Observation) {
 	case once.EventResolved:
 		m.resolutions.WithLabelValues(k, string(o.To)).Inc()
 	default:
-		if o.Actor == "worker" && o.From == once.StatusInFlight && o.Type != once.EventTakenOver {
+		if o.Actor == once.ActorWorker && o.From == once.StatusInFlight && o.Type != once.EventTakenOver {
 			m.outcomes.WithLabelValues(k, string(o.To)).Inc()
 			if o.Duration > 0 {
 				m.effect.WithLabelValues(k, string(o.To)).Observe(o.Duration.Seconds())
@@ -108,18 +134,21 @@ func (m *Metrics) Observe(_ context.Context, o once.Observation) {
 	}
 }
 
-// storeCollector counts the store's actions at scrape time.
+// storeCollector counts the actions at scrape time.
 type storeCollector struct{ m *Metrics }
 
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.actions }
 
 func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.m.store == nil {
+	c.m.mu.Lock()
+	src := c.m.stats
+	c.m.mu.Unlock()
+	if src == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	stats, err := c.m.store.Stats(ctx)
+	stats, err := src.Stats(ctx)
 	if err != nil {
 		c.m.scrapeErr.Set(1)
 		return

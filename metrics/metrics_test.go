@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/metrics"
 	"github.com/oncehq/once/postgres"
+	"github.com/oncehq/once/sqlite"
 )
 
 func TestMetricsCountTransitions(t *testing.T) {
@@ -34,7 +36,8 @@ func TestMetricsCountTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, store)
+	// The client takes the hooks, so it is handed to the gauges after.
+	m, err := metrics.New(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +45,10 @@ func TestMetricsCountTransitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := testutil.CollectAndCount(reg, "once_actions"); n != 0 {
+		t.Fatalf("once_actions before SetStats: %d series, want none", n)
+	}
+	m.SetStats(c)
 	in := once.Intent{Run: "r", Kind: "send_email", Target: "ada", Payload: "a"}
 	ok := func(context.Context, once.Attempt) (string, error) { return "id", nil }
 	once.Do(ctx, c, in, ok)
@@ -79,7 +86,62 @@ once_replays_total{kind="send_email",status="succeeded"} 2
 	if n := testutil.CollectAndCount(reg, "once_effect_duration_seconds"); n != 2 {
 		t.Fatalf("effect histograms: %d series, want 2", n)
 	}
-	if _, err := metrics.New(nil, store); err == nil {
+	if _, err := metrics.New(nil, c); err == nil {
 		t.Fatal("nil registerer accepted")
+	}
+}
+
+// TestMetricsGaugesFromClient: a client made before the metrics is
+// counted when passed to New, and a count that fails (the store closed)
+// shows as once_store_scrape_error 1 instead of stale gauges.
+func TestMetricsGaugesFromClient(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		in := once.Intent{Run: "r", Step: int64(i), Kind: "charge"}
+		if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, c); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP once_actions Actions in the store by kind and status; status="review" is the review backlog.
+# TYPE once_actions gauge
+once_actions{kind="charge",status="succeeded"} 3
+# HELP once_store_scrape_error 1 if the last count of the store failed.
+# TYPE once_store_scrape_error gauge
+once_store_scrape_error 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "once_actions", "once_store_scrape_error"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The count runs while the registry gathers, beside the error gauge,
+	// so the gauge shows a failure from the gather after it.
+	store.Close()
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	want = `
+# HELP once_store_scrape_error 1 if the last count of the store failed.
+# TYPE once_store_scrape_error gauge
+once_store_scrape_error 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "once_actions", "once_store_scrape_error"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,11 @@
 // Package cli is the `once` command: each subcommand is a function over
 // its flags and a database, so main stays a line long and the tests run
 // the same code the binary does.
+//
+// Each command defines its flags once (command.define); its synopsis,
+// its -h, the usage line printed with a mistake and the checks of
+// required and alternative flags all come from that definition, and a
+// test holds the README's command table to the same synopses.
 package cli
 
 import (
@@ -12,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -20,7 +24,6 @@ import (
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
 	"github.com/oncehq/once/internal/demo"
-	"github.com/oncehq/once/internal/migrate"
 )
 
 // DefaultDatabase is the embedded SQLite file used when neither --db nor
@@ -35,74 +38,129 @@ type env struct {
 	stderr io.Writer
 }
 
+// command is one subcommand.
 type command struct {
-	name, args, help string
-	run              func(e env, args []string) error
+	name string
+	// args names the positional arguments, such as "KEY"; a command is
+	// given exactly these.
+	args []string
+	help string
+	// define defines the command's flags on fs and returns what runs the
+	// command once they are parsed, with the positional arguments.
+	define func(fs *flagSet) func(e env, args []string) error
 }
 
 func commands() []command {
 	return []command{
-		{"demo", "[--json] [--smtp HOST:PORT] [--intents N] [--workers N]", "run the duplicate-email story for real: naive check-then-send against once, with workers killed mid-send", runDemo},
-		{"migrate", "[--print]", "create or upgrade the schema (idempotent); --print shows the SQL instead", runMigrate},
-		{"key", "--run R --step N --kind K [--target T] [--payload-file F] [--payload-in-key]", "print an intent's key and payload fingerprint", runKey},
-		{"ls", "[--status S] [--kind K] [--run R] [--since D] [--limit N] [--json]", "list actions, newest first", runLs},
-		{"show", "KEY [--json]", "show one action and its event trail", runShow},
-		{"resolve", "KEY (--done [--result JSON] | --retry | --abandon) --note TEXT [--by NAME]", "record a person's decision on an action in review", runResolve},
-		{"reap", "[--every 30s] [--json]", "recover actions whose worker died: one pass, or a loop", runReap},
-		{"purge", "[--older-than D] [--dry-run]", "delete finished actions past their retention", runPurge},
-		{"serve", "[--addr 127.0.0.1:7070] [--token T]", "the web console, JSON API, /metrics, /healthz and the reaper", runServe},
+		{"demo", nil, "run the duplicate-email story for real: naive check-then-send against once, with workers killed mid-send", defineDemo},
+		{"migrate", nil, "create or upgrade the schema (idempotent); --print shows the SQL instead", defineMigrate},
+		{"key", nil, "print an intent's key and payload fingerprint", defineKey},
+		{"ls", nil, "list actions, newest first", defineLs},
+		{"show", []string{"KEY"}, "show one action and its event trail", defineShow},
+		{"resolve", []string{"KEY"}, "record a person's decision on an action in review", defineResolve},
+		{"reap", nil, "recover actions whose worker died: one pass, or a loop", defineReap},
+		{"purge", nil, "delete finished actions past their retention", definePurge},
+		{"serve", nil, "the web console, JSON API, /metrics, /healthz and the reaper", defineServe},
 	}
 }
 
-// Main runs the command line args and returns the exit code.
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// Main runs the command line args and returns the exit code. SIGINT and
+// SIGTERM end a command that runs until stopped (serve, reap --every).
 func Main(args []string, stdout, stderr io.Writer) int {
 	if demo.IsWorker() {
 		return demo.WorkerMain(stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return Run(ctx, args, stdout, stderr)
+}
+
+// Run runs the command line args until it is done or ctx ends, and
+// returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := env{ctx: ctx, stdout: stdout, stderr: stderr}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) == 2 && args[0] == "help" {
+			if c, ok := lookup(args[1]); ok {
+				c.printHelp(stdout)
+				return 0
+			}
+		}
 		usage(stdout)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
 	}
-	for _, c := range commands() {
-		if c.name == args[0] {
-			err := c.run(e, args[1:])
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			if err != nil {
-				// One line: drivers' messages may span several.
-				msg := strings.Join(strings.Fields(err.Error()), " ")
-				fmt.Fprintln(stderr, "once "+c.name+": "+msg)
-				var ue usageError
-				if errors.As(err, &ue) {
-					fmt.Fprintf(stderr, "usage: once %s %s\n", c.name, c.args)
-				}
-				return 1
-			}
-			return 0
-		}
+	c, ok := lookup(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "once: unknown command %q; run 'once help' for the list\n", args[0])
+		return 2
 	}
-	fmt.Fprintf(stderr, "once: unknown command %q; run 'once help' for the list\n", args[0])
-	return 2
+	err := c.run(e, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		// One line: drivers' messages may span several.
+		msg := strings.Join(strings.Fields(err.Error()), " ")
+		fmt.Fprintln(stderr, "once "+c.name+": "+msg)
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(stderr, "usage: "+c.synopsis())
+		}
+		return 1
+	}
+	return 0
+}
+
+// run parses args against the command's flags, checks what the flags
+// say must be given, and runs the command.
+func (c command) run(e env, args []string) error {
+	fs := newFlagSet(c.name)
+	run := c.define(fs)
+	pos, err := parse(fs.FlagSet, args)
+	if errors.Is(err, flag.ErrHelp) {
+		c.printHelp(e.stdout)
+		return err
+	}
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	switch {
+	case len(pos) == len(c.args):
+	case len(c.args) == 1:
+		return usagef("give one %s", strings.ToLower(c.args[0]))
+	case len(c.args) == 0:
+		return usagef("takes no arguments, but was given %q", strings.Join(pos, " "))
+	default:
+		return usagef("give %s", strings.Join(c.args, " "))
+	}
+	if err := fs.check(); err != nil {
+		return err
+	}
+	return run(e, pos)
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "once makes external side effects happen exactly once on top of at-least-once queues.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "usage: once COMMAND [flags]")
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, "usage:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.help)
+		fmt.Fprintf(w, "  %s\n        %s\n", c.synopsis(), c.help)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The database is --db, or $ONCE_DATABASE_URL, or ./%s: postgres://… for PostgreSQL,\n", DefaultDatabase)
-	fmt.Fprintln(w, "a file path or sqlite:PATH for SQLite. 'once COMMAND -h' shows a command's flags.")
+	fmt.Fprintln(w, "a file path or sqlite:PATH for SQLite. 'once help COMMAND' or 'once COMMAND -h' shows a command's flags.")
 }
 
 // usageError marks an error in the command line itself.
@@ -112,29 +170,13 @@ func (u usageError) Error() string { return u.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// flags returns a flag set that reports errors instead of exiting, with
-// the --db flag every command shares.
-func flags(e env, name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("once "+name, flag.ContinueOnError)
-	// Errors are reported by Main, in one line; -h prints the flags.
-	fs.SetOutput(io.Discard)
-	db := fs.String("db", "", "database: postgres://… or a SQLite file path (default $ONCE_DATABASE_URL or ./"+DefaultDatabase+")")
-	return fs, db
-}
-
 // parse parses args, allowing flags after positional arguments (once
 // show KEY --json), and returns the positional ones.
-func (e env) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(e.stdout, "usage of %s:\n", fs.Name())
-				fs.SetOutput(e.stdout)
-				fs.PrintDefaults()
-				return nil, err
-			}
-			return nil, usageError{err.Error()}
+			return nil, err
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -156,14 +198,29 @@ func dbURL(flagValue string) string {
 	return DefaultDatabase
 }
 
-// openStore opens the database named by url. For every command but
-// migrate and demo, the schema must already be there: a missing file or
-// schema is one clear line saying to run `once migrate`, and nothing is
-// written.
-func openStore(ctx context.Context, url string, forWrite bool) (*dburl.Store, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+// openTimeout bounds opening a database and checking its schema: an
+// unreachable server is an error, not a hang.
+const openTimeout = 15 * time.Second
+
+// database is an opened store and the client over it. Commands read and
+// resolve through the client's API; the store is only closed.
+type database struct {
+	client *once.Client
+	// name says which store and where, for messages.
+	name  string
+	store *dburl.Store
+}
+
+func (d *database) Close() error { return d.store.Close() }
+
+// open opens the database url names and makes a client over it with cfg
+// (whose Store it sets). The schema must already be there: a missing
+// file or schema is one clear line saying to run `once migrate`, and
+// nothing is written.
+func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	if path, ok := dburl.SQLitePath(url); ok && !forWrite && path != "" {
+	if path, ok := dburl.SQLitePath(url); ok && path != "" {
 		// Look before opening: opening a SQLite file for writing changes
 		// it, and a command that fails must leave it as it was.
 		abs, _ := filepath.Abs(path)
@@ -182,57 +239,32 @@ func openStore(ctx context.Context, url string, forWrite bool) (*dburl.Store, er
 	if err != nil {
 		return nil, err
 	}
-	if forWrite {
-		return s, nil
+	d := &database{name: s.Name, store: s}
+	cfg.Store = s.Store
+	if d.client, err = once.New(cfg); err == nil {
+		err = d.checkSchema(ctx, url)
 	}
-	latest, err := latestVersion(s)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	v, err := s.Version(ctx)
+	return d, nil
+}
+
+// checkSchema refuses a schema older than this build's.
+func (d *database) checkSchema(ctx context.Context, url string) error {
+	ms, err := d.store.Migrations()
+	if err != nil {
+		return err
+	}
+	v, err := d.client.SchemaVersion(ctx)
 	switch {
 	case err != nil:
+		return err
 	case v == 0:
-		err = fmt.Errorf("%s has no once schema; run 'once migrate --db %s' first", s.Name, url)
-	case v < latest:
-		err = fmt.Errorf("%s has schema version %d and this once needs %d; run 'once migrate --db %s'", s.Name, v, latest, url)
+		return fmt.Errorf("%s has no once schema; run 'once migrate --db %s' first", d.name, url)
+	case v < len(ms):
+		return fmt.Errorf("%s has schema version %d and this once needs %d; run 'once migrate --db %s'", d.name, v, len(ms), url)
 	}
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-func latestVersion(s *dburl.Store) (int, error) {
-	ms, err := s.Migrations()
-	return len(ms), err
-}
-
-// joinSQL renders migrations as one script for users' own tools.
-func joinSQL(ms []migrate.Migration, err error) (string, error) {
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, m := range ms {
-		fmt.Fprintf(&b, "-- %03d_%s\n%s\n", m.Version, m.Name, strings.TrimSpace(m.SQL))
-	}
-	return b.String(), nil
-}
-
-// client builds a client over the store with the package defaults.
-func client(s once.Store) (*once.Client, error) {
-	return once.New(once.Config{Store: s})
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return nil
 }

@@ -202,6 +202,10 @@ func TestBadInput(t *testing.T) {
 	missing := filepath.Join(dir, "missing.db")
 	empty := filepath.Join(dir, "empty.db")
 	os.WriteFile(empty, nil, 0o644)
+	// A resolution is checked by the client, which needs a database; an
+	// empty one shows it is checked before the key is looked up.
+	migrated := filepath.Join(dir, "migrated.db")
+	mustRun(t, "migrate", "--db", migrated)
 	cases := []struct {
 		args []string
 		want string
@@ -214,12 +218,19 @@ func TestBadInput(t *testing.T) {
 		{[]string{"ls", "--status", "done", "--db", missing}, `--status "done" is not a status`},
 		{[]string{"ls", "--limit", "0", "--db", missing}, "--limit must be positive"},
 		{[]string{"ls", "--bogus"}, "flag provided but not defined"},
-		{[]string{"key", "--kind", "k"}, "--run is empty"},
+		{[]string{"ls", "extra", "--db", missing}, `takes no arguments, but was given "extra"`},
+		{[]string{"key", "--kind", "k"}, "--run is required"},
+		{[]string{"key", "--run", "", "--kind", "k"}, "--run is empty"},
 		{[]string{"key", "--run", "r", "--kind", "k", "--step", "-1"}, "--step is -1"},
 		{[]string{"key", "--run", "r", "--kind", "k", "--payload-file", filepath.Join(dir, "nope.json")}, "no such file"},
 		{[]string{"resolve", "--db", missing}, "give one key"},
 		{[]string{"resolve", "abcdefgh", "--done", "--retry", "--note", "x", "--db", missing}, "exactly one of"},
-		{[]string{"resolve", "abcdefgh", "--done", "--result", "{", "--note", "x", "--db", missing}, "--result is not valid JSON"},
+		{[]string{"resolve", "abcdefgh", "--note", "x", "--db", missing}, "exactly one of --done, --retry, --abandon"},
+		{[]string{"resolve", "abcdefgh", "--done", "--db", missing}, "--note is required"},
+		{[]string{"resolve", "abcdefgh", "--done", "--result", "{", "--note", "x", "--db", migrated}, "--result is not valid JSON"},
+		{[]string{"resolve", "abcdefgh", "--retry", "--result", "1", "--note", "x", "--db", migrated}, "--result is only stored with Done"},
+		{[]string{"resolve", "abcdefgh", "--done", "--note", "  ", "--db", migrated}, "--note is empty"},
+		{[]string{"resolve", "abcdefgh", "--done", "--note", "x", "--by", strings.Repeat("x", 300), "--db", migrated}, "--by is 300 bytes"},
 		{[]string{"serve", "--addr", "0.0.0.0:0", "--db", missing}, "set --token"},
 		{[]string{"serve", "--addr", "nope", "--db", missing}, "is not host:port"},
 		{[]string{"demo", "--intents", "0"}, "--intents must be"},

@@ -8,99 +8,86 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/console"
+	"github.com/oncehq/once/console"
 	"github.com/oncehq/once/metrics"
 )
 
-func runServe(e env, args []string) error {
-	fs, db := flags(e, "serve")
-	addr := fs.String("addr", "127.0.0.1:7070", "address to listen on")
-	token := fs.String("token", os.Getenv("ONCE_TOKEN"), "access token, required when --addr is not loopback (default $ONCE_TOKEN)")
-	reapEvery := fs.Duration("reap-every", 30*time.Second, "reaper interval; zero turns the reaper off")
-	if _, err := e.parse(fs, args); err != nil {
-		return err
+func defineServe(fs *flagSet) func(env, []string) error {
+	db := fs.db()
+	addr := fs.String("addr", "127.0.0.1:7070", "the `HOST:PORT` to listen on")
+	token := fs.String("token", "", "the access `TOKEN` every request but /healthz must carry; required when --addr is not loopback (default $ONCE_TOKEN)")
+	reapEvery := fs.Duration("reap-every", 30*time.Second, "run a reaper pass every `INTERVAL`; zero turns the reaper off")
+	return func(e env, _ []string) error {
+		if *token == "" {
+			// Read here, not as the flag's default, so -h never prints it.
+			*token = os.Getenv("ONCE_TOKEN")
+		}
+		return serve(e, dbURL(*db), *addr, *token, *reapEvery)
 	}
-	host, _, err := net.SplitHostPort(*addr)
+}
+
+// serve runs the console package as an application would: the process's
+// client (with the metrics' hooks), the library's reaper reporting each
+// pass to the console, and the console at the root of its own server.
+func serve(e env, url, addr, token string, reapEvery time.Duration) error {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return usagef("--addr %q is not host:port (%v)", *addr, err)
+		return usagef("--addr %q is not host:port (%v)", addr, err)
 	}
-	if !loopback(host) && *token == "" {
-		return usagef("--addr %s is reachable from other machines; set --token (or ONCE_TOKEN) so requests must carry it, or bind 127.0.0.1", *addr)
+	if !loopback(host) && token == "" {
+		return usagef("--addr %s is reachable from other machines; set --token (or ONCE_TOKEN) so requests must carry it, or bind 127.0.0.1", addr)
 	}
-	if *reapEvery < 0 {
+	if reapEvery < 0 {
 		return usagef("--reap-every must not be negative")
 	}
-	o, err := openStore(e.ctx, dbURL(*db), false)
-	if err != nil {
-		return err
-	}
-	defer o.Close()
-
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, o.Store)
+	// The client takes the metrics' hooks, so the gauges get the client
+	// after it is made.
+	m, err := metrics.New(reg, nil)
 	if err != nil {
 		return err
 	}
-	c, err := once.New(once.Config{Store: o.Store, Logger: log, Hooks: m.Hooks()})
+	d, err := open(e.ctx, url, once.Config{Logger: log, Hooks: m.Hooks()})
 	if err != nil {
 		return err
 	}
+	defer d.Close()
+	m.SetStats(d.client)
 
-	var last struct {
-		sync.Mutex
-		rep once.ReapReport
-	}
 	var reaper *once.Reaper
-	if *reapEvery > 0 {
-		reaper, err = once.NewReaper(c, once.ReaperConfig{Interval: *reapEvery, Logger: log})
+	var status *console.ReaperStatus
+	if reapEvery > 0 {
+		status = new(console.ReaperStatus)
+		reaper, err = once.NewReaper(d.client, once.ReaperConfig{Interval: reapEvery, Logger: log, OnPass: status.OnPass})
 		if err != nil {
 			return err
 		}
 	}
-	h, err := console.New(console.Config{Client: c, Registry: reg, Token: *token, Logger: log, Reaper: func() once.ReapReport {
-		last.Lock()
-		defer last.Unlock()
-		return last.rep
-	}})
+	h, err := console.New(console.Config{Client: d.client, Registry: reg, Token: token, Logger: log, Reaper: status})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", *addr, err)
+		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	if reaper != nil {
-		go func() {
-			t := time.NewTicker(*reapEvery)
-			defer t.Stop()
-			for {
-				rep, err := reaper.RunOnce(e.ctx)
-				if err != nil && e.ctx.Err() == nil {
-					log.Warn("reaper pass failed", "err", err)
-				}
-				last.Lock()
-				last.rep = rep
-				last.Unlock()
-				select {
-				case <-e.ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
+		if err := reaper.Start(e.ctx); err != nil {
+			ln.Close()
+			return err
+		}
+		defer reaper.Stop()
 	}
-	url := "http://" + ln.Addr().String() + "/"
-	fmt.Fprintf(e.stdout, "once console on %s (%s); Ctrl-C stops\n", url, o.Name)
+	fmt.Fprintf(e.stdout, "once console on http://%s/ (%s); Ctrl-C stops\n", ln.Addr(), d.name)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

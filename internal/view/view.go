@@ -1,6 +1,8 @@
-// Package view is how actions and events look to scripts: the JSON the
-// CLI prints and the console's API serves, in snake_case, with times in
-// RFC 3339 UTC and absent times left out.
+// Package view is how actions and events look outside the library, in
+// one place for the once command and the console: the JSON the command
+// prints and the console's API serves (snake_case, times in RFC 3339 UTC,
+// absent times left out), and the formatting both show people (times,
+// durations, short keys, status lists).
 package view
 
 import (
@@ -76,6 +78,15 @@ func FromAction(a once.Action, events []once.Event) Action {
 		v.Events = append(v.Events, FromEvent(e))
 	}
 	return v
+}
+
+// Actions converts a list of actions, without their events.
+func Actions(as []once.Action) []Action {
+	out := make([]Action, len(as))
+	for i, a := range as {
+		out[i] = FromAction(a, nil)
+	}
+	return out
 }
 
 // FromEvent converts an event.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/view"
 )
 
 //go:embed templates/*.html
@@ -37,33 +38,35 @@ func serveCSS(w http.ResponseWriter, r *http.Request) {
 	w.Write(css)
 }
 
-// timeLayout is how times are shown: UTC, to the second, sortable.
-const timeLayout = "2006-01-02 15:04:05"
-
-var funcs = template.FuncMap{
-	"short":      shortKey,
-	"time":       fmtTime,
-	"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"ago":        ago,
-	"actionURL":  actionURL,
-	"runURL":     runURL,
-	"resolvable": resolvable,
-	"payload":    showPayload,
-	"prettyJSON": prettyJSON,
-	"form": func(csrf string, key once.Key, next string) formView {
-		return formView{Key: key, CSRF: csrf, Next: next}
-	},
-	"withCSRF": func(f formView, csrf string) formView { f.CSRF = csrf; return f },
+// funcs are the templates' functions. The URLs they make carry the
+// console's prefix, so the templates are parsed per console.
+func (s *server) funcs() template.FuncMap {
+	return template.FuncMap{
+		"path":       s.path,
+		"short":      view.ShortKey,
+		"time":       view.Time,
+		"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":        view.Ago,
+		"actionURL":  s.actionURL,
+		"runURL":     s.runURL,
+		"resolvable": once.Status.Resolvable,
+		"payload":    showPayload,
+		"prettyJSON": prettyJSON,
+		"form": func(csrf string, key once.Key, next string) formView {
+			return formView{Key: key, CSRF: csrf, Next: next}
+		},
+		"withCSRF": func(f formView, csrf string) formView { f.CSRF = csrf; return f },
+	}
 }
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html with the shared partials.
 var pageNames = []string{"overview", "actions", "action", "run", "review", "error"}
 
-func parsePages() (map[string]*template.Template, error) {
+func (s *server) parsePages() (map[string]*template.Template, error) {
 	pages := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS,
+		t, err := template.New(name).Funcs(s.funcs()).ParseFS(templateFS,
 			"templates/layout.html", "templates/partials.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parsing template %s: %w", name, err)
@@ -90,7 +93,7 @@ type page struct {
 func (s *server) render(w http.ResponseWriter, r *http.Request, code int, name string, p page) {
 	p.CSS = s.cssURL
 	p.CSRF = s.csrfToken(w, r)
-	p.Flash = takeFlash(w, r)
+	p.Flash = s.takeFlash(w, r)
 	var buf bytes.Buffer
 	if err := s.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
 		s.log.Error("console: rendering page", "page", name, "err", err)
@@ -121,65 +124,17 @@ func (s *server) renderError(w http.ResponseWriter, r *http.Request, code int, h
 	s.render(w, r, code, "error", page{Title: heading, Data: errorPage{Heading: heading, Message: msg}})
 }
 
-func shortKey(k once.Key) string {
-	if len(k) > 12 {
-		return string(k[:12])
-	}
-	return string(k)
-}
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "—"
-	}
-	return t.UTC().Format(timeLayout)
-}
-
-// ago says how far t is from now, in the coarse words an operator scans
-// for: "5m ago", "in 2m".
-func ago(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	d := time.Since(t)
-	if d < 0 {
-		return "in " + human(-d)
-	}
-	if d < time.Second {
-		return "just now"
-	}
-	return human(d) + " ago"
-}
-
-// human rounds a duration to its two largest units.
-func human(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return "<1s"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm %ds", int(d/time.Minute), int(d%time.Minute/time.Second))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh %dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	default:
-		return fmt.Sprintf("%dd %dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
-	}
-}
-
-func actionURL(k once.Key) string { return "/actions/" + url.PathEscape(string(k)) }
+func (s *server) actionURL(k once.Key) string { return s.path("/actions/" + url.PathEscape(string(k))) }
 
 // runURL links to a run's page. A run id made only of dots would be read
 // as "." or ".." by every URL parser on the way, so it gets the filtered
 // list instead.
-func runURL(run string) string {
+func (s *server) runURL(run string) string {
 	if strings.Trim(run, ".") == "" {
-		return "/actions?" + url.Values{"run": {run}}.Encode()
+		return s.path("/actions?" + url.Values{"run": {run}}.Encode())
 	}
-	return "/runs/" + url.PathEscape(run)
+	return s.path("/runs/" + url.PathEscape(run))
 }
-
-func resolvable(s once.Status) bool { return slices.Contains(once.ResolvableStatuses(), s) }
 
 // maxShown caps how much of a payload or result a page prints; the JSON
 // API has the rest.

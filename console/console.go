@@ -7,10 +7,20 @@
 // job short: the backlog on the front page, the reason and the payload
 // beside the decision, and every decision written to the action's trail.
 //
+// New returns an http.Handler. `once serve` runs it on its own; an
+// application that registers verifiers and policies mounts it on its own
+// mux, under a path of its choosing (Config.Prefix), so the console
+// resolves through the application's client:
+//
+//	h, err := console.New(console.Config{Client: client, Prefix: "/ops/once"})
+//	mux.Handle("/ops/once/", h)
+//
 // It is server-rendered HTML (html/template, one embedded stylesheet, no
 // JavaScript), so it works in any browser, through any proxy, and forms
 // post without scripts. A JSON API under /api/ mirrors the pages for
 // scripts, and /metrics serves a Prometheus registry when one is given.
+// It reads only through the client's read API and writes only through
+// Client.Resolve.
 //
 // Writes are guarded twice: every POST is checked for a cross-origin
 // Origin (and Sec-Fetch-Site), and page forms carry a CSRF token bound to
@@ -19,6 +29,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -40,21 +51,29 @@ import (
 
 // Config configures the console. Only Client is required.
 type Config struct {
-	// Client is the once client whose store the console reads and through
-	// which it resolves actions. Required.
+	// Client is the once client whose actions the console reads and
+	// through which it resolves them. Required. Use the application's own
+	// client, so that a resolution sees its policies.
 	Client *once.Client
+	// Prefix is the path the console is mounted under, such as
+	// "/ops/once": every link, form, redirect and cookie carries it, and
+	// the handler expects the full request path, so mount it at
+	// Prefix+"/" without stripping the prefix. It must start with "/";
+	// a trailing "/" is dropped. Empty means the root of the host.
+	Prefix string
 	// Registry, if not nil, is served at /metrics. Nil means no /metrics.
-	Registry *prometheus.Registry
+	Registry prometheus.Gatherer
 	// Token, if not empty, must accompany every request except /healthz:
 	// as "Authorization: Bearer TOKEN", or as the once_token cookie that
 	// opening any page with ?token=TOKEN sets. Empty means no
-	// authentication: bind the console to a trusted address.
+	// authentication: bind the console to a trusted address, or guard
+	// the mount with the application's own authentication.
 	Token string
 	// Logger receives request failures and resolutions. Nil discards.
 	Logger *slog.Logger
-	// Reaper, if not nil, returns the last reaper pass's report, shown on
-	// the overview. Nil hides it.
-	Reaper func() once.ReapReport
+	// Reaper, if not nil, is where the overview reads the last reaper
+	// pass: pass its OnPass to once.ReaperConfig. Nil hides the pass.
+	Reaper *ReaperStatus
 }
 
 // Request body limit for POSTs: room for a resolution's result (256 KiB by
@@ -68,7 +87,9 @@ const healthTimeout = 2 * time.Second
 type server struct {
 	client *once.Client
 	log    *slog.Logger
-	reaper func() once.ReapReport
+	reaper *ReaperStatus
+	// prefix is Config.Prefix, without a trailing slash: "" at the root.
+	prefix string
 
 	// tokenHash is the SHA-256 of Config.Token; comparing hashes in
 	// constant time hides the token's length as well as its bytes.
@@ -92,10 +113,15 @@ func New(cfg Config) (http.Handler, error) {
 	if err := checkToken(cfg.Token); err != nil {
 		return nil, err
 	}
+	prefix, err := cleanPrefix(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
 	s := &server{
 		client:     cfg.Client,
 		log:        cfg.Logger,
 		reaper:     cfg.Reaper,
+		prefix:     prefix,
 		csrfSecret: make([]byte, 32),
 		cop:        http.NewCrossOriginProtection(),
 	}
@@ -108,11 +134,10 @@ func New(cfg Config) (http.Handler, error) {
 	if _, err := rand.Read(s.csrfSecret); err != nil {
 		return nil, fmt.Errorf("console: reading randomness for the CSRF secret: %w", err)
 	}
-	var err error
-	if s.pages, err = parsePages(); err != nil {
+	if s.pages, err = s.parsePages(); err != nil {
 		return nil, err
 	}
-	s.cssURL = "/static/console.css?v=" + cssVersion
+	s.cssURL = s.path("/static/console.css?v=" + cssVersion)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.overview)
@@ -133,8 +158,67 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	}
-	return securityHeaders(s.authenticate(s.guardWrites(mux))), nil
+	return s.mount(securityHeaders(s.authenticate(s.guardWrites(mux)))), nil
 }
+
+// cleanPrefix checks Config.Prefix: a path of plain segments, so that it
+// needs no escaping in a URL, a cookie's Path or a redirect.
+func cleanPrefix(p string) (string, error) {
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return "", nil
+	}
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("console: Config.Prefix %q %s; use a path such as /ops/once", p, why)
+	}
+	if !strings.HasPrefix(p, "/") {
+		return bad("does not start with /")
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad("has an empty, . or .. segment")
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)) {
+				return bad(fmt.Sprintf("has %q; only letters, digits and -._~ may stand between the slashes", r))
+			}
+		}
+	}
+	return p, nil
+}
+
+// mount serves the console's routes under the prefix: the handler sees
+// paths as if the console were at the root, and s.path puts the prefix
+// back on every URL it writes. The bare prefix is sent to prefix + "/",
+// and a path that only starts with the same letters ("/ops/oncex") is
+// not the console's.
+func (s *server) mount(h http.Handler) http.Handler {
+	if s.prefix == "" {
+		return h
+	}
+	inner := http.StripPrefix(s.prefix, h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest, ok := strings.CutPrefix(r.URL.Path, s.prefix)
+		switch {
+		case !ok || rest != "" && rest[0] != '/':
+			http.NotFound(w, r)
+		case rest == "":
+			loc := s.prefix + "/"
+			if r.URL.RawQuery != "" {
+				loc += "?" + r.URL.RawQuery
+			}
+			http.Redirect(w, r, loc, http.StatusMovedPermanently)
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	})
+}
+
+// path is the URL of the console's page p ("/review"), prefix included.
+func (s *server) path(p string) string { return s.prefix + p }
+
+// cookiePath scopes the console's cookies to its own pages.
+func (s *server) cookiePath() string { return cmp.Or(s.prefix, "/") }
 
 // checkToken refuses tokens that cannot travel in an Authorization
 // header: whitespace would be trimmed and control bytes rejected on the

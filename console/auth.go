@@ -41,12 +41,12 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			}
 			http.SetCookie(w, &http.Cookie{
 				Name: tokenCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(q.Get("token"))),
-				Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+				Path: s.cookiePath(), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 			})
 			q.Del("token")
 			// The path is reduced to one leading slash: "//host" would
 			// send the browser to another site.
-			loc := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/")
+			loc := s.path("/" + strings.TrimLeft(r.URL.EscapedPath(), "/"))
 			if len(q) > 0 {
 				loc += "?" + q.Encode()
 			}
@@ -79,19 +79,21 @@ func (s *server) tokenOK(tok string) bool {
 	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
 }
 
-const unauthorizedMsg = "once console: a token is required. Send the header \"Authorization: Bearer TOKEN\", " +
-	"or open /?token=TOKEN in the browser once to set a cookie."
-
 func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
 	if isAPI(r) {
-		writeJSONError(w, http.StatusUnauthorized, unauthorizedMsg)
+		writeJSONError(w, http.StatusUnauthorized, s.unauthorizedMsg())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusUnauthorized)
-	io.WriteString(w, unauthorizedMsg+"\n")
+	io.WriteString(w, s.unauthorizedMsg()+"\n")
+}
+
+func (s *server) unauthorizedMsg() string {
+	return "once console: a token is required. Send the header \"Authorization: Bearer TOKEN\", " +
+		"or open " + s.path("/") + "?token=TOKEN in the browser once to set a cookie."
 }
 
 // checkOrigin refuses a write whose Origin header names another host. A
@@ -125,7 +127,7 @@ func (s *server) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	rand.Read(b) // never fails; see crypto/rand.Read
 	v := base64.RawURLEncoding.EncodeToString(b)
 	http.SetCookie(w, &http.Cookie{
-		Name: csrfCookie, Value: v, Path: "/",
+		Name: csrfCookie, Value: v, Path: s.cookiePath(),
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 	return s.csrfFor(v)
@@ -157,20 +159,20 @@ func (s *server) checkCSRF(r *http.Request) error {
 
 // setFlash leaves a one-line message for the next page this browser
 // loads: the outcome of a resolution, shown after the redirect.
-func setFlash(w http.ResponseWriter, r *http.Request, msg string) {
+func (s *server) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: "/", MaxAge: 60,
+		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: s.cookiePath(), MaxAge: 60,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 }
 
 // takeFlash returns the pending message, if any, and clears it.
-func takeFlash(w http.ResponseWriter, r *http.Request) string {
+func (s *server) takeFlash(w http.ResponseWriter, r *http.Request) string {
 	c, err := r.Cookie(flashCookie)
 	if err != nil {
 		return ""
 	}
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: s.cookiePath(), MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	b, err := base64.RawURLEncoding.DecodeString(c.Value)
 	if err != nil || len(b) > 500 {
 		return ""
@@ -179,10 +181,10 @@ func takeFlash(w http.ResponseWriter, r *http.Request) string {
 }
 
 // safeNext accepts a redirect target only if it is a path on this
-// console: not "//host" nor "/\host" (which browsers read as "//host"),
-// nor anything with a scheme or a host.
-func safeNext(next string) bool {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
+// console, under its prefix: not "//host" nor "/\host" (which browsers
+// read as "//host"), nor anything with a scheme or a host.
+func (s *server) safeNext(next string) bool {
+	if !strings.HasPrefix(next, s.path("/")) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
 		return false
 	}
 	u, err := url.Parse(next)

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/console"
+	"github.com/oncehq/once/console"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -31,7 +31,10 @@ const stepTimeout = 60 * time.Second
 // action and back to the queue, then a note and a click on Retry; and checks both the
 // page and the store. It proves what the httptest tests cannot: that the
 // forms, the cookies, the CSRF token, the redirect and the
-// Content-Security-Policy work together in a browser.
+// Content-Security-Policy work together in a browser. It does so at the
+// root of a server, as `once serve` runs it, and under a prefix on an
+// application's mux, where every link, cookie and redirect must keep the
+// prefix for the walk to get through.
 func TestBrowserResolve(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		msg := "headless Chromium is not installed at " + chromiumPath + "; install it with `apt-get install -y chromium` to run the browser test"
@@ -40,7 +43,14 @@ func TestBrowserResolve(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	b := setup(t, console.Config{})
+	// One browser at a time: each is heavy for a small machine.
+	for _, m := range mounts {
+		t.Run(m.name, func(t *testing.T) { browserResolve(t, m) })
+	}
+}
+
+func browserResolve(t *testing.T, m mount) {
+	b := setup(t, console.Config{Prefix: m.prefix})
 	srv := httptest.NewServer(b.h)
 	defer srv.Close()
 
@@ -104,7 +114,7 @@ func TestBrowserResolve(t *testing.T) {
 	form := item + " #resolve-" + key
 
 	step("load the overview",
-		chromedp.Navigate(srv.URL+"/"),
+		chromedp.Navigate(srv.URL+b.url("/")),
 		chromedp.WaitVisible(chromedp.CSS(`a.backlog`)),
 	)
 	if got := text(`a.backlog strong`); got != "1" {
@@ -115,7 +125,7 @@ func TestBrowserResolve(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`a.backlog`)),
 		chromedp.WaitVisible(chromedp.CSS(item)),
 	)
-	if loc := location(); !strings.HasSuffix(loc, "/review") {
+	if loc := location(); loc != srv.URL+b.url("/review") {
 		t.Errorf("the backlog link led to %s", loc)
 	}
 	shot := read(t, ctx, "take a screenshot", chromedp.FullScreenshot(100))
@@ -127,12 +137,12 @@ func TestBrowserResolve(t *testing.T) {
 		chromedp.Click(chromedp.CSS(item+` a.key`)),
 		chromedp.WaitVisible(chromedp.CSS(`dl.fields`)),
 	)
-	if loc, reason := location(), text(`dd.reason`); !strings.HasSuffix(loc, "/actions/"+key) || !strings.Contains(reason, "connection reset after DATA") {
+	if loc, reason := location(), text(`dd.reason`); loc != srv.URL+b.url("/actions/"+key) || !strings.Contains(reason, "connection reset after DATA") {
 		t.Errorf("action page %s shows reason %q", loc, reason)
 	}
 
 	step("return to the queue",
-		chromedp.Click(chromedp.CSS(`header nav a[href="/review"]`)),
+		chromedp.Click(chromedp.CSS(`header nav a[href="`+b.url("/review")+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(form+` textarea[name=note]`)),
 	)
 	step("retry from the queue",
@@ -141,12 +151,12 @@ func TestBrowserResolve(t *testing.T) {
 		chromedp.Click(chromedp.CSS(form+` button[value=retry]`)),
 		chromedp.WaitVisible(chromedp.CSS(`p.flash`)),
 	)
-	if flash, loc := text(`p.flash`), location(); !strings.Contains(flash, "released for retry") || !strings.HasSuffix(loc, "/review") {
+	if flash, loc := text(`p.flash`), location(); !strings.Contains(flash, "released for retry") || loc != srv.URL+b.url("/review") {
 		t.Errorf("after Retry the browser is at %s with notice %q", loc, flash)
 	}
 
 	step("see the new status",
-		chromedp.Navigate(srv.URL+"/actions/"+key),
+		chromedp.Navigate(srv.URL+b.url("/actions/"+key)),
 		chromedp.WaitVisible(chromedp.CSS(`h1 .badge`)),
 	)
 	if badge := text(`h1 .badge`); badge != string(once.StatusReleased) {

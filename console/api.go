@@ -13,23 +13,13 @@ import (
 	"github.com/oncehq/once/internal/view"
 )
 
-// actionsView converts a list of actions, without their events. The API
-// shows actions and events as internal/view does, so that a script
-// reading the console's JSON and one reading the once command's JSON see
-// the same shape.
-func actionsView(as []once.Action) []view.Action {
-	out := make([]view.Action, len(as))
-	for i, a := range as {
-		out[i] = view.FromAction(a, nil)
-	}
-	return out
-}
+// The API shows actions and events as internal/view does, so that a
+// script reading the console's JSON and one reading the once command's
+// JSON see the same shape.
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := view.Encode(&buf, v); err != nil {
 		writeJSONError(w, http.StatusInternalServerError, "encoding the response: "+err.Error())
 		return
 	}
@@ -64,7 +54,7 @@ func (s *server) apiActions(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Actions []view.Action `json:"actions"`
-	}{actionsView(acts)})
+	}{view.Actions(acts)})
 }
 
 func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
@@ -158,5 +148,5 @@ func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Run   string        `json:"run"`
 		Steps []view.Action `json:"steps"`
-	}{id, actionsView(steps)})
+	}{id, view.Actions(steps)})
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/view"
 )
 
 // recoveryEvents are the events the overview lists as recent recoveries:
@@ -34,7 +35,14 @@ type overviewData struct {
 	Backlog  int64
 	Unknown  int64
 	Recent   []once.Event
-	Reaper   *once.ReapReport
+	// Reaper is nil when the console has no reaper to show.
+	Reaper *reaperView
+}
+
+// reaperView is the reaper's last pass, if it has made one.
+type reaperView struct {
+	Pass ReaperPass
+	Seen bool
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
@@ -52,8 +60,8 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	c := tally(st)
 	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent}
 	if s.reaper != nil {
-		rep := s.reaper()
-		d.Reaper = &rep
+		pass, seen := s.reaper.Last()
+		d.Reaper = &reaperView{Pass: pass, Seen: seen}
 	}
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: d})
 }
@@ -73,7 +81,7 @@ func parseFilter(q url.Values) (once.Filter, listForm, error) {
 	lf := listForm{Status: q.Get("status"), Kind: q.Get("kind"), Run: q.Get("run"), Limit: defaultLimit}
 	f := once.Filter{Status: once.Status(lf.Status), Kind: lf.Kind, Run: lf.Run, Limit: defaultLimit}
 	if lf.Status != "" && !f.Status.Valid() {
-		return f, lf, fmt.Errorf("status %q is not one of %s", lf.Status, statusList())
+		return f, lf, fmt.Errorf("status %q is not one of %s", lf.Status, view.StatusList())
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -83,14 +91,6 @@ func parseFilter(q url.Values) (once.Filter, listForm, error) {
 		f.Limit, lf.Limit = n, n
 	}
 	return f, lf, nil
-}
-
-func statusList() string {
-	ss := make([]string, len(once.Statuses()))
-	for i, s := range once.Statuses() {
-		ss[i] = string(s)
-	}
-	return strings.Join(ss, ", ")
 }
 
 type actionsData struct {
@@ -136,7 +136,7 @@ type actionData struct {
 
 func (s *server) action(w http.ResponseWriter, r *http.Request) {
 	key := once.Key(r.PathValue("key"))
-	s.showAction(w, r, key, http.StatusOK, "", formView{Key: key, Next: actionURL(key)})
+	s.showAction(w, r, key, http.StatusOK, "", formView{Key: key, Next: s.actionURL(key)})
 }
 
 // showAction renders an action's page, with msg shown as an error when a
@@ -158,7 +158,7 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 		return
 	}
 	form.Key = key
-	s.render(w, r, code, "action", page{Title: "Action " + shortKey(key), Nav: "actions", Error: msg,
+	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg,
 		Data: actionData{Action: a, Events: events, Form: form}})
 }
 
@@ -223,8 +223,8 @@ func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := r.PostFormValue("next")
-	if !safeNext(next) {
-		next = actionURL(key)
+	if !s.safeNext(next) {
+		next = s.actionURL(key)
 	}
 	in := resolveInput{
 		Decision: r.PostFormValue("decision"),
@@ -235,7 +235,7 @@ func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
 	a, code, err := s.resolve(r.Context(), key, in)
 	switch code {
 	case http.StatusOK:
-		setFlash(w, r, fmt.Sprintf("Action %s: %s (now %s).", shortKey(key), decisionWords(in.Decision), a.Status))
+		s.setFlash(w, r, fmt.Sprintf("Action %s: %s (now %s).", view.ShortKey(key), decisionWords(in.Decision), a.Status))
 		http.Redirect(w, r, next, http.StatusSeeOther)
 	case http.StatusNotFound:
 		s.notFound(w, r, key)
@@ -246,8 +246,9 @@ func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func decisionWords(d string) string {
-	switch once.Decision(strings.ToLower(strings.TrimSpace(d))) {
+// decisionWords says what a decision did, for the notice after it.
+func decisionWords(decision string) string {
+	switch d, _ := parseDecision(decision); d {
 	case once.DecisionDone:
 		return "marked done"
 	case once.DecisionRetry:
@@ -255,5 +256,5 @@ func decisionWords(d string) string {
 	case once.DecisionAbandon:
 		return "abandoned"
 	}
-	return d
+	return decision
 }

@@ -1,0 +1,159 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/cli"
+)
+
+// syncBuffer is an output a running command writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// background runs a command that runs until stopped; stop ends it and
+// returns its exit code.
+func background(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr = new(syncBuffer), new(syncBuffer)
+	done := make(chan int, 1)
+	go func() { done <- cli.Run(ctx, args, stdout, stderr) }()
+	var code *int
+	stop = func() int {
+		if code == nil {
+			cancel()
+			c := <-done
+			code = &c
+		}
+		return *code
+	}
+	t.Cleanup(func() { stop() })
+	return stdout, stderr, stop
+}
+
+// eventually polls until cond holds, failing after a minute.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within a minute", what)
+		}
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+var servingOn = regexp.MustCompile(`once console on (http://127\.0\.0\.1:\d+/) `)
+
+// TestServe runs `once serve` over loopback against a database holding a
+// claim whose worker died: the library's reaper puts it up for review and
+// the overview shows that pass, /metrics counts through the client, and
+// the command ends cleanly when stopped.
+func TestServe(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	_, review, dead := fill(t, db)
+	time.Sleep(20 * time.Millisecond) // past the dead claim's lease
+
+	out, errOut, stop := background(t, "serve", "--addr", "127.0.0.1:0", "--reap-every", "1h", "--db", db)
+	var base string
+	eventually(t, "console address", func() bool {
+		m := servingOn.FindStringSubmatch(out.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil || strings.Contains(errOut.String(), "once serve:")
+	})
+	if base == "" {
+		t.Fatalf("serve failed: %s", errOut)
+	}
+	if code, body := get(t, base+"healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	var overview string
+	eventually(t, "reaper pass on the overview", func() bool {
+		_, overview = get(t, base)
+		return strings.Contains(overview, `<tbody><tr><td class="num">1</td><td class="num">1</td>`)
+	})
+	if !strings.Contains(overview, "Last reaper pass") || !strings.Contains(overview, "<strong>2</strong>") {
+		t.Errorf("the overview after the pass:\n%s", overview)
+	}
+	code, page := get(t, base+"review")
+	if code != 200 || !strings.Contains(page, string(dead)[:12]) || !strings.Contains(page, string(review)[:12]) {
+		t.Errorf("/review: %d, want both actions in review:\n%s", code, page)
+	}
+	code, metrics := get(t, base+"metrics")
+	for _, want := range []string{`once_actions{kind="post_message",status="review"} 1`, `once_actions{kind="send_email",status="review"} 1`, "once_store_scrape_error 0"} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Errorf("/metrics: %d, lacks %q", code, want)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("serve exited %d after the stop: %s", code, errOut)
+	}
+	if _, err := http.Get(base + "healthz"); err == nil {
+		t.Errorf("the console still answers after serve returned")
+	}
+}
+
+// TestReapEvery runs `once reap --every` as the library's reaper loop:
+// the first pass recovers the dead claim and is printed, and a stop ends
+// the command cleanly.
+func TestReapEvery(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	_, _, dead := fill(t, db)
+	time.Sleep(20 * time.Millisecond) // past the dead claim's lease
+
+	out, errOut, stop := background(t, "reap", "--every", "1h", "--json", "--db", db)
+	var rep once.ReapReport
+	eventually(t, "reaper pass", func() bool {
+		return json.NewDecoder(strings.NewReader(out.String())).Decode(&rep) == nil
+	})
+	if rep.Examined != 1 || rep.Review != 1 || rep.ByKind["post_message"] != 1 {
+		t.Errorf("the first pass: %+v", rep)
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("reap --every exited %d after the stop: %s", code, errOut)
+	}
+	if show := mustRun(t, "show", string(dead), "--db", db); !strings.Contains(show, "review") {
+		t.Errorf("after the pass, show said:\n%s", show)
+	}
+}

@@ -1,0 +1,82 @@
+package view_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/view"
+)
+
+func TestDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		500 * time.Millisecond:                       "<1s",
+		42 * time.Second:                             "42s",
+		5*time.Minute + 3*time.Second:                "5m 3s",
+		2*time.Hour + 10*time.Minute + 9*time.Second: "2h 10m",
+		47 * time.Hour:                               "47h 0m",
+		3*24*time.Hour + 4*time.Hour + time.Minute:   "3d 4h",
+	} {
+		if got := view.Duration(d); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := view.Ago(time.Now().Add(-(90*time.Minute + 20*time.Second))); got != "1h 30m ago" {
+		t.Errorf("Ago(90m ago) = %q", got)
+	}
+	if got := view.Ago(time.Now().Add(10*time.Minute + 30*time.Second)); !strings.HasPrefix(got, "in 10m ") {
+		t.Errorf("Ago(in 10m) = %q", got)
+	}
+	if view.Ago(time.Time{}) != "" || view.Time(time.Time{}) != "" {
+		t.Errorf("a zero time is not shown as empty")
+	}
+	at := time.Date(2024, 3, 1, 14, 5, 9, 0, time.FixedZone("CET", 3600))
+	if got := view.Time(at); got != "2024-03-01 13:05:09" {
+		t.Errorf("Time = %q, want UTC to the second", got)
+	}
+}
+
+func TestShortKeyAndStatusList(t *testing.T) {
+	key, _, err := once.KeyOf(once.Intent{Run: "r", Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := view.ShortKey(key); len(got) != view.ShortKeyLen || !strings.HasPrefix(string(key), got) {
+		t.Errorf("ShortKey(%s) = %q", key, got)
+	}
+	if got := view.ShortKey("abc"); got != "abc" {
+		t.Errorf("ShortKey of a short string = %q", got)
+	}
+	list := view.StatusList()
+	for _, s := range once.Statuses() {
+		if !strings.Contains(list, string(s)) {
+			t.Errorf("StatusList %q lacks %s", list, s)
+		}
+	}
+}
+
+func TestActionsJSON(t *testing.T) {
+	at := time.Date(2024, 3, 1, 14, 5, 9, 0, time.UTC)
+	as := []once.Action{
+		{Key: "k1", Status: once.StatusSucceeded, Payload: []byte(`{"to":"ada"}`), CreatedAt: at},
+		{Key: "k2", Status: once.StatusReview, Payload: []byte{0xff, 0x00}, CreatedAt: at},
+	}
+	var buf bytes.Buffer
+	if err := view.Encode(&buf, view.Actions(as)); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
+	}
+	if len(got) != 2 || got[0]["payload"] != `{"to":"ada"}` || got[1]["payload_base64"] != "/wA=" || got[1]["payload"] != nil ||
+		got[0]["created_at"] != "2024-03-01T14:05:09Z" || got[0]["completed_at"] != nil || got[0]["events"] != nil {
+		t.Errorf("Actions as JSON: %s", buf.Bytes())
+	}
+	if !strings.Contains(buf.String(), "\n  {") {
+		t.Errorf("Encode does not indent: %s", buf.Bytes())
+	}
+}
