@@ -49,14 +49,15 @@
 //
 // # Keys
 //
-// The key is the lowercase hex SHA-256 of the fields "once.key.v1", Run,
+// The key is the lowercase hex SHA-256 of the fields "once.key.v2", Run,
 // Step (in decimal), Kind, Target and either the payload fingerprint (with
 // PayloadInKey) or an empty field, each written as an 8-byte big-endian
 // length followed by its bytes. The fingerprint is the SHA-256 of
-// "once.payload.v1" and the canonical payload, encoded the same way. The
-// canonical payload is a []byte as given, or else JSON with object keys
-// sorted and no insignificant whitespace. `once key` prints both, so
-// programs in other languages can check theirs.
+// "once.payload.v2", the payload's tag ("raw" or "json") and the canonical
+// payload, encoded the same way. The canonical payload is a []byte as
+// given, or else JSON in the canonical form of RFC 8785. KEYS.md in the
+// repository specifies it all, with test vectors; `once key` prints both,
+// so programs in other languages can check theirs.
 //
 // # Stores
 //

@@ -140,8 +140,8 @@ func ExampleKeyOf() {
 	fmt.Println(key)
 	fmt.Println(fp)
 	// Output:
-	// 0a3c3c42b6236f4ce825ed6954cf0ff3f9df2e723e31a81d485a3f26b34bf790
-	// 1b9565f2e170e86a7524d3b864f3506c3cee7192d334e1447ab8901a4eff471e
+	// 2d006585b492e8d9faa9791fa7ebec5a1acc43d6e649b3791c2a0348486f8958
+	// a57747eec186256b4475e4e368d778613adce30d8441a01c67a8dc2d66cac933
 }
 
 // A run numbers its steps in call order: run again after a crash, it

@@ -41,9 +41,17 @@ type Intent struct {
 	// Target is who or what the effect is aimed at: a recipient, a
 	// customer, a channel. Optional; at most 1024 bytes.
 	Target string
-	// Payload is the exact content of the effect. []byte is taken as it
-	// is; json.RawMessage and any other value are hashed as canonical JSON
-	// (object keys sorted). Optional.
+	// Payload is the exact content of the effect. []byte is raw bytes,
+	// taken and hashed as they are. json.RawMessage (JSON text) and any
+	// other value (encoded with encoding/json) are JSON, hashed in the
+	// canonical form of RFC 8785, so equal JSON values hash equal: key
+	// order, whitespace, escapes and number notation (100, 100.0, 1e2) do
+	// not matter. Raw bytes and JSON are tagged apart: []byte(`"hi"`) and
+	// "hi" are different payloads. JSON that canonical form could not keep
+	// apart from another payload is refused: invalid UTF-8 (in the text or
+	// in any string of the value), duplicate object keys, and numbers an
+	// IEEE-754 double cannot hold as written. Optional; nil is an empty
+	// payload, the same as an empty []byte. KEYS.md has the details.
 	Payload any
 	// PayloadInKey folds the payload's fingerprint into the key.
 	PayloadInKey bool

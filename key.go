@@ -3,30 +3,49 @@ package once
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash"
+	"reflect"
 	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
 )
 
 // Key identifies one intended action. It is the lowercase hex SHA-256 of an
 // unambiguous encoding of the intent, so the same intent presented twice —
 // by a redelivered job, a restarted agent, another machine — gets the same
-// key, and two different intents never share one.
+// key, and two different intents never share one. KEYS.md specifies the
+// encoding byte by byte, with test vectors, for implementations in other
+// languages.
 type Key string
 
-// Fingerprint is the lowercase hex SHA-256 of an intent's canonical payload.
-// It is stored beside the key so that a retry which changed the payload is
-// refused instead of silently replaying (or re-running) a different action.
+// Fingerprint is the lowercase hex SHA-256 of an intent's canonical payload
+// and its kind (raw bytes or JSON). It is stored beside the key so that a
+// retry which changed the payload is refused instead of silently replaying
+// (or re-running) a different action.
 type Fingerprint string
 
-// Domain tags keep the two hashes apart and let the encoding evolve: a
-// future v2 encoding can never collide with a v1 key.
+// Domain tags keep the two hashes apart and version the encoding. v2 reads
+// JSON payloads per RFC 8785 and tags raw bytes apart from JSON; a v2 key
+// can never equal a v1 key, so rows written under v1 are never mistaken
+// for v2 intents (they are simply not found).
 const (
-	keyDomain     = "once.key.v1"
-	payloadDomain = "once.payload.v1"
+	keyDomain     = "once.key.v2"
+	payloadDomain = "once.payload.v2"
+)
+
+// Payload tags say which kind of payload a fingerprint was taken of, so
+// that raw bytes and JSON text that happen to be the same bytes
+// ([]byte(`"hi"`) and the string "hi") never share a fingerprint.
+const (
+	rawTag  = "raw"
+	jsonTag = "json"
 )
 
 // KeyOf returns the key and payload fingerprint of an intent, or an
@@ -45,6 +64,7 @@ func KeyOf(in Intent) (Key, Fingerprint, error) {
 func keyOf(in Intent, payload []byte) (Key, Fingerprint) {
 	fsum := sha256.New()
 	writeField(fsum, []byte(payloadDomain))
+	writeField(fsum, []byte(payloadTag(in.Payload)))
 	writeField(fsum, payload)
 	fp := Fingerprint(hex.EncodeToString(fsum.Sum(nil)))
 
@@ -64,6 +84,16 @@ func keyOf(in Intent, payload []byte) (Key, Fingerprint) {
 	return Key(hex.EncodeToString(ksum.Sum(nil))), fp
 }
 
+// payloadTag names the kind of a payload: raw bytes for a []byte (and for
+// no payload, which is zero raw bytes), JSON for anything else.
+func payloadTag(p any) string {
+	switch p.(type) {
+	case nil, []byte:
+		return rawTag
+	}
+	return jsonTag
+}
+
 // writeField writes an 8-byte big-endian length and then the bytes. The
 // length prefix is what makes the encoding unambiguous: "a b"+"c" and
 // "a"+"b c" have different lengths in first position.
@@ -75,42 +105,338 @@ func writeField(h hash.Hash, b []byte) {
 }
 
 // canonicalPayload returns the bytes a payload is fingerprinted (and
-// stored) as. Raw bytes ([]byte) are taken as they are. Anything else is
-// encoded as JSON and re-encoded with object keys sorted, so two payloads
-// that are equal as JSON values hash equal regardless of field order or
-// whitespace. Numbers keep their literal text. A nil payload is empty.
+// stored) as. A []byte is taken as it is: any bytes, hashed under the raw
+// tag. Anything else is JSON: a json.RawMessage as given, any other value
+// as encoding/json encodes it, put in the canonical form of RFC 8785 (the
+// JSON Canonicalization Scheme), so payloads that are equal as JSON values
+// hash equal whatever their key order, whitespace, escapes or number
+// notation. A nil payload is empty.
+//
+// Canonical form must not hide a difference between two payloads, so JSON
+// that would lose information on the way is refused rather than hashed:
+// text or strings that are not valid UTF-8 (encoding/json would turn the
+// bad bytes into U+FFFD), duplicate object keys, and numbers that RFC
+// 8785, which reads every number as an IEEE-754 double, would change.
 func canonicalPayload(p any) ([]byte, error) {
-	var raw []byte
 	switch v := p.(type) {
 	case nil:
 		return nil, nil
-	case json.RawMessage:
-		raw = v
 	case []byte:
 		return v, nil
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("payload cannot be encoded as JSON: %w", err)
+	case json.RawMessage:
+		return canonicalJSON(v, "")
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be encoded as JSON: %v; pass a value encoding/json can encode, a json.RawMessage, or []byte to hash bytes as they are", err)
+	}
+	if err := checkStrings(reflect.ValueOf(p)); err != nil {
+		return nil, err
+	}
+	return canonicalJSON(b, "encodes to JSON that ")
+}
+
+// canonicalJSON validates JSON text and returns its RFC 8785 form. what
+// prefixes the reasons, for text that encoding/json produced from a value
+// (its json.Marshaler or json.RawMessage parts pass through unchecked).
+func canonicalJSON(text []byte, what string) ([]byte, error) {
+	if !utf8.Valid(text) {
+		i := invalidUTF8At(text)
+		fix := "fix the encoding, or pass the payload as []byte to hash its bytes as they are"
+		if what != "" {
+			fix = "a MarshalJSON method or a json.RawMessage in the value wrote them; make its output valid UTF-8"
 		}
-		raw = b
+		return nil, fmt.Errorf("%sis not valid UTF-8 (byte %d is 0x%02x): JSON text is UTF-8, and bytes that are not could not be told apart once read; %s", what, i, text[i], fix)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
-		return nil, fmt.Errorf("payload is not valid JSON: %w", err)
+	if len(bytes.TrimLeft(text, " \t\r\n")) == 0 {
+		return nil, fmt.Errorf("%sis empty, which is no JSON value; pass nil (or an empty []byte) for no payload, or a JSON value such as null", what)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("payload is not valid JSON: trailing data after the first value")
+	out, err := jcs.Transform(text)
+	if err != nil {
+		return nil, fmt.Errorf("%sis not JSON that has a canonical form (RFC 8785): %v; send one JSON value with no duplicate object keys, no unpaired surrogate escapes (\\ud800) and only finite numbers", what, err)
 	}
-	// encoding/json writes map keys in sorted order; that is the whole of
-	// the canonical form we need.
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(tree); err != nil {
-		return nil, fmt.Errorf("payload cannot be re-encoded: %w", err)
+	if err := checkNumbers(text); err != nil {
+		return nil, fmt.Errorf("%s%v", what, err)
 	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
+	return out, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that does not
+// start a valid UTF-8 sequence, or -1.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// checkNumbers refuses a number whose canonical form has another value.
+// RFC 8785 writes each number as the shortest text that reads back as the
+// same IEEE-754 double, so 100.0 and 1e2 become 100; but
+// 12345678901234567891 becomes 12345678901234567000, and two different
+// amounts or ids would share a fingerprint. text must be valid JSON.
+func checkNumbers(text []byte) error {
+	for i := 0; i < len(text); {
+		switch c := text[i]; {
+		case c == '"':
+			for i++; text[i] != '"'; i++ {
+				if text[i] == '\\' {
+					i++
+				}
+			}
+			i++
+		case c == '-' || '0' <= c && c <= '9':
+			j := i
+			for j < len(text) && strings.IndexByte("+-.eE0123456789", text[j]) >= 0 {
+				j++
+			}
+			if err := checkNumber(string(text[i:j])); err != nil {
+				return err
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	return nil
+}
+
+func checkNumber(lit string) error {
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return fmt.Errorf("has the number %s, out of the range of an IEEE-754 double; send it as a string", shorten(lit))
+	}
+	canon, err := jcs.NumberToJSON(f)
+	if err != nil {
+		return fmt.Errorf("has the number %s, which is not finite; send it as a string", shorten(lit))
+	}
+	if !sameDecimal(lit, canon) {
+		return fmt.Errorf("has the number %s, which canonical JSON (RFC 8785) would change to %s: it reads every number as an IEEE-754 double; send numbers a double cannot hold as strings (for a Go integer beyond 2^53, tag the field `json:\",string\"`)", shorten(lit), canon)
+	}
+	return nil
+}
+
+// sameDecimal reports whether two JSON number texts have the same value,
+// compared exactly as decimals (-0 equals 0).
+func sameDecimal(a, b string) bool {
+	na, da, ea, oka := decimalOf(a)
+	nb, db, eb, okb := decimalOf(b)
+	return oka && okb && na == nb && da == db && ea == eb
+}
+
+// decimalOf splits a JSON number into its sign, its significant digits
+// (no leading or trailing zeros) and the power of ten of the last of them,
+// so that equal values give equal results: 100, 100.0 and 1e2 are all
+// (false, "1", 2). Zero is (false, "", 0). ok is false for an exponent
+// beyond ±2^40: a finite, non-zero number written so would need more
+// digits than any payload holds, and none is a canonical number.
+func decimalOf(s string) (neg bool, digits string, exp int, ok bool) {
+	if strings.HasPrefix(s, "-") {
+		neg, s = true, s[1:]
+	}
+	mant, e := s, ""
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, e = s[:i], s[i+1:]
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits = strings.TrimLeft(whole+frac, "0")
+	if digits == "" {
+		return false, "", 0, true
+	}
+	if e != "" {
+		n, err := strconv.Atoi(e)
+		if err != nil || n > 1<<40 || n < -1<<40 {
+			return false, "", 0, false
+		}
+		exp = n
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	return neg, trimmed, exp - len(frac) + len(digits) - len(trimmed), true
+}
+
+// shorten keeps an error message readable when the offending text is long.
+func shorten(s string) string {
+	if len(s) > 40 {
+		return s[:37] + "..."
+	}
+	return s
+}
+
+var (
+	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// maxWalkDepth bounds checkStrings' recursion. A value that encoding/json
+// could encode is finite, but the walk also counts pointers and
+// interfaces; JSON nested deeper than 10000 levels is refused by
+// canonicalisation anyway.
+const maxWalkDepth = 1 << 15
+
+// checkStrings refuses a string in a Go value that is not valid UTF-8:
+// encoding/json would replace its bad bytes with U+FFFD, so two different
+// payloads would encode, and hash, the same. It follows the value the way
+// encoding/json does: exported fields and those of embedded structs (not
+// the ones tagged "-"), map keys and values, elements, pointers,
+// interfaces, and the text of encoding.TextMarshaler values and keys. A
+// json.Marshaler is not entered: its output is checked as JSON text.
+// []byte is base64 in JSON, so any bytes are fine there.
+func checkStrings(v reflect.Value) error {
+	bad := walkStrings(v, 0)
+	if bad == nil {
+		return nil
+	}
+	if bad.what == "" {
+		return fmt.Errorf("nests more than %d levels deep at %s; flatten it", maxWalkDepth, bad.where())
+	}
+	i := invalidUTF8At([]byte(bad.text))
+	return fmt.Errorf("has %s that is not valid UTF-8 (at %s, byte %d is 0x%02x: %s): encoding/json would replace it with U+FFFD, so payloads that differ there would hash the same; make it valid UTF-8, or carry binary data in a []byte field (base64 in JSON) or as a []byte payload", bad.what, bad.where(), i, bad.text[i], shorten(strconv.Quote(bad.text)))
+}
+
+// badText is what walkStrings found; path is built on the way back up,
+// innermost first, so a payload with nothing wrong costs no path strings.
+type badText struct {
+	what, text string
+	path       []string
+}
+
+func (b *badText) at(segment string) *badText {
+	b.path = append(b.path, segment)
+	return b
+}
+
+func (b *badText) where() string {
+	if len(b.path) == 0 {
+		return "the top level"
+	}
+	var s strings.Builder
+	for i := len(b.path) - 1; i >= 0; i-- {
+		s.WriteString(b.path[i])
+	}
+	return s.String()
+}
+
+func walkStrings(v reflect.Value, depth int) *badText {
+	if !v.IsValid() {
+		return nil
+	}
+	if depth > maxWalkDepth {
+		return &badText{}
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return nil
+		}
+	}
+	if implements(v, jsonMarshalerType) {
+		return nil
+	}
+	if implements(v, textMarshalerType) {
+		if tm, ok := textMarshalerOf(v); ok {
+			// An error here made json.Marshal fail already.
+			if text, err := tm.MarshalText(); err == nil && !utf8.Valid(text) {
+				return &badText{what: "the text of a MarshalText", text: string(text)}
+			}
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		if !utf8.ValidString(v.String()) {
+			return &badText{what: "a string", text: v.String()}
+		}
+	case reflect.Pointer, reflect.Interface:
+		return walkStrings(v.Elem(), depth+1)
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if sf.Anonymous {
+				ft := sf.Type
+				if ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				if !sf.IsExported() && ft.Kind() != reflect.Struct {
+					continue
+				}
+			} else if !sf.IsExported() {
+				continue
+			}
+			if sf.Tag.Get("json") == "-" {
+				continue
+			}
+			if bad := walkStrings(v.Field(i), depth+1); bad != nil {
+				return bad.at("." + sf.Name)
+			}
+		}
+	case reflect.Map:
+		kt := v.Type().Key()
+		textKeys := kt.Kind() != reflect.String && kt.Implements(textMarshalerType)
+		for it := v.MapRange(); it.Next(); {
+			k := it.Key()
+			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
+				return &badText{what: "a map key", text: k.String()}
+			}
+			if textKeys && !(k.Kind() == reflect.Pointer && k.IsNil()) && k.CanInterface() {
+				if text, err := k.Interface().(encoding.TextMarshaler).MarshalText(); err == nil && !utf8.Valid(text) {
+					return &badText{what: "the text of a map key's MarshalText", text: string(text)}
+				}
+			}
+			if bad := walkStrings(it.Value(), depth+1); bad != nil {
+				return bad.at(fmt.Sprintf("[%s]", shorten(fmt.Sprintf("%#v", k))))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if !mayHoldText(v.Type().Elem()) {
+			return nil
+		}
+		for i := range v.Len() {
+			if bad := walkStrings(v.Index(i), depth+1); bad != nil {
+				return bad.at(fmt.Sprintf("[%d]", i))
+			}
+		}
+	}
+	return nil
+}
+
+// implements reports whether encoding/json would use v's implementation
+// of the marshaler interface t: the value's own, or its address's when v
+// is addressable.
+func implements(v reflect.Value, t reflect.Type) bool {
+	if v.Type().Implements(t) {
+		return true
+	}
+	return v.Kind() != reflect.Pointer && v.CanAddr() && reflect.PointerTo(v.Type()).Implements(t)
+}
+
+func textMarshalerOf(v reflect.Value) (encoding.TextMarshaler, bool) {
+	if v.Type().Implements(textMarshalerType) {
+		if !v.CanInterface() {
+			return nil, false
+		}
+		return v.Interface().(encoding.TextMarshaler), true
+	}
+	a := v.Addr()
+	if !a.CanInterface() {
+		return nil, false
+	}
+	return a.Interface().(encoding.TextMarshaler), true
+}
+
+// mayHoldText reports whether values of type t can hold a string: numbers
+// and booleans cannot, unless they marshal themselves.
+func mayHoldText(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
+		p := reflect.PointerTo(t)
+		return p.Implements(jsonMarshalerType) || p.Implements(textMarshalerType)
+	}
+	return true
 }
