@@ -17,58 +17,27 @@ import (
 	"github.com/oncehq/once"
 )
 
-// envHangAfter makes the run5 worker stop after that many steps.
-const envHangAfter = "ONCE_STORETEST_HANG_AFTER"
-
-// runFive is an agent run of five steps: three emails and two records.
-// With hangAfter set it stops dead after that many steps, for the parent
-// to kill.
-func runFive(ctx context.Context, c *once.Client, file, hangAfter string) error {
-	run := c.Run("agent-run-5")
-	kinds := []string{"send_email", "write_record", "send_email", "write_record", "send_email"}
-	for i, kind := range kinds {
-		if hangAfter == fmt.Sprint(i) {
-			appendLine(file+".paused", "paused")
-			select {}
-		}
-		_, err := once.Do(ctx, c, run.Next(once.Intent{Kind: kind, Target: fmt.Sprintf("target-%d", i), Payload: map[string]int{"step": i}}),
-			func(ctx context.Context, a once.Attempt) (string, error) {
-				return fmt.Sprintf("done-%d", i), appendLine(file, fmt.Sprintf("step %d", a.Intent.Step))
-			})
-		if err != nil {
-			return err
-		}
-	}
-	fmt.Println("run complete")
-	return nil
-}
-
 func recoveryTests() []namedTest {
 	return []namedTest{
-		{"RecoverAskPersonAfterKill", testRecoverAskPerson},
-		{"RecoverRetryAfterKill", testRecoverRetry},
-		{"RecoverVerifyLandedAfterKill", testRecoverVerifyLanded},
-		{"RecoverVerifyNotLandedAfterKill", testRecoverVerifyNotLanded},
-		{"RecoverVerifyErrorsAfterKill", testRecoverVerifyErrors},
-		{"ReaperAfterKill", testReaperAfterKill},
-		{"TwoReapers1000Claims", testTwoReapers},
-		{"ZombieFencedAfterTakeover", testZombieTakeover},
-		{"ZombieAcceptedAfterReview", testZombieReview},
-		{"ResolveRacesLateCompletion", testResolveRace},
-		{"Resolve", testResolve},
-		{"ResumeRunAfterKill", testResumeRun},
-		{"PurgeKeepsOpenActions", testPurge},
-		{"UnknownOutcomeVerified", testUnknownVerified},
-		{"ReaperLoop", testReaperLoop},
-		{"HeartbeatOutlivesDeadline", testHeartbeatOutlivesDeadline},
-		{"HoldIsFenced", testHoldIsFenced},
-		{"UnknownUnderRetryPolicy", testUnknownUnderRetry},
+		{name: "RecoverAskPersonAfterKill", fn: testRecoverAskPerson, needs: needProcesses},
+		{name: "RecoverRetryAfterKill", fn: testRecoverRetry, needs: needProcesses},
+		{name: "RecoverVerifyLandedAfterKill", fn: testRecoverVerifyLanded, needs: needProcesses},
+		{name: "RecoverVerifyNotLandedAfterKill", fn: testRecoverVerifyNotLanded, needs: needProcesses},
+		{name: "RecoverVerifyErrorsAfterKill", fn: testRecoverVerifyErrors, needs: needProcesses},
+		{name: "ReaperAfterKill", fn: testReaperAfterKill, needs: needProcesses},
+		{name: "TwoReapers1000Claims", fn: testTwoReapers},
+		{name: "ZombieFencedAfterTakeover", fn: testZombieTakeover, needs: needProcesses},
+		{name: "ZombieAcceptedAfterReview", fn: testZombieReview, needs: needProcesses},
+		{name: "ResolveRacesLateCompletion", fn: testResolveRace},
+		{name: "Resolve", fn: testResolve},
+		{name: "ResumeRunAfterKill", fn: testResumeRun, needs: needProcesses},
+		{name: "PurgeKeepsOpenActions", fn: testPurge},
+		{name: "UnknownOutcomeVerified", fn: testUnknownVerified},
+		{name: "UnknownAwaitingVerification", fn: testUnknownAwaitingVerification},
+		{name: "ReaperLoop", fn: testReaperLoop},
+		{name: "HeartbeatOutlivesDeadline", fn: testHeartbeatOutlivesDeadline},
+		{name: "UnknownUnderRetryPolicy", fn: testUnknownUnderRetry},
 	}
-}
-
-type namedTest struct {
-	name string
-	fn   func(*testing.T, Harness)
 }
 
 const childLease = "150ms"
@@ -84,22 +53,6 @@ func deadWorker(t *testing.T, spec string) (file string) {
 
 func policyConfig(p once.KindPolicy) once.Config {
 	return once.Config{Kinds: map[string]once.KindPolicy{processIntent.Kind: p}}
-}
-
-func trail(t *testing.T, s once.Store, k once.Key) string {
-	t.Helper()
-	evs, err := s.Events(ctx(t), k)
-	if err != nil {
-		t.Fatalf("Events: %v", err)
-	}
-	var types []string
-	for _, e := range evs {
-		if e.Key != k || e.At.IsZero() {
-			t.Fatalf("event %+v", e)
-		}
-		types = append(types, string(e.Type))
-	}
-	return strings.Join(types, ",")
 }
 
 func processKey() once.Key {
@@ -624,6 +577,43 @@ func testUnknownVerified(t *testing.T, h Harness) {
 	}
 }
 
+// An unknown outcome whose verifier cannot tell waits, deferred, for its
+// next try: duplicates are told so, run nothing and ask nothing, and the
+// error matches neither retry-later nor review.
+func testUnknownAwaitingVerification(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			asked.Add(1)
+			return false, nil, errors.New("provider API down")
+		}}})
+	_, err := once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (string, error) {
+		return "", errors.New("EOF after the request was sent")
+	})
+	var ue *once.UnknownOutcomeError
+	if !errors.As(err, &ue) || ue.Status != once.StatusUnknown || errors.Is(err, once.ErrRetryLater) || errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v; want an unknown outcome awaiting verification", err)
+	}
+	time.Sleep(20 * time.Millisecond) // due for verification at once
+	var effects counter
+	for i := range 2 {
+		_, err = once.Do(ctx(t), c, intent(1), effects.fn("x"))
+		if !errors.As(err, &ue) || ue.Status != once.StatusUnknown || !strings.Contains(ue.Message, "EOF") || errors.Is(err, once.ErrReview) {
+			t.Fatalf("duplicate %d = %v; want the unknown outcome, still awaiting verification", i+1, err)
+		}
+	}
+	if effects.n.Load() != 0 || asked.Load() != 1 {
+		t.Fatalf("ran %d, asked the verifier %d times; want 0 and 1 (then deferred)", effects.n.Load(), asked.Load())
+	}
+	a := mustGet(t, s, keyOf(t, intent(1)))
+	if a.Status != once.StatusUnknown || a.VerifyFailures != 1 || a.LeaseUntil.Before(a.UpdatedAt.Add(59*time.Minute)) {
+		t.Fatalf("stored %+v; want unknown, one verifier failure, next try in an hour", a)
+	}
+	if got := trail(t, s, a.Key); got != "claimed,unknown,verify_failed" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
 func testReaperLoop(t *testing.T, h Harness) {
 	s, c, _ := setup(t, h, once.Config{})
 	type pass struct {
@@ -711,35 +701,6 @@ func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
 	<-done
 	if most.Load() != 1 {
 		t.Fatalf("the effect ran %d times at once", most.Load())
-	}
-}
-
-// A recoverer's decision applies only while its hold is its own: a
-// worker whose heartbeat came back takes the claim back.
-func testHoldIsFenced(t *testing.T, h Harness) {
-	s, _, _ := setup(t, h, once.Config{})
-	req := claimReq(t, intent(1), time.Millisecond)
-	if _, err := s.Claim(ctx(t), req); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(30 * time.Millisecond)
-	got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: req.Key, Limit: 1, Hold: time.Hour, Token: "hold-1"})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("Recoverable = %d, %v", len(got), err)
-	}
-	// The worker was only cut off; its heartbeat gets through again.
-	if _, held, err := s.Heartbeat(ctx(t), req.Key, 1, time.Hour); err != nil || !held {
-		t.Fatalf("heartbeat: %v %v", held, err)
-	}
-	ok, err := s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusReview,
-		Hold: "hold-1"})
-	if err != nil || ok {
-		t.Fatalf("a decision on a hold that is no longer ours = %v, %v; want refused", ok, err)
-	}
-	ok, err = s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
-		Result: []byte(`1`)})
-	if err != nil || !ok {
-		t.Fatalf("the worker's own completion = %v, %v", ok, err)
 	}
 }
 
