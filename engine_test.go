@@ -284,3 +284,30 @@ func TestStatuses(t *testing.T) {
 		t.Errorf("ResolvableStatuses() = %s", got)
 	}
 }
+
+// A person may resolve a failed action too: Retry releases it, and the
+// next delivery runs it again as the next attempt.
+func TestResolveFailed(t *testing.T) {
+	c, s := newClient(t, once.Config{})
+	ctx := context.Background()
+	in := once.Intent{Run: "resolve-failed", Kind: "send_email", Target: "ada@example.com"}
+	once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) {
+		return "", once.Permanent(errors.New("550 mailbox full"))
+	})
+	a, err := c.Resolve(ctx, mustKey(t, in), once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "mailbox emptied"})
+	if err != nil || a.Status != once.StatusReleased || !strings.Contains(a.Error, "released by ada") {
+		t.Fatalf("Resolve = %+v, %v", a, err)
+	}
+	res, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) { return "queued", nil })
+	if err != nil || res.Attempt != 2 || res.Value != "queued" {
+		t.Fatalf("after the retry: %+v, %v", res, err)
+	}
+	evs, _ := s.Events(ctx, mustKey(t, in))
+	var types []string
+	for _, e := range evs {
+		types = append(types, string(e.Type))
+	}
+	if got := strings.Join(types, ","); got != "claimed,failed,resolved,claimed,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+}

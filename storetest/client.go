@@ -35,6 +35,7 @@ func clientTests() []namedTest {
 		{name: "ResultTooLarge", fn: testResultTooLarge},
 		{name: "BadInputWritesNothing", fn: testBadInput},
 		{name: "ReadAPI", fn: testReadAPI},
+		{name: "CallerGivesUp", fn: testCallerGivesUp},
 	}
 }
 
@@ -548,5 +549,33 @@ func testReadAPI(t *testing.T, h Harness) {
 	slices.Sort(cells)
 	if got := strings.Join(cells, " "); got != "send_email/review=| send_email/succeeded=|||" {
 		t.Fatalf("Stats = %s", got)
+	}
+}
+
+// A caller that gives up while the effect runs does not lose its
+// outcome: the effect's context ends with the caller's, and what it
+// returns is recorded all the same, so duplicates replay it.
+func testCallerGivesUp(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	callerCtx, giveUp := context.WithCancel(ctx(t))
+	var effectErr error
+	res, err := once.Do(callerCtx, c, intent(1), func(ctx context.Context, a once.Attempt) (string, error) {
+		giveUp()
+		<-ctx.Done()
+		effectErr = ctx.Err()
+		return "sent before the caller left", nil
+	})
+	if !errors.Is(effectErr, context.Canceled) {
+		t.Fatalf("the effect's context ended with %v, want the caller's cancellation", effectErr)
+	}
+	if err != nil || res.Value != "sent before the caller left" {
+		t.Fatalf("Do = %+v, %v; want the outcome recorded on a context of its own", res, err)
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusSucceeded {
+		t.Fatalf("stored %s, want succeeded", a.Status)
+	}
+	again, err := once.Do(ctx(t), c, intent(1), (&counter{}).fn("again"))
+	if err != nil || !again.Replayed || again.Value != "sent before the caller left" {
+		t.Fatalf("duplicate = %+v, %v", again, err)
 	}
 }

@@ -83,6 +83,7 @@ func txTests() []namedTest {
 		{name: "DoTx", fn: testDoTx, needs: needTx},
 		{name: "DoTxRollback", fn: testDoTxRollback, needs: needTx},
 		{name: "DoTxReplaysDo", fn: testDoTxReplaysDo, needs: needTx},
+		{name: "DoTxClaimsReleased", fn: testDoTxClaimsReleased, needs: needTx},
 		{name: "DoTxMeetsHeldClaim", fn: testDoTxMeetsHeldClaim, needs: needTx},
 		{name: "DoTxOtherStore", fn: testDoTxOtherStore, needs: needTx},
 		{name: "DoTxResultNotStored", fn: testDoTxResultNotStored, needs: needTx},
@@ -228,6 +229,38 @@ func testDoTxReplaysDo(t *testing.T, h Harness) {
 	}
 	if effects.Load() != 0 {
 		t.Fatalf("an effect ran %d times inside the transaction", effects.Load())
+	}
+}
+
+// An action released by an earlier attempt is claimed inside the
+// transaction as the next attempt, with the same provider key.
+func testDoTxClaimsReleased(t *testing.T, h Harness) {
+	s, c, th := txSetup(t, h, once.Config{})
+	var first string
+	once.Do(ctx(t), c, txIntent, func(ctx context.Context, a once.Attempt) (string, error) {
+		first = a.ProviderKey
+		return "", once.RetryLater(errors.New("429"))
+	})
+	tx := begin(t, th)
+	res, err := tx.do(ctx(t), c, txIntent, func(ctx context.Context, write func(string) error, a once.Attempt) (any, error) {
+		if a.Number != 2 || a.ProviderKey != first {
+			t.Errorf("attempt %d with provider key %q; want 2 and %q", a.Number, a.ProviderKey, first)
+		}
+		return "written", write(string(a.Key))
+	})
+	if err != nil || res.Attempt != 2 || res.Replayed {
+		t.Fatalf("DoTx of a released action = %+v, %v", res, err)
+	}
+	commit(t, tx)
+	k := keyOf(t, txIntent)
+	if a := mustGet(t, s, k); a.Status != once.StatusSucceeded || a.Attempt != 2 || a.Error != "" {
+		t.Fatalf("stored %+v", a)
+	}
+	if got := trail(t, s, k); got != "claimed,released,claimed,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+	if n := rows(t, th); n != 1 {
+		t.Fatalf("outbox has %d rows", n)
 	}
 }
 
