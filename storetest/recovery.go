@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -289,14 +290,12 @@ func testTwoReapers(t *testing.T, h Harness) {
 
 // zombie starts a worker that runs its effect and is then stopped with
 // SIGSTOP until its lease lapses; go lets it continue.
-func zombie(t *testing.T, spec string) (file string, resume func() string) {
+func zombie(t *testing.T, s once.Store, spec string) (file string, resume func() string) {
 	file = filepath.Join(t.TempDir(), "effects")
 	cmd, out := startChild(t, "zombie", spec, file, envLease+"="+childLease)
-	waitLines(t, cmd, out, file, 1)
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { cmd.Process.Kill() })
+	waitLines(t, cmd, out, file, 1)
+	stopBetweenWrites(t, cmd, s)
 	time.Sleep(300 * time.Millisecond)
 	return file, func() string {
 		if err := appendLine(file+".go", "go"); err != nil {
@@ -312,9 +311,46 @@ func zombie(t *testing.T, spec string) (file string, resume func() string) {
 	}
 }
 
+// stopBetweenWrites stops the worker (SIGSTOP) at a moment it is not
+// inside a write to the store. The case under test is a worker paused
+// past its lease. A worker paused inside a write to an SQLite file is
+// another one: it holds the whole file's write lock, and nothing but
+// letting it go on releases it (a PostgreSQL server finishes the
+// statement without its client). So after each stop a write of the
+// parent's that matches no row (a heartbeat of attempt 0) probes the
+// lock; if it waits, the worker is let go for a moment and stopped again.
+func stopBetweenWrites(t *testing.T, cmd *exec.Cmd, s once.Store) {
+	t.Helper()
+	for range 50 {
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		probe := make(chan error, 1)
+		go func() {
+			_, _, err := s.Heartbeat(context.Background(), processKey(), 0, time.Second)
+			probe <- err
+		}()
+		select {
+		case err := <-probe:
+			if err != nil {
+				t.Fatalf("probe: %v", err)
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-probe; err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+	}
+	t.Fatal("the worker was inside a write every time it was stopped")
+}
+
 func testZombieTakeover(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return -2, nil })
 	if err != nil || res.Attempt != 2 {
 		t.Fatalf("takeover = %+v, %v", res, err)
@@ -333,7 +369,7 @@ func testZombieTakeover(t *testing.T, h Harness) {
 
 func testZombieReview(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	if _, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 0, nil }); !errors.Is(err, once.ErrReview) {
 		t.Fatalf("redelivery = %v, want review", err)
 	}
@@ -677,15 +713,21 @@ func providerOf(line string) string {
 // must hold until it returns, or recovery would run it a second time
 // beside it.
 func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
-	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 300 * time.Millisecond, MaxExecution: 400 * time.Millisecond,
+	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: heartbeatLease, MaxExecution: 200 * time.Millisecond,
 		Recovery: once.RetryWithProviderKey}})
 	var running, most atomic.Int64
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
 	effect := func(ctx context.Context, a once.Attempt) (string, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(2 * time.Second) // ignores ctx
+		if n > 1 {
+			return "sent again", nil // the failure this test looks for
+		}
+		started <- struct{}{}
+		<-release // ignores ctx
 		return "sent", nil
 	}
 	done := make(chan error, 1)
@@ -693,12 +735,18 @@ func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
 		_, err := once.Do(ctx(t), c, intent(1), effect)
 		done <- err
 	}()
-	time.Sleep(1200 * time.Millisecond) // past MaxExecution and four leases
+	<-started
+	// Past MaxExecution, and past the lease the claim began with: only
+	// heartbeats after the deadline can have kept it.
+	time.Sleep(heartbeatLease + 800*time.Millisecond)
 	_, err := once.Do(ctx(t), c, intent(1), effect)
+	close(release)
 	if !errors.Is(err, once.ErrInFlight) {
 		t.Fatalf("duplicate while a slow effect runs = %v; want ErrInFlight", err)
 	}
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	if most.Load() != 1 {
 		t.Fatalf("the effect ran %d times at once", most.Load())
 	}

@@ -99,15 +99,16 @@ func (h Harness) has(n need) bool {
 		(n&needRowLocks == 0 || h.Features.RowLocks)
 }
 
-func (n need) String() string {
+// missing names what the harness lacks of n.
+func (h Harness) missing(n need) string {
 	var s []string
-	if n&needProcesses != 0 {
+	if n&needProcesses != 0 && !h.Features.Processes {
 		s = append(s, "Features.Processes")
 	}
-	if n&needTx != 0 {
+	if n&needTx != 0 && h.Tx == nil {
 		s = append(s, "Harness.Tx")
 	}
-	if n&needRowLocks != 0 {
+	if n&needRowLocks != 0 && !h.Features.RowLocks {
 		s = append(s, "Features.RowLocks")
 	}
 	return strings.Join(s, ", ")
@@ -134,7 +135,7 @@ func run(t *testing.T, h Harness, tests []namedTest) {
 	}
 	for _, tt := range tests {
 		if !h.has(tt.needs) {
-			t.Logf("%s left out: the harness does not declare %s", tt.name, tt.needs)
+			t.Logf("%s left out: the harness does not declare %s", tt.name, h.missing(tt.needs))
 			continue
 		}
 		t.Run(tt.name, func(t *testing.T) {
