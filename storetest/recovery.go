@@ -138,7 +138,7 @@ func testRecoverVerifyNotLanded(t *testing.T, h Harness) {
 
 func testRecoverVerifyErrors(t *testing.T, h Harness) {
 	var asked atomic.Int64
-	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: 300 * time.Millisecond,
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: time.Hour,
 		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
 			asked.Add(1)
 			return false, nil, errors.New("provider API down")
@@ -155,11 +155,16 @@ func testRecoverVerifyErrors(t *testing.T, h Harness) {
 		t.Fatalf("after one verifier error Do = %v; want it deferred (in flight, not due)", err)
 	}
 	a := mustGet(t, s, processKey())
-	if a.VerifyFailures != 1 || a.Status != once.StatusInFlight {
-		t.Fatalf("stored %+v", a)
+	if a.VerifyFailures != 1 || a.Status != once.StatusInFlight || a.LeaseUntil.Before(a.UpdatedAt.Add(59*time.Minute)) {
+		t.Fatalf("stored %+v; want in flight, one verifier failure, asked again in an hour", a)
 	}
-	// Second failure, from the reaper after the backoff: review.
-	time.Sleep(500 * time.Millisecond)
+	// Second failure, from the reaper after the backoff: review. The
+	// backoff is brought forward, as the passing of an hour would.
+	if ok, err := s.Transition(ctx(t), once.Transition{Key: a.Key, Attempt: a.Attempt, From: inFlight, To: once.StatusInFlight,
+		Lease: time.Millisecond, VerifyFailures: a.VerifyFailures}); err != nil || !ok {
+		t.Fatalf("bringing the backoff forward: %v, %v", ok, err)
+	}
+	time.Sleep(20 * time.Millisecond)
 	r, _ := once.NewReaper(c, once.ReaperConfig{})
 	rep, err := r.RunOnce(ctx(t))
 	if err != nil || rep.Review != 1 || asked.Load() != 2 {
