@@ -3,6 +3,7 @@ package once_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +98,7 @@ func TestErrorsIsAs(t *testing.T) {
 			continue
 		}
 		for name, s := range sentinels {
-			if want := contains(c.is, name); errors.Is(c.err, s) != want {
+			if want := slices.Contains(c.is, name); errors.Is(c.err, s) != want {
 				t.Errorf("%s: errors.Is(%v, %s) = %v, want %v", c.name, c.err, name, !want, want)
 			}
 		}
@@ -110,15 +111,6 @@ func TestErrorsIsAs(t *testing.T) {
 			}
 		}
 	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, v := range ss {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // The typed errors Do returns carry their detail for errors.As.
