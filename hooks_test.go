@@ -313,3 +313,34 @@ func TestJoinHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A DoTx effect that panics has still begun an attempt the hooks were
+// told of: its end func is called once, with an error, before the panic
+// goes on up (as Do's is), so a tracer's span is closed.
+func TestOnExecuteDoTxPanic(t *testing.T) {
+	tr := &tracer{}
+	c, s := newClient(t, once.Config{Hooks: tr.hooks()})
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("recovered %v, want the effect's panic to go on up", p)
+			}
+		}()
+		once.DoTx(ctx, c, s, tx, once.Intent{Run: "hooks-tx-panic", Kind: "write"}, func(context.Context, *sql.Tx, once.Attempt) (string, error) {
+			panic("boom")
+		})
+	}()
+	starts, ends, _ := tr.take()
+	if len(starts) != 1 {
+		t.Fatalf("OnExecute saw %d claims, want 1", len(starts))
+	}
+	if len(ends) != 1 || ends[0].err == nil || !strings.Contains(ends[0].err.Error(), "boom") {
+		t.Fatalf("end called %d times (%+v) for a DoTx effect that panicked; want once, with an error naming the panic", len(ends), ends)
+	}
+}
