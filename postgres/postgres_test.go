@@ -38,36 +38,58 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// A spec is a schema name; worker processes open the same schema.
+// A spec is a schema name; worker processes open the same schema. The
+// server is shared, so opening waits out its connection limit.
 func openSpec(ctx context.Context, schema string) (once.Store, error) {
-	return postgres.Open(ctx, testdb.PostgresURL(), postgres.Config{Schema: schema})
+	return testdb.RetryTooManyClients(ctx, func() (once.Store, error) {
+		return postgres.Open(ctx, testdb.PostgresURL(), postgres.Config{Schema: schema})
+	})
 }
 
 var (
 	poolOnce sync.Once
 	pool     *pgxpool.Pool
+	poolErr  error
 )
 
 // sharedPool is one pool for the package's tests; each test isolates
-// itself in a schema of its own.
+// itself in a schema of its own. It is kept small: the server's
+// max_connections is shared with every other test process.
 func sharedPool(t testing.TB) *pgxpool.Pool {
 	url := testdb.RequirePostgres(t)
 	poolOnce.Do(func() {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
-			t.Fatal(err)
+			poolErr = err
+			return
 		}
-		cfg.MaxConns = 32
-		pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg.MaxConns = 12
+		pool, poolErr = openPool(cfg)
 	})
+	if poolErr != nil {
+		t.Fatal(poolErr)
+	}
 	return pool
 }
 
+// openPool makes a pool and waits for its first connection, out of the
+// server's connection limit if need be.
+func openPool(cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := testdb.RetryTooManyClients(ctx, func() (struct{}, error) { return struct{}{}, p.Ping(ctx) }); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
 // newStore returns a store in a fresh schema, dropped when the test ends.
-func newStore(t testing.TB) (once.Store, string) {
+func newStore(t testing.TB) (*postgres.Store, string) {
 	p := sharedPool(t)
 	var b [6]byte
 	rand.Read(b[:])
@@ -82,114 +104,49 @@ func newStore(t testing.TB) (once.Store, string) {
 	return s, schema
 }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) (once.Store, string) { return newStore(t) }, Open: openSpec})
-	t.Run("DoTx", func(t *testing.T) { t.Parallel(); testDoTx(t) })
-	t.Run("DoTxRollback", func(t *testing.T) { t.Parallel(); testDoTxRollback(t) })
-	t.Run("DoTxOtherStore", func(t *testing.T) { t.Parallel(); testDoTxOtherStore(t) })
-	t.Run("Prefix", func(t *testing.T) { t.Parallel(); testPrefix(t) })
-}
-
-func setup(t *testing.T) (*postgres.Store, *once.Client, string) {
-	s, schema := newStore(t)
-	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sharedPool(t).Exec(ctx, `CREATE TABLE `+pgx.Identifier{schema, "outbox"}.Sanitize()+` (id text PRIMARY KEY, body text)`); err != nil {
-		t.Fatal(err)
-	}
-	c, err := once.New(once.Config{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*postgres.Store), c, pgx.Identifier{schema, "outbox"}.Sanitize()
-}
-
-var txIntent = once.Intent{Run: "r", Kind: "write_outbox", Target: "m-1", Payload: "hello"}
-
-func testDoTx(t *testing.T) {
-	s, c, outbox := setup(t)
-	ctx := context.Background()
-	for i := range 2 {
-		tx, err := s.Pool().Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := once.DoTx(ctx, c, s, tx, txIntent, func(ctx context.Context, tx pgx.Tx, a once.Attempt) (string, error) {
-			_, err := tx.Exec(ctx, `INSERT INTO `+outbox+` (id, body) VALUES ($1, $2)`, a.Key, "hello")
-			return "written", err
-		})
-		if err != nil || res.Value != "written" || res.Replayed != (i == 1) {
-			t.Fatalf("DoTx #%d = %+v, %v", i+1, res, err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var n int
-	s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+outbox).Scan(&n)
-	if n != 1 {
-		t.Fatalf("outbox has %d rows, want 1", n)
-	}
-	k, _, _ := once.KeyOf(txIntent)
-	if a, err := s.Get(ctx, k); err != nil || a.Status != once.StatusSucceeded {
-		t.Fatalf("stored %+v, %v", a, err)
+func harness() storetest.Harness {
+	return storetest.Harness{
+		New:      func(t *testing.T) (once.Store, string) { return newStore(t) },
+		Open:     openSpec,
+		Tx:       pgTx,
+		Features: storetest.Features{Processes: true, RowLocks: true},
 	}
 }
 
-func testDoTxRollback(t *testing.T) {
-	s, c, outbox := setup(t)
-	ctx := context.Background()
-	tx, _ := s.Pool().Begin(ctx)
-	_, err := once.DoTx(ctx, c, s, tx, txIntent, func(ctx context.Context, tx pgx.Tx, a once.Attempt) (string, error) {
-		tx.Exec(ctx, `INSERT INTO `+outbox+` (id, body) VALUES ($1, $2)`, a.Key, "hello")
-		return "", errors.New("validation failed after the write")
+// pgTx gives the DoTx tests transactions on the shared pool, and an
+// application table in the test's schema for the effect to write.
+func pgTx(t *testing.T, st once.Store, schema string) storetest.TxHarness {
+	t.Helper()
+	s := st.(*postgres.Store)
+	outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
+	if _, err := s.Pool().Exec(context.Background(), `CREATE TABLE `+outbox+` (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return storetest.TxOf(s, storetest.TxFuncs[pgx.Tx]{
+		Begin:    func(ctx context.Context) (pgx.Tx, error) { return s.Pool().Begin(ctx) },
+		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
+		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
+		Insert: func(ctx context.Context, tx pgx.Tx, id string) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+outbox+` (id) VALUES ($1)`, id)
+			return err
+		},
+		Count: func(ctx context.Context) (n int, err error) {
+			return n, s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+outbox).Scan(&n)
+		},
 	})
-	if err == nil || !strings.Contains(err.Error(), "roll it back") {
-		t.Fatalf("DoTx = %v, want the effect's error and advice to roll back", err)
-	}
-	tx.Rollback(ctx)
-	k, _, _ := once.KeyOf(txIntent)
-	if _, err := s.Get(ctx, k); !errors.Is(err, once.ErrNotFound) {
-		t.Fatalf("after rollback Get = %v, want not found: claim and effect roll back together", err)
-	}
-	var n int
-	s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+outbox).Scan(&n)
-	if n != 0 {
-		t.Fatalf("outbox has %d rows after rollback", n)
-	}
-	// The next delivery claims afresh.
-	if _, err := once.Do(ctx, c, txIntent, func(context.Context, once.Attempt) (string, error) { return "ok", nil }); err != nil {
-		t.Fatal(err)
-	}
 }
 
-// A transaction of the wrong type does not compile (TxBinder is typed);
-// a transaction bound by a store other than the client's is refused
-// before anything is claimed or run.
-func testDoTxOtherStore(t *testing.T) {
-	s, c, _ := setup(t)
-	other, _, _ := setup(t)
-	ctx := context.Background()
-	tx, err := other.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	_, err = once.DoTx(ctx, c, other, tx, txIntent, func(context.Context, pgx.Tx, once.Attempt) (int, error) {
-		t.Error("effect ran")
-		return 0, nil
-	})
-	if err == nil || !strings.Contains(err.Error(), "not the client's store") {
-		t.Fatalf("DoTx with another store = %v, want an error saying so", err)
-	}
-	k, _, _ := once.KeyOf(txIntent)
-	for _, st := range []*postgres.Store{s, other} {
-		if _, err := st.Get(ctx, k); !errors.Is(err, once.ErrNotFound) {
-			t.Fatalf("a refused DoTx left a row: %v", err)
-		}
-	}
+// TestStore runs the Store contract, a schema per test.
+func TestStore(t *testing.T) { storetest.RunStore(t, harness()) }
+
+// TestClient runs the engine over the postgres store, DoTx included.
+func TestClient(t *testing.T) { storetest.RunClient(t, harness()) }
+
+// TestPrefix keeps two sets of tables apart in one schema by their
+// prefixes, and refuses a prefix that is not a plain identifier.
+func TestPrefix(t *testing.T) {
+	t.Parallel()
+	testPrefix(t)
 }
 
 func testPrefix(t *testing.T) {
@@ -206,7 +163,8 @@ func testPrefix(t *testing.T) {
 	ca, _ := once.New(once.Config{Store: a})
 	cb, _ := once.New(once.Config{Store: b})
 	for _, c := range []*once.Client{ca, cb} {
-		res, err := once.Do(ctx, c, txIntent, func(context.Context, once.Attempt) (int, error) { return 1, nil })
+		in := once.Intent{Run: "r", Kind: "write_outbox", Target: "m-1", Payload: "hello"}
+		res, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) { return 1, nil })
 		if err != nil || res.Replayed {
 			t.Fatalf("prefixes must not share rows: %+v %v", res, err)
 		}
@@ -290,7 +248,8 @@ func TestDatabaseGoesAway(t *testing.T) {
 	// A store of its own whose connections we can cut.
 	cfg, _ := pgxpool.ParseConfig(url)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "once_goes_away_" + schema
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	cfg.MaxConns = 2
+	p, err := openPool(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

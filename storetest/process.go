@@ -27,6 +27,8 @@ const (
 	// envLease sets the worker's lease, so a killed or stopped worker's
 	// claim lapses within the test.
 	envLease = "ONCE_STORETEST_LEASE"
+	// envHangAfter makes the run5 worker stop after that many steps.
+	envHangAfter = "ONCE_STORETEST_HANG_AFTER"
 )
 
 // MaybeChild runs a worker and exits when the process was started as one
@@ -52,6 +54,9 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 		return err
 	}
 	defer closeStore(s)
+	if mode == "claim" {
+		return claimChild(ctx, s, file)
+	}
 	lease, _ := time.ParseDuration(os.Getenv(envLease))
 	c, err := once.New(once.Config{Store: s, Default: once.KindPolicy{Lease: lease}})
 	if err != nil {
@@ -95,6 +100,64 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 		fmt.Println("executed")
 	}
 	return nil
+}
+
+// runFive is an agent run of five steps: three emails and two records.
+// With hangAfter set it stops dead after that many steps, for the parent
+// to kill.
+func runFive(ctx context.Context, c *once.Client, file, hangAfter string) error {
+	run := c.Run("agent-run-5")
+	kinds := []string{"send_email", "write_record", "send_email", "write_record", "send_email"}
+	for i, kind := range kinds {
+		if hangAfter == fmt.Sprint(i) {
+			appendLine(file+".paused", "paused")
+			select {}
+		}
+		_, err := once.Do(ctx, c, run.Next(once.Intent{Kind: kind, Target: fmt.Sprintf("target-%d", i), Payload: map[string]int{"step": i}}),
+			func(ctx context.Context, a once.Attempt) (string, error) {
+				return fmt.Sprintf("done-%d", i), appendLine(file, fmt.Sprintf("step %d", a.Intent.Step))
+			})
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Println("run complete")
+	return nil
+}
+
+// claimChild is a worker of the Store contract's process race: it claims
+// with the store alone, and the winner runs the effect and records it.
+func claimChild(ctx context.Context, s once.Store, file string) error {
+	req := processClaim()
+	cr, err := s.Claim(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !cr.Claimed {
+		fmt.Println("held")
+		return nil
+	}
+	if err := appendLine(file, fmt.Sprintf("effect pid=%d attempt=%d", os.Getpid(), cr.Action.Attempt)); err != nil {
+		return err
+	}
+	time.Sleep(100 * time.Millisecond) // widen the window
+	ok, err := s.Transition(ctx, once.Transition{Key: req.Key, Attempt: cr.Action.Attempt, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
+		Result: []byte(fmt.Sprint(os.Getpid())), Event: once.Event{Type: once.EventSucceeded, From: once.StatusInFlight, Actor: once.ActorWorker}})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("the winning claim's own transition was refused")
+	}
+	fmt.Println("claimed")
+	return nil
+}
+
+// processClaim is the claim Do would make for processIntent.
+func processClaim() once.ClaimRequest {
+	k, fp, _ := once.KeyOf(processIntent)
+	in := processIntent
+	return once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target, Lease: time.Minute}
 }
 
 var processIntent = once.Intent{Run: "proc-run", Step: 3, Kind: "send_email", Target: "grace@example.com", Payload: map[string]string{"body": "hi"}}
@@ -167,14 +230,42 @@ func effectLines(t *testing.T, file string) int {
 	return n
 }
 
-func testProcessRace(t *testing.T, h Harness) {
-	_, _, spec := setup(t, h, once.Config{})
+func processTests() []namedTest {
+	return []namedTest{
+		{name: "DoRace4Processes", fn: testDoRaceProcesses, needs: needProcesses},
+		{name: "KilledAfterEffect", fn: testKilledAfterEffect, needs: needProcesses},
+	}
+}
+
+// testClaimRaceProcesses races four processes for one claim through the
+// Store alone: one wins, runs the effect and records it.
+func testClaimRaceProcesses(t *testing.T, h Harness) {
+	s, spec := newStore(t, h)
 	file := filepath.Join(t.TempDir(), "effects")
-	const n = 4
+	counts := raceChildren(t, "claim", spec, file, 4)
+	if got := effectLines(t, file); got != 1 {
+		t.Fatalf("effect ran %d times across 4 processes, want 1 (outcomes %v)", got, counts)
+	}
+	if counts["claimed"] != 1 || counts["held"] != 3 {
+		t.Fatalf("outcomes %v, want one claimed and three held", counts)
+	}
+	k := processClaim().Key
+	if a := mustGet(t, s, k); a.Status != once.StatusSucceeded || a.Attempt != 1 {
+		t.Fatalf("stored %+v", a)
+	}
+	if got := trail(t, s, k); got != "claimed,succeeded" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
+// raceChildren starts n workers in mode at once, waits for them all, and
+// counts what they printed.
+func raceChildren(t *testing.T, mode, spec, file string, n int) map[string]int {
+	t.Helper()
 	var cmds []*exec.Cmd
 	var outs []*syncBuf
 	for range n {
-		cmd, out := startChild(t, "race", spec, file)
+		cmd, out := startChild(t, mode, spec, file)
 		cmds = append(cmds, cmd)
 		outs = append(outs, out)
 	}
@@ -185,6 +276,14 @@ func testProcessRace(t *testing.T, h Harness) {
 		}
 		counts[strings.TrimSpace(outs[i].String())]++
 	}
+	return counts
+}
+
+func testDoRaceProcesses(t *testing.T, h Harness) {
+	_, spec := newStore(t, h)
+	file := filepath.Join(t.TempDir(), "effects")
+	const n = 4
+	counts := raceChildren(t, "race", spec, file, n)
 	if got := effectLines(t, file); got != 1 {
 		t.Fatalf("effect ran %d times across %d processes, want 1 (outcomes %v)", got, n, counts)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,58 +18,27 @@ import (
 	"github.com/oncehq/once"
 )
 
-// envHangAfter makes the run5 worker stop after that many steps.
-const envHangAfter = "ONCE_STORETEST_HANG_AFTER"
-
-// runFive is an agent run of five steps: three emails and two records.
-// With hangAfter set it stops dead after that many steps, for the parent
-// to kill.
-func runFive(ctx context.Context, c *once.Client, file, hangAfter string) error {
-	run := c.Run("agent-run-5")
-	kinds := []string{"send_email", "write_record", "send_email", "write_record", "send_email"}
-	for i, kind := range kinds {
-		if hangAfter == fmt.Sprint(i) {
-			appendLine(file+".paused", "paused")
-			select {}
-		}
-		_, err := once.Do(ctx, c, run.Next(once.Intent{Kind: kind, Target: fmt.Sprintf("target-%d", i), Payload: map[string]int{"step": i}}),
-			func(ctx context.Context, a once.Attempt) (string, error) {
-				return fmt.Sprintf("done-%d", i), appendLine(file, fmt.Sprintf("step %d", a.Intent.Step))
-			})
-		if err != nil {
-			return err
-		}
-	}
-	fmt.Println("run complete")
-	return nil
-}
-
 func recoveryTests() []namedTest {
 	return []namedTest{
-		{"RecoverAskPersonAfterKill", testRecoverAskPerson},
-		{"RecoverRetryAfterKill", testRecoverRetry},
-		{"RecoverVerifyLandedAfterKill", testRecoverVerifyLanded},
-		{"RecoverVerifyNotLandedAfterKill", testRecoverVerifyNotLanded},
-		{"RecoverVerifyErrorsAfterKill", testRecoverVerifyErrors},
-		{"ReaperAfterKill", testReaperAfterKill},
-		{"TwoReapers1000Claims", testTwoReapers},
-		{"ZombieFencedAfterTakeover", testZombieTakeover},
-		{"ZombieAcceptedAfterReview", testZombieReview},
-		{"ResolveRacesLateCompletion", testResolveRace},
-		{"Resolve", testResolve},
-		{"ResumeRunAfterKill", testResumeRun},
-		{"PurgeKeepsOpenActions", testPurge},
-		{"UnknownOutcomeVerified", testUnknownVerified},
-		{"ReaperLoop", testReaperLoop},
-		{"HeartbeatOutlivesDeadline", testHeartbeatOutlivesDeadline},
-		{"HoldIsFenced", testHoldIsFenced},
-		{"UnknownUnderRetryPolicy", testUnknownUnderRetry},
+		{name: "RecoverAskPersonAfterKill", fn: testRecoverAskPerson, needs: needProcesses},
+		{name: "RecoverRetryAfterKill", fn: testRecoverRetry, needs: needProcesses},
+		{name: "RecoverVerifyLandedAfterKill", fn: testRecoverVerifyLanded, needs: needProcesses},
+		{name: "RecoverVerifyNotLandedAfterKill", fn: testRecoverVerifyNotLanded, needs: needProcesses},
+		{name: "RecoverVerifyErrorsAfterKill", fn: testRecoverVerifyErrors, needs: needProcesses},
+		{name: "ReaperAfterKill", fn: testReaperAfterKill, needs: needProcesses},
+		{name: "TwoReapers1000Claims", fn: testTwoReapers},
+		{name: "ZombieFencedAfterTakeover", fn: testZombieTakeover, needs: needProcesses},
+		{name: "ZombieAcceptedAfterReview", fn: testZombieReview, needs: needProcesses},
+		{name: "ResolveRacesLateCompletion", fn: testResolveRace},
+		{name: "Resolve", fn: testResolve},
+		{name: "ResumeRunAfterKill", fn: testResumeRun, needs: needProcesses},
+		{name: "PurgeKeepsOpenActions", fn: testPurge},
+		{name: "UnknownOutcomeVerified", fn: testUnknownVerified},
+		{name: "UnknownAwaitingVerification", fn: testUnknownAwaitingVerification},
+		{name: "ReaperLoop", fn: testReaperLoop},
+		{name: "HeartbeatOutlivesDeadline", fn: testHeartbeatOutlivesDeadline},
+		{name: "UnknownUnderRetryPolicy", fn: testUnknownUnderRetry},
 	}
-}
-
-type namedTest struct {
-	name string
-	fn   func(*testing.T, Harness)
 }
 
 const childLease = "150ms"
@@ -84,22 +54,6 @@ func deadWorker(t *testing.T, spec string) (file string) {
 
 func policyConfig(p once.KindPolicy) once.Config {
 	return once.Config{Kinds: map[string]once.KindPolicy{processIntent.Kind: p}}
-}
-
-func trail(t *testing.T, s once.Store, k once.Key) string {
-	t.Helper()
-	evs, err := s.Events(ctx(t), k)
-	if err != nil {
-		t.Fatalf("Events: %v", err)
-	}
-	var types []string
-	for _, e := range evs {
-		if e.Key != k || e.At.IsZero() {
-			t.Fatalf("event %+v", e)
-		}
-		types = append(types, string(e.Type))
-	}
-	return strings.Join(types, ",")
 }
 
 func processKey() once.Key {
@@ -184,7 +138,7 @@ func testRecoverVerifyNotLanded(t *testing.T, h Harness) {
 
 func testRecoverVerifyErrors(t *testing.T, h Harness) {
 	var asked atomic.Int64
-	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: 300 * time.Millisecond,
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide, MaxVerifyFailures: 2, VerifyBackoff: time.Hour,
 		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
 			asked.Add(1)
 			return false, nil, errors.New("provider API down")
@@ -201,11 +155,16 @@ func testRecoverVerifyErrors(t *testing.T, h Harness) {
 		t.Fatalf("after one verifier error Do = %v; want it deferred (in flight, not due)", err)
 	}
 	a := mustGet(t, s, processKey())
-	if a.VerifyFailures != 1 || a.Status != once.StatusInFlight {
-		t.Fatalf("stored %+v", a)
+	if a.VerifyFailures != 1 || a.Status != once.StatusInFlight || a.LeaseUntil.Before(a.UpdatedAt.Add(59*time.Minute)) {
+		t.Fatalf("stored %+v; want in flight, one verifier failure, asked again in an hour", a)
 	}
-	// Second failure, from the reaper after the backoff: review.
-	time.Sleep(500 * time.Millisecond)
+	// Second failure, from the reaper after the backoff: review. The
+	// backoff is brought forward, as the passing of an hour would.
+	if ok, err := s.Transition(ctx(t), once.Transition{Key: a.Key, Attempt: a.Attempt, From: inFlight, To: once.StatusInFlight,
+		Lease: time.Millisecond, VerifyFailures: a.VerifyFailures}); err != nil || !ok {
+		t.Fatalf("bringing the backoff forward: %v, %v", ok, err)
+	}
+	time.Sleep(20 * time.Millisecond)
 	r, _ := once.NewReaper(c, once.ReaperConfig{})
 	rep, err := r.RunOnce(ctx(t))
 	if err != nil || rep.Review != 1 || asked.Load() != 2 {
@@ -336,14 +295,12 @@ func testTwoReapers(t *testing.T, h Harness) {
 
 // zombie starts a worker that runs its effect and is then stopped with
 // SIGSTOP until its lease lapses; go lets it continue.
-func zombie(t *testing.T, spec string) (file string, resume func() string) {
+func zombie(t *testing.T, s once.Store, spec string) (file string, resume func() string) {
 	file = filepath.Join(t.TempDir(), "effects")
 	cmd, out := startChild(t, "zombie", spec, file, envLease+"="+childLease)
-	waitLines(t, cmd, out, file, 1)
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { cmd.Process.Kill() })
+	waitLines(t, cmd, out, file, 1)
+	stopBetweenWrites(t, cmd, s)
 	time.Sleep(300 * time.Millisecond)
 	return file, func() string {
 		if err := appendLine(file+".go", "go"); err != nil {
@@ -359,9 +316,46 @@ func zombie(t *testing.T, spec string) (file string, resume func() string) {
 	}
 }
 
+// stopBetweenWrites stops the worker (SIGSTOP) at a moment it is not
+// inside a write to the store. The case under test is a worker paused
+// past its lease. A worker paused inside a write to an SQLite file is
+// another one: it holds the whole file's write lock, and nothing but
+// letting it go on releases it (a PostgreSQL server finishes the
+// statement without its client). So after each stop a write of the
+// parent's that matches no row (a heartbeat of attempt 0) probes the
+// lock; if it waits, the worker is let go for a moment and stopped again.
+func stopBetweenWrites(t *testing.T, cmd *exec.Cmd, s once.Store) {
+	t.Helper()
+	for range 50 {
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		probe := make(chan error, 1)
+		go func() {
+			_, _, err := s.Heartbeat(context.Background(), processKey(), 0, time.Second)
+			probe <- err
+		}()
+		select {
+		case err := <-probe:
+			if err != nil {
+				t.Fatalf("probe: %v", err)
+			}
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-probe; err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+	}
+	t.Fatal("the worker was inside a write every time it was stopped")
+}
+
 func testZombieTakeover(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return -2, nil })
 	if err != nil || res.Attempt != 2 {
 		t.Fatalf("takeover = %+v, %v", res, err)
@@ -380,7 +374,7 @@ func testZombieTakeover(t *testing.T, h Harness) {
 
 func testZombieReview(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	if _, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 0, nil }); !errors.Is(err, once.ErrReview) {
 		t.Fatalf("redelivery = %v, want review", err)
 	}
@@ -624,6 +618,43 @@ func testUnknownVerified(t *testing.T, h Harness) {
 	}
 }
 
+// An unknown outcome whose verifier cannot tell waits, deferred, for its
+// next try: duplicates are told so, run nothing and ask nothing, and the
+// error matches neither retry-later nor review.
+func testUnknownAwaitingVerification(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			asked.Add(1)
+			return false, nil, errors.New("provider API down")
+		}}})
+	_, err := once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (string, error) {
+		return "", errors.New("EOF after the request was sent")
+	})
+	var ue *once.UnknownOutcomeError
+	if !errors.As(err, &ue) || ue.Status != once.StatusUnknown || errors.Is(err, once.ErrRetryLater) || errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v; want an unknown outcome awaiting verification", err)
+	}
+	time.Sleep(20 * time.Millisecond) // due for verification at once
+	var effects counter
+	for i := range 2 {
+		_, err = once.Do(ctx(t), c, intent(1), effects.fn("x"))
+		if !errors.As(err, &ue) || ue.Status != once.StatusUnknown || !strings.Contains(ue.Message, "EOF") || errors.Is(err, once.ErrReview) {
+			t.Fatalf("duplicate %d = %v; want the unknown outcome, still awaiting verification", i+1, err)
+		}
+	}
+	if effects.n.Load() != 0 || asked.Load() != 1 {
+		t.Fatalf("ran %d, asked the verifier %d times; want 0 and 1 (then deferred)", effects.n.Load(), asked.Load())
+	}
+	a := mustGet(t, s, keyOf(t, intent(1)))
+	if a.Status != once.StatusUnknown || a.VerifyFailures != 1 || a.LeaseUntil.Before(a.UpdatedAt.Add(59*time.Minute)) {
+		t.Fatalf("stored %+v; want unknown, one verifier failure, next try in an hour", a)
+	}
+	if got := trail(t, s, a.Key); got != "claimed,unknown,verify_failed" {
+		t.Fatalf("trail %s", got)
+	}
+}
+
 func testReaperLoop(t *testing.T, h Harness) {
 	s, c, _ := setup(t, h, once.Config{})
 	type pass struct {
@@ -687,15 +718,21 @@ func providerOf(line string) string {
 // must hold until it returns, or recovery would run it a second time
 // beside it.
 func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
-	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: 300 * time.Millisecond, MaxExecution: 400 * time.Millisecond,
+	_, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Lease: heartbeatLease, MaxExecution: 200 * time.Millisecond,
 		Recovery: once.RetryWithProviderKey}})
 	var running, most atomic.Int64
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
 	effect := func(ctx context.Context, a once.Attempt) (string, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(2 * time.Second) // ignores ctx
+		if n > 1 {
+			return "sent again", nil // the failure this test looks for
+		}
+		started <- struct{}{}
+		<-release // ignores ctx
 		return "sent", nil
 	}
 	done := make(chan error, 1)
@@ -703,43 +740,20 @@ func testHeartbeatOutlivesDeadline(t *testing.T, h Harness) {
 		_, err := once.Do(ctx(t), c, intent(1), effect)
 		done <- err
 	}()
-	time.Sleep(1200 * time.Millisecond) // past MaxExecution and four leases
+	<-started
+	// Past MaxExecution, and past the lease the claim began with: only
+	// heartbeats after the deadline can have kept it.
+	time.Sleep(heartbeatLease + 800*time.Millisecond)
 	_, err := once.Do(ctx(t), c, intent(1), effect)
+	close(release)
 	if !errors.Is(err, once.ErrInFlight) {
 		t.Fatalf("duplicate while a slow effect runs = %v; want ErrInFlight", err)
 	}
-	<-done
-	if most.Load() != 1 {
-		t.Fatalf("the effect ran %d times at once", most.Load())
-	}
-}
-
-// A recoverer's decision applies only while its hold is its own: a
-// worker whose heartbeat came back takes the claim back.
-func testHoldIsFenced(t *testing.T, h Harness) {
-	s, _, _ := setup(t, h, once.Config{})
-	req := claimReq(t, intent(1), time.Millisecond)
-	if _, err := s.Claim(ctx(t), req); err != nil {
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond)
-	got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: req.Key, Limit: 1, Hold: time.Hour, Token: "hold-1"})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("Recoverable = %d, %v", len(got), err)
-	}
-	// The worker was only cut off; its heartbeat gets through again.
-	if _, held, err := s.Heartbeat(ctx(t), req.Key, 1, time.Hour); err != nil || !held {
-		t.Fatalf("heartbeat: %v %v", held, err)
-	}
-	ok, err := s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusReview,
-		Hold: "hold-1"})
-	if err != nil || ok {
-		t.Fatalf("a decision on a hold that is no longer ours = %v, %v; want refused", ok, err)
-	}
-	ok, err = s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
-		Result: []byte(`1`)})
-	if err != nil || !ok {
-		t.Fatalf("the worker's own completion = %v, %v", ok, err)
+	if most.Load() != 1 {
+		t.Fatalf("the effect ran %d times at once", most.Load())
 	}
 }
 

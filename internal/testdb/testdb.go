@@ -5,12 +5,16 @@ package testdb
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultPostgresURL is the machine's PostgreSQL, as the README describes.
@@ -37,7 +41,7 @@ func RequirePostgres(t testing.TB) string {
 	pgOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
+		conn, err := RetryTooManyClients(ctx, func() (*pgx.Conn, error) { return pgx.Connect(ctx, url) })
 		if err != nil {
 			pgErr = err
 			return
@@ -54,4 +58,35 @@ func RequirePostgres(t testing.TB) string {
 		t.Skip(msg)
 	}
 	return url
+}
+
+// RetryTooManyClients calls open until it succeeds, fails for another
+// reason than the server's connection limit, or ctx ends. The test
+// server is shared (max_connections 100) by every package under test and
+// by other checkouts, so the limit can be reached for a moment; opening
+// a pool or a connection waits for a slot instead of failing the test.
+func RetryTooManyClients[T any](ctx context.Context, open func() (T, error)) (T, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		v, err := open()
+		if err == nil || !TooManyClients(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("%w (still at the server's connection limit when %v)", err, context.Cause(ctx))
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// TooManyClients reports whether err is PostgreSQL refusing a connection
+// because max_connections is reached (SQLSTATE 53300).
+func TooManyClients(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "53300"
+	}
+	return strings.Contains(err.Error(), "too many clients") || strings.Contains(err.Error(), "53300")
 }
