@@ -128,8 +128,19 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 	ctx, end := c.started(ctx, a)
 	runCtx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
 	started := time.Now()
+	returned := false
+	defer func() {
+		cancel()
+		if !returned {
+			// A panic (or runtime.Goexit) inside the transaction: nothing
+			// was recorded, and the caller's deferred rollback undoes the
+			// claim. Settle the hooks before the panic goes on.
+			end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: time.Since(started)},
+				fmt.Errorf("once: action %s: the effect panicked inside the transaction, roll it back", a.Key))
+		}
+	}()
 	value, ferr := fn(runCtx, tx, attemptOf(a, in))
-	cancel()
+	returned = true
 	took := time.Since(started)
 	if ferr != nil {
 		err := fmt.Errorf("once: action %s: the effect failed inside the transaction, roll it back: %w", a.Key, ferr)
