@@ -135,8 +135,12 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 			// A panic (or runtime.Goexit) inside the transaction: nothing
 			// was recorded, and the caller's deferred rollback undoes the
 			// claim. Settle the hooks before the panic goes on.
+			p := recover()
 			end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: time.Since(started)},
-				fmt.Errorf("once: action %s: the effect panicked inside the transaction, roll it back", a.Key))
+				fmt.Errorf("once: action %s: the effect panicked inside the transaction, roll it back: %v", a.Key, p))
+			if p != nil {
+				panic(p)
+			}
 		}
 	}()
 	value, ferr := fn(runCtx, tx, attemptOf(a, in))
