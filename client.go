@@ -135,6 +135,6 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 	return ClaimRequest{
 		Key: key, Fingerprint: fp,
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
-		Payload: payload, Lease: pol.Lease,
+		Payload: payload, Lease: pol.storedLease(),
 	}, pol, nil
 }

@@ -209,12 +209,15 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 	}
 	recovered := false
 	for {
+		// The lease counts from when the claim was sent: the database
+		// starts it later than that, never sooner.
+		sent := time.Now()
 		cr, err := c.claim(ctx, c.store, req)
 		if err != nil {
 			return outcome{err: err}
 		}
 		if cr.Claimed {
-			return c.execute(ctx, pol, in, cr.Action, fn)
+			return c.execute(ctx, pol, in, cr.Action, fn, sent)
 		}
 		a := cr.Action
 		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
@@ -225,13 +228,14 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 		// kind's recovery here, so the worker that meets a dead claim
 		// does not wait for the reaper.
 		recovered = true
+		sent = time.Now()
 		r, err := c.recoverKey(ctx, pol, a.Key)
 		if err != nil {
 			return outcome{err: err}
 		}
 		switch r.decision {
 		case decTakeover:
-			return c.execute(ctx, pol, in, r.action, fn)
+			return c.execute(ctx, pol, in, r.action, fn, sent)
 		case decSucceeded:
 			return outcome{key: a.Key, attempt: r.action.Attempt, stored: r.result, replayed: true}
 		}
@@ -301,8 +305,10 @@ func attemptOf(a Action, in Intent) Attempt {
 	return Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
 }
 
-// execute runs the effect of a won claim and records its outcome.
-func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect) outcome {
+// execute runs the effect of a won claim and records its outcome. sent
+// is when the claim's request was sent, where its lease starts for this
+// process.
+func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time) outcome {
 	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
 	ctx, end := c.started(ctx, a)
 	started := time.Now()
@@ -311,7 +317,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		end(obs, o.err)
 		return o
 	}
-	value, err := c.run(ctx, pol, a, attemptOf(a, in), fn, func(p any) {
+	value, err := c.run(ctx, pol, a, attemptOf(a, in), fn, sent, func(p any) {
 		// The effect panicked (or called runtime.Goexit): it may have
 		// happened. Record that honestly before the panic goes on.
 		settle(nil, fmt.Errorf("panic: %v", p))
@@ -322,13 +328,13 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 // run runs the effect under the kind's deadline while a heartbeat keeps
 // the claim. If the effect does not return (a panic, runtime.Goexit),
 // aborted is called before the panic goes on up the stack.
-func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, aborted func(p any)) (value any, err error) {
+func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, sent time.Time, aborted func(p any)) (value any, err error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
 	// The heartbeat outlives the effect's deadline and the caller's
 	// context: an effect that ignores its context may still be running,
 	// and its claim must hold until it returns.
-	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol.Lease)
+	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol, sent)
 	returned := false
 	defer func() {
 		stopHeartbeat()
@@ -419,7 +425,10 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		c.log.Warn("once: attempt superseded; outcome not recorded", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "outcome", t.To)
 		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker,
 			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
-		if err := c.store.AppendEvent(context.WithoutCancel(ctx), obs.Event); err != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+		err := c.store.AppendEvent(actx, obs.Event)
+		cancel()
+		if err != nil {
 			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
 		}
 		c.emit(ctx, obs)
@@ -453,7 +462,12 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
-		ok, err := c.store.Transition(rctx, t)
+		// Each try has a deadline of its own, so one hung connection
+		// does not use up the whole RecordTimeout: the next try may
+		// get a healthy one.
+		tctx, cancelTry := context.WithTimeout(rctx, max(c.recordTimeout/3, time.Second))
+		ok, err := c.store.Transition(tctx, t)
+		cancelTry()
 		if err == nil {
 			if !ok && lastErr != nil {
 				// An earlier try may have committed and lost its reply.
@@ -474,38 +488,44 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 	}
 }
 
-// heartbeat extends the attempt's lease every lease/3 while the effect
-// runs. If the claim is lost (a newer attempt took over), or no heartbeat
-// has got through for a whole lease (so recovery may take over), it
-// cancels the effect's context with a *FencedError as the cause. The
-// returned func stops it and waits.
-func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, lease time.Duration) (stop func()) {
+// heartbeat extends the attempt's lease every Lease/3 while the effect
+// runs. Each call has a deadline of its own, so a connection that hangs
+// instead of failing cannot hold it up. Independently of the calls, a
+// timer cancels the effect at Lease−margin after the last heartbeat that
+// got through was sent (the claim's, to begin with): by then recovery
+// may be about to take over, so the effect must stop. A claim found lost
+// (a newer attempt took over) cancels it at once. The cause is a
+// *FencedError. The returned func stops the heartbeat and waits.
+func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, pol KindPolicy, sent time.Time) (stop func()) {
 	hbCtx, hbCancel := context.WithCancel(ctx)
+	every := pol.Lease / 3
+	stopIn := func(from time.Time) time.Duration { return time.Until(from.Add(pol.Lease - pol.margin())) }
+	expire := time.AfterFunc(stopIn(sent), func() {
+		c.log.Warn("once: no heartbeat got through for a lease; stopping the effect", "key", a.Key, "attempt", a.Attempt)
+		cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
+	})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(lease / 3)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
-		lastHeld := time.Now() // the claim's own lease started about now
 		for {
 			select {
 			case <-hbCtx.Done():
 				return
 			case <-tick.C:
 			}
-			_, held, err := c.store.Heartbeat(hbCtx, a.Key, a.Attempt, lease)
+			sentAt := time.Now()
+			callCtx, cancelCall := context.WithTimeout(hbCtx, every)
+			_, held, err := c.store.Heartbeat(callCtx, a.Key, a.Attempt, pol.storedLease())
+			cancelCall()
 			switch {
 			case err != nil:
 				if hbCtx.Err() != nil {
 					return
 				}
 				c.log.Warn("once: heartbeat failed; the lease may expire", "key", a.Key, "attempt", a.Attempt, "err", err)
-				if time.Since(lastHeld) >= lease {
-					c.log.Warn("once: no heartbeat for a whole lease; stopping the effect", "key", a.Key, "attempt", a.Attempt)
-					cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
-					return
-				}
 			case held:
-				lastHeld = time.Now()
+				expire.Reset(stopIn(sentAt))
 			default:
 				c.log.Warn("once: claim lost while the effect ran", "key", a.Key, "attempt", a.Attempt)
 				cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
@@ -516,6 +536,7 @@ func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			expire.Stop()
 			hbCancel()
 			wg.Wait()
 		})

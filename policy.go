@@ -145,6 +145,18 @@ func (p KindPolicy) validateMerged(name string) error {
 	return nil
 }
 
+// margin is how long before its lease runs out a worker that cannot
+// reach the database stops its effect, and how long after it recovery
+// may take over: the claim is written with Lease+margin by the
+// database's clock, and the worker cancels its effect at Lease−margin
+// after it last sent a heartbeat that got through. Between the two the
+// effect has time to wind down, and clocks that tick at slightly
+// different rates cannot let two attempts overlap.
+func (p KindPolicy) margin() time.Duration { return p.Lease / 5 }
+
+// storedLease is the lease written to the database.
+func (p KindPolicy) storedLease() time.Duration { return p.Lease + p.margin() }
+
 // backoff is the wait after the n-th verifier failure (n from 1).
 func (p KindPolicy) backoff(n int) time.Duration {
 	d := p.VerifyBackoff

@@ -111,7 +111,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	retry := func(note string) (decision, json.RawMessage, error) {
 		t := base
 		if canExecute {
-			t.To, t.NewAttempt, t.Lease, t.VerifyFailures = StatusInFlight, true, pol.Lease, 0
+			t.To, t.NewAttempt, t.Lease, t.VerifyFailures = StatusInFlight, true, pol.storedLease(), 0
 			t.Event = Event{Type: EventTakenOver, Note: note}
 			return apply(t, decTakeover)
 		}

@@ -1,0 +1,171 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/postgres"
+)
+
+// proxiedStore opens a second store on schema through a fault proxy, as a
+// worker on another machine would reach the same database. Statements
+// carry their text every time, so a proxy's marker sees each execution.
+func proxiedStore(t *testing.T, schema string) (*postgres.Store, *faultproxy.Proxy) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4", cfg.User, p.Addr(), cfg.Database)
+	s, err := postgres.Open(context.Background(), url, postgres.Config{Schema: schema})
+	if err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		s.Close()
+	})
+	return s, p
+}
+
+// interval is when one attempt's effect ran, by this process's clock.
+type interval struct {
+	attempt    int
+	start, end time.Time
+}
+
+type runs struct {
+	mu  sync.Mutex
+	all []interval
+}
+
+func (r *runs) add(i interval) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all = append(r.all, i)
+}
+
+func (r *runs) get() []interval {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]interval(nil), r.all...)
+}
+
+// A worker cut off from the database by a half-open partition (the
+// proxy stops forwarding and resets nothing) must stop its effect before
+// recovery lets a second attempt run: two attempts never overlap. The
+// heartbeat's calls hang rather than fail here, so only a deadline on
+// each call and a timer of its own can stop the effect in time.
+//
+// Refused connections fail fast instead; the effect must still stop
+// before recovery, not a heartbeat period after the lease ended.
+func TestCutOffWorkerStopsTheEffect(t *testing.T) {
+	type cut struct {
+		name  string
+		apply func(*faultproxy.Proxy)
+	}
+	cuts := []cut{
+		{"black_hole", func(p *faultproxy.Proxy) { p.Blackout(true) }},
+		{"refused", func(p *faultproxy.Proxy) { p.Refuse(true); p.Reset() }},
+	}
+	for _, rec := range []once.Recovery{once.RetryWithProviderKey, once.VerifyThenDecide} {
+		for _, c := range cuts {
+			t.Run(rec.String()+"/"+c.name, func(t *testing.T) { testCutOffWorker(t, rec, c.apply) })
+		}
+	}
+}
+
+func testCutOffWorker(t *testing.T, rec once.Recovery, apply func(*faultproxy.Proxy)) {
+	t.Parallel()
+	direct, schema := newStore(t)
+	ctx := context.Background()
+	if err := direct.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cut, proxy := proxiedStore(t, schema)
+	pol := once.KindPolicy{Recovery: rec, Lease: 600 * time.Millisecond, MaxExecution: 30 * time.Second}
+	if rec == once.VerifyThenDecide {
+		pol.Verifier = func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, nil }
+	}
+	cfg := func(s once.Store) once.Config {
+		return once.Config{Store: s, Default: pol, RecordTimeout: time.Second}
+	}
+	worker1, err := once.New(cfg(cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker2, err := once.New(cfg(direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "partition", Kind: "post_message", Target: "#general"}
+	var log runs
+	cutOff := make(chan struct{})
+	// Runs until its context is cancelled, as a long call that
+	// honours its context does.
+	effect := func(ctx context.Context, a once.Attempt) (string, error) {
+		i := interval{attempt: a.Number, start: time.Now()}
+		if a.Number == 1 {
+			apply(proxy)
+			close(cutOff)
+			<-ctx.Done()
+		}
+		i.end = time.Now()
+		log.add(i)
+		return "posted", ctx.Err()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx, worker1, in, effect)
+		done <- err
+	}()
+	<-cutOff
+	// The redelivered job, on a worker that still reaches the
+	// database, comes back until it runs or is answered.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := once.Do(ctx, worker2, in, effect)
+		if err == nil && res.Attempt >= 2 {
+			break
+		}
+		if !errors.Is(err, once.ErrInFlight) && err != nil && !errors.Is(err, once.ErrOutcomeUnknown) {
+			t.Fatalf("second worker: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second attempt within 20s: last %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cut-off worker's effect was still running after a second attempt ran")
+	}
+	got := log.get()
+	if len(got) != 2 {
+		t.Fatalf("effect intervals = %+v, want two attempts", got)
+	}
+	first, second := got[0], got[1]
+	if first.attempt != 1 {
+		first, second = second, first
+	}
+	if !first.end.Before(second.start) {
+		t.Fatalf("attempt 1 ran until %s, attempt 2 started at %s: two attempts ran at once",
+			first.end.Format("15:04:05.000"), second.start.Format("15:04:05.000"))
+	}
+}
