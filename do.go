@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -361,10 +363,10 @@ func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt,
 func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err error) (t Transition, resultErr error) {
 	switch classify(err) {
 	case StatusSucceeded:
-		// A slow worker whose claim was put up for review may still say
-		// how it ended: the outcome became known. A newer attempt fences
-		// it out through the attempt number.
-		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight, StatusReview}, Event: Event{Type: EventSucceeded}}
+		// A slow worker whose claim was decided meanwhile may still say
+		// how it ended (settle tries again from the decision). A newer
+		// attempt fences it out through the attempt number.
+		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight}, Event: Event{Type: EventSucceeded}}
 		t.Result, resultErr = encodeResult(value, maxResult)
 		if resultErr != nil {
 			t = Transition{To: StatusReview, From: []Status{StatusInFlight}, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
@@ -415,6 +417,15 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
 
 	ok, err := c.record(ctx, a, t)
+	if err == nil && !ok && (t.To == StatusSucceeded || t.To == StatusFailed) {
+		// Not in flight any more. If recovery or a person decided while
+		// this attempt was cut off (released, put up for review,
+		// abandoned) and no newer attempt claimed it, the outcome has
+		// become known: record it over the decision, which stays in the
+		// trail beside it.
+		t, ok, err = c.recordLate(ctx, a, t)
+		obs.Event = t.Event
+	}
 	if err != nil {
 		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
 		return o, obs
@@ -450,6 +461,30 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		o.value, o.err = nil, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
 	}
 	return o, obs
+}
+
+// lateStatuses are where a decision taken while an attempt was cut off
+// leaves the action: a late outcome of the same attempt is recorded from
+// them.
+var lateStatuses = []Status{StatusReview, StatusReleased, StatusFailed}
+
+// recordLate records t from the status the action stands in now, if it
+// is still at t's attempt and in one of lateStatuses.
+func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+	cur, err := c.store.Get(gctx, a.Key)
+	cancel()
+	if err != nil {
+		return t, false, err
+	}
+	if cur.Attempt != a.Attempt || !slices.Contains(lateStatuses, cur.Status) {
+		return t, false, nil
+	}
+	t.From = []Status{cur.Status}
+	t.Event.From = cur.Status
+	t.Event.Note = strings.TrimPrefix(fmt.Sprintf("%s; late outcome of attempt %d, recorded after the action was %s", t.Event.Note, a.Attempt, cur.Status), "; ")
+	ok, err := c.record(ctx, a, t)
+	return t, ok, err
 }
 
 // record writes an outcome, retrying while the database is unreachable.

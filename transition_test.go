@@ -29,9 +29,9 @@ func TestOutcomeTransition(t *testing.T) {
 		resultErr error
 	}{
 		{name: "success stores the value", pol: policy(AskPerson), value: map[string]int{"id": 7},
-			to: StatusSucceeded, from: []Status{StatusInFlight, StatusReview}, event: EventSucceeded, result: `{"id":7}`},
+			to: StatusSucceeded, from: []Status{StatusInFlight}, event: EventSucceeded, result: `{"id":7}`},
 		{name: "success with a nil value stores null", pol: policy(AskPerson), value: nil,
-			to: StatusSucceeded, from: []Status{StatusInFlight, StatusReview}, event: EventSucceeded, result: `null`},
+			to: StatusSucceeded, from: []Status{StatusInFlight}, event: EventSucceeded, result: `null`},
 		{name: "success too large goes to review", pol: policy(RetryWithProviderKey), max: 4, value: "a long string",
 			to: StatusReview, from: []Status{StatusInFlight}, event: EventReview, errText: "the effect succeeded but", resultErr: ErrResultTooLarge},
 		{name: "success not JSON goes to review", pol: policy(RetryWithProviderKey), value: make(chan int),

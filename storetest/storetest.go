@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 	}
 	tests = append(tests, recoveryTests()...)
+	tests = append(tests, edgeTests()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
