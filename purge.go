@@ -18,10 +18,12 @@ type PurgeOptions struct {
 	Progress func(deleted int)
 }
 
-// Purge deletes finished actions (succeeded, failed, released) older than
-// their kind's Retention, and returns how many it deleted (or, with
-// DryRun, would delete). It never touches in-flight, unknown or review
-// actions. Retention must exceed the longest time your queue may
+// Purge deletes finished actions (succeeded, failed) older than their
+// kind's Retention, and returns how many it deleted (or, with DryRun,
+// would delete). It never touches in-flight, unknown, review or released
+// actions: a released action is not finished, and its attempt number is
+// what fences out an attempt that was presumed dead; purging it would let
+// the next claim be attempt 1 again. Retention must exceed the longest time your queue may
 // redeliver a job, or a late duplicate runs again.
 func (c *Client) Purge(ctx context.Context, opts PurgeOptions) (int, error) {
 	if opts.BatchSize < 0 {

@@ -213,8 +213,8 @@ type StatusCount struct {
 	Count  int64
 }
 
-// PurgeRequest deletes finished actions (succeeded, failed, released)
-// not updated for OlderThan, with their events.
+// PurgeRequest deletes finished actions (succeeded, failed) not updated
+// for OlderThan, with their events.
 type PurgeRequest struct {
 	// Kinds limits the purge to these kinds; empty means every kind not
 	// in ExceptKinds.
@@ -276,8 +276,10 @@ type Store interface {
 	Version(ctx context.Context) (int, error)
 	// Stats counts actions by kind and status.
 	Stats(ctx context.Context) ([]StatusCount, error)
-	// Purge deletes finished actions; it never touches in-flight, unknown
-	// or review rows. It returns how many it deleted (or would).
+	// Purge deletes finished actions (succeeded, failed); it never
+	// touches in-flight, unknown, review or released rows, whose attempt
+	// numbers still fence an attempt that may be alive. It returns how
+	// many it deleted (or would).
 	Purge(ctx context.Context, req PurgeRequest) (int, error)
 	// Get returns one action, or an error matching ErrNotFound.
 	Get(ctx context.Context, key Key) (Action, error)

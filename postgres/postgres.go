@@ -248,7 +248,7 @@ RETURNING $C, now()`),
 WITH gone AS (
     DELETE FROM $T WHERE key IN (
         SELECT key FROM $T
-        WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1::float8 * interval '1 microsecond'
+        WHERE status IN ('succeeded', 'failed') AND updated_at < now() - $1::float8 * interval '1 microsecond'
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) AND NOT (kind = ANY($3::text[]))
         LIMIT $4
         FOR UPDATE SKIP LOCKED)
@@ -259,7 +259,7 @@ WITH gone AS (
 SELECT count(*) FROM gone`),
 		purgeCount: r.Replace(`
 SELECT count(*) FROM $T
-WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1::float8 * interval '1 microsecond'
+WHERE status IN ('succeeded', 'failed') AND updated_at < now() - $1::float8 * interval '1 microsecond'
   AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) AND NOT (kind = ANY($3::text[]))`),
 		get:  r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		list: r.Replace(`SELECT $C FROM $T`),

@@ -249,7 +249,7 @@ type queries struct {
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS)
 	// The finished actions a purge may delete; kinds come as JSON arrays.
-	purgeWhere := r.Replace(`status IN ('succeeded', 'failed', 'released') AND updated_at < $NOW - ?1
+	purgeWhere := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1
     AND (json_array_length(?2) = 0 OR kind IN (SELECT value FROM json_each(?2)))
     AND kind NOT IN (SELECT value FROM json_each(?3))`)
 	return queries{
