@@ -250,10 +250,25 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 // claim asks the store for the key. A released row whose fingerprint
 // matches is claimed by the store itself; the loop only covers the rare
 // read that saw a row between its release and its next claim.
+//
+// Each try carries a fresh token. When a try fails, its reply may have
+// been lost after the database committed it: the row is read back, and
+// if it carries the token the claim is this caller's, and the effect
+// runs (or is released) instead of waiting for a lease to lapse and a
+// person to be asked about an effect that never started. Inside a
+// caller's transaction (s is not the client's store) there is nothing to
+// read back: the transaction failed as a whole.
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimResult, error) {
 	for range 3 {
+		req.Token = newToken()
 		cr, err := s.Claim(ctx, req)
 		if err != nil {
+			if s == c.store {
+				if a, ok := c.wrote(ctx, req.Key, req.Token); ok && a.Status == StatusInFlight {
+					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
+					return ClaimResult{Claimed: true, Action: a}, nil
+				}
+			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
 		}
 		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint {
@@ -261,6 +276,50 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 		}
 	}
 	return ClaimResult{}, fmt.Errorf("once: claiming action %s: the row kept changing under the claim; try again", req.Key)
+}
+
+// wrote reads an action back after a write whose reply was lost, through
+// a fresh call with a deadline of its own, and reports whether the row
+// carries token: whether the write applied (and nothing has written over
+// it since). It tries for up to Config.RecordTimeout while the database
+// cannot be reached.
+func (c *Client) wrote(ctx context.Context, key Key, token string) (Action, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+	defer cancel()
+	backoff := 20 * time.Millisecond
+	for {
+		gctx, cancelTry := context.WithTimeout(rctx, max(c.recordTimeout/3, time.Second))
+		a, err := c.store.Get(gctx, key)
+		cancelTry()
+		switch {
+		case err == nil:
+			return a, a.Token == token
+		case errors.Is(err, ErrNotFound):
+			return Action{}, false
+		}
+		select {
+		case <-rctx.Done():
+			return Action{}, false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// transition applies t, and when its reply is lost reads the row back to
+// tell whether it applied: a decision or a resolution that committed is
+// reported applied, not failed or refused.
+func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
+	if t.Token == "" {
+		t.Token = newToken()
+	}
+	ok, err := c.store.Transition(ctx, t)
+	if err != nil {
+		if _, mine := c.wrote(ctx, t.Key, t.Token); mine {
+			return true, nil
+		}
+	}
+	return ok, err
 }
 
 // answer serves a caller that did not win the claim from the standing
@@ -312,6 +371,12 @@ func attemptOf(a Action, in Intent) Attempt {
 // process.
 func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time) outcome {
 	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while the claim was on its way (its reply
+		// was slow, or lost and read back): nothing ran, so release it
+		// for the next delivery instead of leaving a claim nobody holds.
+		return c.releaseUnrun(ctx, pol, a, err)
+	}
 	ctx, end := c.started(ctx, a)
 	started := time.Now()
 	settle := func(value any, err error) outcome {
@@ -325,6 +390,25 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		settle(nil, fmt.Errorf("panic: %v", p))
 	})
 	return settle(value, err)
+}
+
+// releaseUnrun releases a won claim whose effect never ran.
+func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
+	note := "the caller's context ended before the effect ran: " + cause.Error()
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusReleased, Error: note,
+		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
+	o := outcome{key: a.Key, attempt: a.Attempt}
+	ok, err := c.record(ctx, a, t)
+	switch {
+	case err != nil:
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased, Err: err}
+	case !ok:
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased}
+	default:
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
+		o.err = fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
+	}
+	return o
 }
 
 // run runs the effect under the kind's deadline while a heartbeat keeps
@@ -469,22 +553,30 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 var lateStatuses = []Status{StatusReview, StatusReleased, StatusFailed}
 
 // recordLate records t from the status the action stands in now, if it
-// is still at t's attempt and in one of lateStatuses.
+// is still at t's attempt and in one of lateStatuses. A decision that
+// lands between the read and the write (a person resolving the review
+// item just then) is read again, a few times.
 func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
-	cur, err := c.store.Get(gctx, a.Key)
-	cancel()
-	if err != nil {
-		return t, false, err
+	note := t.Event.Note
+	for range 3 {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+		cur, err := c.store.Get(gctx, a.Key)
+		cancel()
+		if err != nil {
+			return t, false, err
+		}
+		if cur.Attempt != a.Attempt || !slices.Contains(lateStatuses, cur.Status) {
+			return t, false, nil
+		}
+		t.From = []Status{cur.Status}
+		t.Event.From = cur.Status
+		t.Event.Note = strings.TrimPrefix(fmt.Sprintf("%s; late outcome of attempt %d, recorded after the action was %s", note, a.Attempt, cur.Status), "; ")
+		ok, err := c.record(ctx, a, t)
+		if ok || err != nil {
+			return t, ok, err
+		}
 	}
-	if cur.Attempt != a.Attempt || !slices.Contains(lateStatuses, cur.Status) {
-		return t, false, nil
-	}
-	t.From = []Status{cur.Status}
-	t.Event.From = cur.Status
-	t.Event.Note = strings.TrimPrefix(fmt.Sprintf("%s; late outcome of attempt %d, recorded after the action was %s", t.Event.Note, a.Attempt, cur.Status), "; ")
-	ok, err := c.record(ctx, a, t)
-	return t, ok, err
+	return t, false, nil
 }
 
 // record writes an outcome, retrying while the database is unreachable.
@@ -494,6 +586,9 @@ func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transi
 func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
 	defer cancel()
+	if t.Token == "" {
+		t.Token = newToken()
+	}
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
@@ -505,8 +600,10 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 		cancelTry()
 		if err == nil {
 			if !ok && lastErr != nil {
-				// An earlier try may have committed and lost its reply.
-				if cur, gerr := c.store.Get(rctx, t.Key); gerr == nil && cur.Attempt == t.Attempt && cur.Status == t.To {
+				// An earlier try may have committed and lost its reply:
+				// then the row carries its token (and a person's
+				// decision since would have replaced it).
+				if cur, gerr := c.store.Get(rctx, t.Key); gerr == nil && cur.Token == t.Token {
 					return true, nil
 				}
 			}

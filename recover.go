@@ -97,7 +97,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 			// The trail names the attempt a takeover starts; so do hooks.
 			t.Event.Attempt++
 		}
-		ok, err := c.store.Transition(ctx, t)
+		ok, err := c.transition(ctx, t)
 		if err != nil {
 			return decChanged, nil, fmt.Errorf("once: recovering action %s: %w", a.Key, err)
 		}

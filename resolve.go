@@ -74,7 +74,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 		t.To, t.Error = StatusFailed, "abandoned by "+r.By+": "+r.Note
 	}
 	t.Event.To = t.To
-	ok, err := c.store.Transition(ctx, t)
+	ok, err := c.transition(ctx, t)
 	if err != nil {
 		return a, fmt.Errorf("once: resolving action %s: %w", key, err)
 	}

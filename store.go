@@ -84,6 +84,10 @@ type Action struct {
 	ResolvedBy  string
 	ResolvedAt  time.Time
 	ResolveNote string
+	// Token is the token of the last write that set one (a claim, a
+	// takeover, an outcome, a resolution): a writer whose reply was lost
+	// reads the row back and knows whether its write applied.
+	Token string
 }
 
 // ClaimRequest asks a store to claim a key for a new attempt.
@@ -98,6 +102,9 @@ type ClaimRequest struct {
 	// Lease is how long the claim is held without a heartbeat, counted
 	// from the database's clock.
 	Lease time.Duration
+	// Token is written to the row when the claim wins: a random value
+	// the claimer looks for if the claim's reply is lost.
+	Token string
 }
 
 // ClaimResult is what a claim found.
@@ -142,6 +149,9 @@ type Transition struct {
 	// person's decision with the database's now.
 	ResolvedBy  string
 	ResolveNote string
+	// Token, when set, is written to the row when the transition
+	// applies, so a writer whose reply was lost can tell.
+	Token string
 	// Event is appended to the action's trail in the same transaction
 	// when the transition applies.
 	Event Event

@@ -169,3 +169,117 @@ func testCutOffWorker(t *testing.T, rec once.Recovery, apply func(*faultproxy.Pr
 			first.end.Format("15:04:05.000"), second.start.Format("15:04:05.000"))
 	}
 }
+
+// faultClients returns a client over the proxied store and one over a
+// direct store on the same schema.
+func faultClients(t *testing.T, cfg once.Config) (cut, direct *once.Client, proxy *faultproxy.Proxy, s once.Store) {
+	t.Helper()
+	d, schema := newStore(t)
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ps, proxy := proxiedStore(t, schema)
+	cfg.Store = ps
+	cut, err := once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = d
+	direct, err = once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cut, direct, proxy, d
+}
+
+// The claim commits and its reply is lost. The worker must find out that
+// the claim is its own and carry on: one execution, recorded, and no
+// person paged for an effect that never started.
+func TestClaimReplyLost(t *testing.T) {
+	t.Parallel()
+	c, _, proxy, s := faultClients(t, once.Config{Default: once.KindPolicy{Lease: 2 * time.Second}})
+	ctx := context.Background()
+	in := once.Intent{Run: "lost-claim", Kind: "send_email", Target: "ada@example.com"}
+	cut := proxy.CutAfter([]byte("ON CONFLICT (key) DO NOTHING"), faultproxy.PostgresReady)
+	ran := 0
+	res, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "sent", nil
+	})
+	select {
+	case <-cut:
+	default:
+		t.Fatal("the claim's reply was never cut")
+	}
+	if err != nil || res.Value != "sent" || ran != 1 {
+		t.Fatalf("Do after a lost claim reply = %+v, %v (ran %d); want the effect run once and recorded", res, err, ran)
+	}
+	k, _, _ := once.KeyOf(in)
+	if a, err := s.Get(ctx, k); err != nil || a.Status != once.StatusSucceeded || a.Attempt != 1 {
+		t.Fatalf("stored %+v, %v", a, err)
+	}
+}
+
+// A person's decision commits and its reply is lost: Resolve must report
+// the decision applied, not refused.
+func TestResolveReplyLost(t *testing.T) {
+	t.Parallel()
+	c, direct, proxy, s := faultClients(t, once.Config{})
+	ctx := context.Background()
+	in := once.Intent{Run: "lost-resolve", Kind: "send_email", Target: "ada@example.com"}
+	if _, err := once.Do(ctx, direct, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v, want review", err)
+	}
+	k, _, _ := once.KeyOf(in)
+	cut := proxy.CutAfter([]byte("WITH u AS ("), faultproxy.PostgresReady)
+	a, err := c.Resolve(ctx, k, once.Resolution{Decision: once.DecisionDone, By: "ada", Note: "in the mail log"})
+	select {
+	case <-cut:
+	default:
+		t.Fatal("the resolution's reply was never cut")
+	}
+	if err != nil || a.Status != once.StatusSucceeded {
+		t.Fatalf("Resolve after a lost reply = %s, %v; want the decision reported applied", a.Status, err)
+	}
+	evs, _ := s.Events(ctx, k)
+	for _, e := range evs {
+		if e.Type == once.EventRefused {
+			t.Fatalf("the trail says the person's own decision was refused: %+v", e)
+		}
+	}
+}
+
+// The claim commits, its reply never comes, and the caller gives up
+// waiting (its context ends). The claim is found to be this caller's,
+// and since the caller is gone it is released unrun: the next delivery
+// runs the effect, instead of meeting a claim nobody holds.
+func TestClaimWonAfterCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	c, direct, proxy, s := faultClients(t, once.Config{Default: once.KindPolicy{Lease: time.Minute}})
+	in := once.Intent{Run: "gave-up", Kind: "send_email", Target: "ada@example.com"}
+	hung := proxy.HangAfter([]byte("ON CONFLICT (key) DO NOTHING"), faultproxy.PostgresReady)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-hung
+		cancel()
+	}()
+	ran := 0
+	_, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "sent", nil
+	})
+	if !errors.Is(err, once.ErrRetryLater) || ran != 0 {
+		t.Fatalf("Do whose caller gave up = %v (ran %d); want the claim released unrun (ErrRetryLater)", err, ran)
+	}
+	k, _, _ := once.KeyOf(in)
+	if a, err := s.Get(context.Background(), k); err != nil || a.Status != once.StatusReleased {
+		t.Fatalf("stored %+v, %v; want released", a.Status, err)
+	}
+	res, err := once.Do(context.Background(), direct, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "sent", nil
+	})
+	if err != nil || ran != 1 || res.Attempt != 2 {
+		t.Fatalf("next delivery = %+v, %v (ran %d); want it to run as attempt 2", res, err, ran)
+	}
+}

@@ -156,7 +156,7 @@ func (s *Store) wrap(err error) error {
 	return fmt.Errorf("%s: %w", s, err)
 }
 
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
@@ -175,8 +175,8 @@ func buildQueries(table, events string) queries {
 		// flush.
 		claim: r.Replace(`
 WITH claimed AS (
-    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond')
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
@@ -192,7 +192,7 @@ SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM cla
 WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL
+        hold_token = NULL, token = $4
     WHERE key = $1 AND status = 'released' AND fingerprint = $2
     RETURNING $C
 ), ev AS (
@@ -219,7 +219,8 @@ WITH u AS (
         resolved_by = CASE WHEN $9 <> '' THEN $9 ELSE resolved_by END,
         resolved_at = CASE WHEN $9 <> '' THEN now() ELSE resolved_at END,
         resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END,
-        hold_token = NULL
+        hold_token = NULL,
+        token = CASE WHEN $17 <> '' THEN $17 ELSE token END
     WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND ($12 = '' OR hold_token = $12)
     RETURNING key, attempt, status
 ), ev AS (
@@ -273,7 +274,7 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	var lease, completed, resolved *time.Time
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -297,7 +298,7 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
 	var res once.ClaimResult
 	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
-		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds()),
+		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token),
 		&res.Action, &res.Claimed, &res.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
@@ -311,7 +312,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		return res, s.wrap(err)
 	}
 	var re once.ClaimResult
-	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds()),
+	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -342,7 +343,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	var n int64
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note).Scan(&n)
+		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token).Scan(&n)
 	if err != nil {
 		return false, s.wrap(err)
 	}

@@ -236,7 +236,7 @@ const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
 
 // columns is the row as scanAction reads it. The last column tells a NULL
 // payload from an empty one, which the driver returns alike.
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, payload IS NULL`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, payload IS NULL`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
@@ -257,12 +257,12 @@ func buildQueries(table, events string) queries {
 		// write transaction with selectRow, its fallback when the key is
 		// held, so the standing row it reads is the one the claim lost to.
 		claim: r.Replace(`
-INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8)
+INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9)
 ON CONFLICT (key) DO UPDATE
     SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
         claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL
+        hold_token = NULL, token = excluded.token
     WHERE status = 'released' AND fingerprint = excluded.fingerprint
 RETURNING $C, $NOW`),
 		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
@@ -282,7 +282,8 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
     resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
     resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
-    hold_token = NULL
+    hold_token = NULL,
+    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
 RETURNING attempt, status`),
 		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
@@ -329,7 +330,7 @@ func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...an
 	var payloadNull bool
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &created, &claimed, &updated, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &payloadNull}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &payloadNull}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -428,7 +429,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		res = once.ClaimResult{}
 		var now int64
 		err := scanAction(db.QueryRowContext(ctx, s.q.claim,
-			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease)),
+			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token),
 			&res.Action, &now)
 		res.Claimed = err == nil
 		if res.Claimed {
@@ -491,7 +492,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		var attempt int
 		var status string
 		err := db.QueryRowContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold).Scan(&attempt, &status)
+			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold, t.Token).Scan(&attempt, &status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}

@@ -47,7 +47,7 @@ func lateSuccess(t *testing.T, s once.Store, c *once.Client, resume func() strin
 // reports success before anyone claimed again.
 func testLateSuccessAfterRelease(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	r, err := once.NewReaper(c, once.ReaperConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func testLateSuccessAfterRelease(t *testing.T, h Harness) {
 // A person chose Retry on the review item; the worker then reports.
 func testLateSuccessAfterPersonRetry(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	if _, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 0, nil }); !errors.Is(err, once.ErrReview) {
 		t.Fatalf("redelivery = %v, want review", err)
 	}
@@ -75,7 +75,7 @@ func testLateSuccessAfterPersonRetry(t *testing.T, h Harness) {
 // happen after all.
 func testLateSuccessAfterAbandon(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
-	_, resume := zombie(t, spec)
+	_, resume := zombie(t, s, spec)
 	if _, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 0, nil }); !errors.Is(err, once.ErrReview) {
 		t.Fatalf("redelivery = %v, want review", err)
 	}

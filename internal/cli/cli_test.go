@@ -105,10 +105,10 @@ func TestCommands(t *testing.T) {
 			t.Parallel()
 			db := newDB(t)
 			out := mustRun(t, "migrate", "--db", db)
-			if !strings.Contains(out, "migrated from version 0 to 3") {
+			if !strings.Contains(out, "migrated from version 0 to 4") {
 				t.Fatalf("migrate said %q", out)
 			}
-			if out := mustRun(t, "migrate", "--db", db); !strings.Contains(out, "already at version 3") {
+			if out := mustRun(t, "migrate", "--db", db); !strings.Contains(out, "already at version 4") {
 				t.Fatalf("second migrate said %q", out)
 			}
 			if out := mustRun(t, "migrate", "--print", "--db", db); !strings.Contains(out, "CREATE TABLE") || !strings.Contains(out, "-- 002_recovery") {
