@@ -162,7 +162,8 @@ const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor,
 
 type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
-	recoverable, appendEvent, events, recent, stats, purge, purgeCount string
+	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
+	purgeCount                                                         string
 }
 
 func buildQueries(table, events string) queries {
@@ -233,13 +234,20 @@ SELECT count(*) FROM u`),
 		recoverable: r.Replace(`
 WITH due AS (
     SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= now() AND ($1 = '' OR key = $1)
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= now()
     ORDER BY lease_until
-    LIMIT $2
+    LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = $4
+UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
 WHERE key IN (SELECT key FROM due)
+RETURNING $C, now()`),
+		// One key, for inline recovery: found by its primary key, so no
+		// cached plan scans the due actions to find it. The UPDATE's own
+		// row lock and re-check keep two recoverers from both taking it.
+		recoverKey: r.Replace(`
+UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
+WHERE key = $1 AND status IN ('in_flight', 'unknown') AND lease_until <= now()
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
@@ -363,7 +371,13 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	if req.Token == "" {
 		return nil, time.Time{}, errors.New("postgres store: Recoverable needs a hold token")
 	}
-	rows, err := s.db.Query(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), req.Hold.Microseconds(), req.Token)
+	var rows pgx.Rows
+	var err error
+	if req.Key != "" {
+		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token)
+	} else {
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token)
+	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)
 	}

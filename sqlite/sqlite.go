@@ -242,7 +242,8 @@ const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor,
 
 type queries struct {
 	claim, selectRow, heartbeat, transition, get, list    string
-	event, recoverable, events, recent, stats, purgeWhere string
+	event, recoverable, recoverKey, events, recent, stats string
+	purgeWhere                                            string
 	purgeEvents, purgeActions, purgeCount                 string
 }
 
@@ -292,12 +293,17 @@ RETURNING attempt, status`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		recoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3, hold_token = ?4
+UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?1 = '' OR key = ?1)
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW
     ORDER BY lease_until
-    LIMIT ?2)
+    LIMIT ?1)
+RETURNING $C, $NOW`),
+		// One key, for inline recovery, by its primary key.
+		recoverKey: r.Replace(`
+UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
+WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
 RETURNING $C, $NOW`),
 		events:       r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
 		recent:       r.Replace(`SELECT $V FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1)) ORDER BY at DESC, id DESC LIMIT ?2`),
@@ -538,7 +544,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var out []once.Action
 	var now int64
 	err := s.write(ctx, func() error {
-		rows, err := s.db.QueryContext(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), leaseMS(req.Hold), req.Token)
+		q, args := s.q.recoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token}
+		if req.Key != "" {
+			q, args[0] = s.q.recoverKey, string(req.Key)
+		}
+		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
