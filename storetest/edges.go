@@ -2,8 +2,11 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/oncehq/once"
 )
@@ -15,6 +18,7 @@ func edgeTests() []namedTest {
 		{"LateSuccessAfterRelease", testLateSuccessAfterRelease},
 		{"LateSuccessAfterPersonRetry", testLateSuccessAfterPersonRetry},
 		{"LateSuccessAfterAbandon", testLateSuccessAfterAbandon},
+		{"SlowVerifierOneReaperPerAction", testSlowVerifierOneReaperPerAction},
 	}
 }
 
@@ -83,4 +87,67 @@ func testLateSuccessAfterAbandon(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	lateSuccess(t, s, c, resume, "claimed,review,resolved,succeeded")
+}
+
+// A reaper whose verifier is slow must not hold its whole batch while it
+// asks about each action in turn: the tail's hold would run out, and a
+// second reaper would ask about the same actions again. Each action is
+// held when it is decided, so every verifier is asked exactly once.
+func testSlowVerifierOneReaperPerAction(t *testing.T, h Harness) {
+	const n = 6
+	var mu sync.Mutex
+	asked := map[once.Key]int{}
+	pol := once.KindPolicy{Recovery: once.VerifyThenDecide, Lease: 40 * time.Millisecond, MaxExecution: 120 * time.Millisecond,
+		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+			mu.Lock()
+			asked[a.Key]++
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond) // slow, but within MaxExecution
+			return true, json.RawMessage(`"found"`), nil
+		}}
+	s, c1, spec := setup(t, h, once.Config{Default: pol})
+	other, err := h.Open(ctx(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeStore(other) })
+	c2, err := once.New(once.Config{Store: other, Default: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		in := once.Intent{Run: "slow", Step: int64(i), Kind: "post_message"}
+		if _, err := s.Claim(ctx(t), claimReq(t, in, time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	for i, c := range []*once.Client{c1, c2} {
+		wg.Go(func() {
+			// The second reaper starts once the first one's hold on a
+			// whole batch would have run out.
+			time.Sleep(time.Duration(i) * 250 * time.Millisecond)
+			r, _ := once.NewReaper(c, once.ReaperConfig{})
+			if _, err := r.RunOnce(ctx(t)); err != nil {
+				t.Errorf("reaper %d: %v", i+1, err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != n {
+		t.Fatalf("the verifier was asked about %d actions, want %d", len(asked), n)
+	}
+	for k, times := range asked {
+		if times != 1 {
+			t.Errorf("action %s: the verifier was asked %d times; two reapers handled it", k, times)
+		}
+	}
+	for i := range n {
+		if a := mustGet(t, s, keyOf(t, once.Intent{Run: "slow", Step: int64(i), Kind: "post_message"})); a.Status != once.StatusSucceeded {
+			t.Errorf("step %d is %s, want succeeded", i, a.Status)
+		}
+	}
 }

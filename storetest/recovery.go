@@ -231,7 +231,7 @@ func testReaperAfterKill(t *testing.T, h Harness) {
 	}
 	s, c, spec := setup(t, h, cfg)
 	deadWorker(t, spec)
-	r, err := once.NewReaper(c, once.ReaperConfig{BatchSize: 10})
+	r, err := once.NewReaper(c, once.ReaperConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func testTwoReapers(t *testing.T, h Harness) {
 	reps := make([]once.ReapReport, 2)
 	for i, c := range []*once.Client{c1, c2} {
 		wg.Go(func() {
-			r, _ := once.NewReaper(c, once.ReaperConfig{BatchSize: 50})
+			r, _ := once.NewReaper(c, once.ReaperConfig{})
 			rep, err := r.RunOnce(ctx(t))
 			if err != nil {
 				t.Error(err)
