@@ -349,7 +349,7 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		observe(EventConflict)
 		o.err = &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
 	case StatusUnknown:
-		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown}
+		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown, Due: a.LeaseUntil}
 	case StatusReleased:
 		// Released between this caller's read and now (a person chose
 		// Retry, or recovery released it): the next delivery runs it.
@@ -543,6 +543,9 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	default:
 		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
 		o.value, o.err = nil, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
+		if t.To == StatusUnknown {
+			o.err.(*UnknownOutcomeError).Due = time.Now().Add(t.Lease)
+		}
 	}
 	return o, obs
 }

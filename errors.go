@@ -123,9 +123,11 @@ func (e *FailedError) Unwrap() error        { return e.err }
 
 // UnknownOutcomeError reports an effect whose outcome is not known, and
 // what its kind's recovery made of it (Status). It matches
-// ErrOutcomeUnknown, and also ErrRetryLater when the action was released
-// for the next delivery (return the job to the queue) or ErrReview when
-// it was put up for review (a person decides; the job can be dropped).
+// ErrOutcomeUnknown, and also ErrRetryLater when the job must go back to
+// its queue — the action was released for the next delivery, or awaits
+// its verifier, which the next delivery asks — or ErrReview when it was
+// put up for review (a person decides; the job can be dropped). Dispose
+// says the same for every error Do returns.
 type UnknownOutcomeError struct {
 	Key     Key
 	Attempt int
@@ -134,7 +136,10 @@ type UnknownOutcomeError struct {
 	// StatusReleased (RetryWithProviderKey), or StatusUnknown, awaiting
 	// the verifier (VerifyThenDecide only).
 	Status Status
-	err    error
+	// Due, when Status is StatusUnknown, is when the verifier is next
+	// due to be asked (by the database's clock).
+	Due time.Time
+	err error
 }
 
 func (e *UnknownOutcomeError) Error() string {
@@ -149,7 +154,7 @@ func (e *UnknownOutcomeError) Error() string {
 }
 func (e *UnknownOutcomeError) Is(target error) bool {
 	return target == ErrOutcomeUnknown ||
-		(target == ErrRetryLater && e.Status == StatusReleased) ||
+		(target == ErrRetryLater && (e.Status == StatusReleased || e.Status == StatusUnknown)) ||
 		(target == ErrReview && e.Status == StatusReview)
 }
 func (e *UnknownOutcomeError) Unwrap() error { return e.err }

@@ -85,7 +85,25 @@ type KindPolicy struct {
 	// VerifyBackoff is the wait after the first verifier error, doubled
 	// after each further one up to an hour. Zero means 10 seconds.
 	VerifyBackoff time.Duration
+	// Redrive hands a released action back to whatever delivers its job
+	// (publish the job again, say). A released action runs only when its
+	// job is delivered again; when that job was already acknowledged or
+	// dropped — a person chose Retry on a review item, recovery released
+	// a claim whose job was acked — nobody would deliver it. The reaper
+	// calls Redrive for released actions that no delivery claimed within
+	// RedriveAfter, and again every RedriveAfter until one does. Nil
+	// takes Config.Default's; with none, such actions are only counted
+	// (ReapReport.Waiting, the console's overview).
+	Redrive func(ctx context.Context, a Action) error
+	// RedriveAfter is how long a released action waits for a delivery
+	// before Redrive is called. Zero means DefaultRedriveAfter (5
+	// minutes).
+	RedriveAfter time.Duration
 }
+
+// DefaultRedriveAfter is how long a released action waits for a delivery
+// before the reaper re-drives it or counts it as waiting.
+const DefaultRedriveAfter = 5 * time.Minute
 
 var packageDefaults = KindPolicy{
 	Recovery:          AskPerson,
@@ -94,6 +112,7 @@ var packageDefaults = KindPolicy{
 	Retention:         DefaultRetention,
 	MaxVerifyFailures: DefaultMaxVerifyFailures,
 	VerifyBackoff:     10 * time.Second,
+	RedriveAfter:      DefaultRedriveAfter,
 }
 
 // withDefaults fills p's zero fields from d. Every field is inherited the
@@ -120,12 +139,18 @@ func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
 	if p.VerifyBackoff == 0 {
 		p.VerifyBackoff = d.VerifyBackoff
 	}
+	if p.Redrive == nil {
+		p.Redrive = d.Redrive
+	}
+	if p.RedriveAfter == 0 {
+		p.RedriveAfter = d.RedriveAfter
+	}
 	return p
 }
 
 func (p KindPolicy) validate(name string) error {
 	switch {
-	case p.Lease < 0 || p.MaxExecution < 0 || p.Retention < 0 || p.MaxVerifyFailures < 0 || p.VerifyBackoff < 0:
+	case p.Lease < 0 || p.MaxExecution < 0 || p.Retention < 0 || p.MaxVerifyFailures < 0 || p.VerifyBackoff < 0 || p.RedriveAfter < 0:
 		return fmt.Errorf("once: Config.%s has a negative duration or count; zero means the default", name)
 	case p.Lease > 0 && p.Lease < 30*time.Millisecond:
 		return fmt.Errorf("once: Config.%s.Lease is %v; it must be at least 30ms so heartbeats can keep it", name, p.Lease)

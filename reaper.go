@@ -43,6 +43,13 @@ type ReapReport struct {
 	// Changed counts actions that moved on (a late worker finished)
 	// while the reaper decided.
 	Changed int `json:"changed"`
+	// Redriven counts released actions handed to their kind's Redrive
+	// hook because no delivery claimed them within RedriveAfter.
+	Redriven int `json:"redriven"`
+	// Waiting counts released actions past RedriveAfter that could not be
+	// re-driven (no Redrive hook, or it failed): they run only if their
+	// job is delivered again.
+	Waiting int `json:"waiting"`
 	// ByKind breaks Examined down by kind.
 	ByKind map[string]int `json:"by_kind,omitempty"`
 }
@@ -114,11 +121,17 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	var rep ReapReport
 	var firstErr error
 	hold := r.c.longestHold()
+	// The pass takes what was due when it began: an action whose
+	// verifier it deferred a moment ago waits for the next pass.
+	var dueBy time.Time
 	for taken := 0; taken < r.cfg.MaxPerPass; taken++ {
 		token := newToken()
-		got, _, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: 1, Hold: hold, Token: token})
+		got, now, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy})
 		if err != nil {
 			return rep, cmp.Or(firstErr, fmt.Errorf("once: reaper: %w", err))
+		}
+		if dueBy.IsZero() {
+			dueBy = now
 		}
 		if len(got) == 0 {
 			break
@@ -133,10 +146,62 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 		}
 		rep.add(a.Kind, d)
 	}
-	if rep.Examined > 0 {
-		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified, "deferred", rep.Deferred, "changed", rep.Changed)
+	if err := r.redrive(ctx, &rep); err != nil {
+		firstErr = cmp.Or(firstErr, err)
+	}
+	if rep.Examined > 0 || rep.Redriven > 0 || rep.Waiting > 0 {
+		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified,
+			"deferred", rep.Deferred, "changed", rep.Changed, "redriven", rep.Redriven, "waiting", rep.Waiting)
 	}
 	return rep, firstErr
+}
+
+// redrive hands released actions that waited too long for a delivery to
+// their kind's Redrive hook, and counts the ones it cannot. A re-driven
+// action is marked (event redriven, updated now), so it waits another
+// RedriveAfter before it is re-driven again; the mark is fenced by the
+// attempt and the status, so an action claimed meanwhile is left alone.
+func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
+	acts, err := r.c.Waiting(ctx, r.cfg.MaxPerPass)
+	if err != nil {
+		return fmt.Errorf("once: reaper: listing released actions: %w", err)
+	}
+	var firstErr error
+	for _, a := range acts {
+		pol := r.c.Policy(a.Kind)
+		if pol.Redrive == nil {
+			rep.Waiting++
+			continue
+		}
+		if err := safeRedrive(ctx, pol, a); err != nil {
+			r.log.Warn("once: re-drive failed; the action waits for a delivery", "key", a.Key, "kind", a.Kind, "err", err)
+			rep.Waiting++
+			firstErr = cmp.Or(firstErr, fmt.Errorf("once: re-driving action %s: %w", a.Key, err))
+			continue
+		}
+		t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusReleased}, To: StatusReleased, Error: a.Error,
+			Event: Event{Key: a.Key, Type: EventRedriven, Attempt: a.Attempt, From: StatusReleased, To: StatusReleased, Actor: ActorReaper,
+				Note: fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))}}
+		if _, err := r.c.transition(ctx, t); err != nil {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))
+		}
+		r.c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
+		rep.Redriven++
+	}
+	return firstErr
+}
+
+// safeRedrive calls a kind's Redrive hook under the kind's MaxExecution,
+// turning a panic into an error.
+func safeRedrive(ctx context.Context, pol KindPolicy, a Action) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("redrive panicked: %v", p)
+		}
+	}()
+	rctx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
+	defer cancel()
+	return pol.Redrive(rctx, a)
 }
 
 // Start runs passes every Interval in the background until Stop or ctx

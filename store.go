@@ -180,6 +180,9 @@ const (
 	EventResolved     EventType = "resolved"
 	EventRefused      EventType = "refused"
 	EventLeaseExpired EventType = "lease_expired"
+	// EventRedriven: a released action that waited too long for a
+	// delivery was handed to its kind's Redrive hook.
+	EventRedriven EventType = "redriven"
 )
 
 // Event is one entry of an action's append-only trail.
@@ -209,6 +212,10 @@ type RecoverRequest struct {
 	// database's now, so no other reaper or worker takes it while this one
 	// decides.
 	Hold time.Duration
+	// DueBy, when set, takes only actions that were due by then (by the
+	// database's clock): a reaper's pass takes what was due when it
+	// began, not an action it deferred a moment ago.
+	DueBy time.Time
 	// Token is written to every returned action as its hold token; the
 	// decisions that follow name it in Transition.Hold. Required: a
 	// random value no other recoverer uses.
@@ -247,6 +254,8 @@ type Filter struct {
 	KeyPrefix string
 	// Since keeps actions updated at or after it.
 	Since time.Time
+	// Before keeps actions last updated before it.
+	Before time.Time
 	// Limit caps the number of rows; zero means 100.
 	Limit int
 }

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -844,5 +845,50 @@ func TestResolveResultTooLarge(t *testing.T) {
 	}
 	if got := b.status(t, b.review); got != once.StatusReview {
 		t.Errorf("after refused oversized results the action is %s, want review", got)
+	}
+}
+
+// A released action that no delivery claimed within its kind's
+// RedriveAfter is listed on the overview: it runs only if its job comes
+// again.
+func TestOverviewListsWaitingReleased(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, err := once.New(once.Config{Store: store, Default: once.KindPolicy{RedriveAfter: 30 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "run-9", Kind: "send_email", Target: "ada@example.com"}
+	once.Do(ctx, client, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("reset after DATA") })
+	k, _, _ := once.KeyOf(in)
+	if _, err := client.Resolve(ctx, k, once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "send again"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("overview: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	if body := get(); strings.Contains(body, "waiting for a delivery") {
+		t.Fatal("a just-released action is listed as waiting")
+	}
+	time.Sleep(50 * time.Millisecond)
+	body := get()
+	if !strings.Contains(body, "waiting for a delivery") || !strings.Contains(body, string(k[:12])) || !strings.Contains(body, "run-9") {
+		t.Fatalf("the overview does not list the released action waiting for a delivery:\n%s", body)
 	}
 }

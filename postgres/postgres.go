@@ -235,6 +235,7 @@ SELECT count(*) FROM u`),
 WITH due AS (
     SELECT key FROM $T
     WHERE status IN ('in_flight', 'unknown') AND lease_until <= now()
+      AND ($4::timestamptz IS NULL OR lease_until <= $4)
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -376,7 +377,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	if req.Key != "" {
 		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token)
 	} else {
-		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token)
+		var dueBy any
+		if !req.DueBy.IsZero() {
+			dueBy = req.DueBy
+		}
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy)
 	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)

@@ -296,7 +296,7 @@ RETURNING attempt, status`),
 UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
     ORDER BY lease_until
     LIMIT ?1)
 RETURNING $C, $NOW`),
@@ -544,9 +544,13 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var out []once.Action
 	var now int64
 	err := s.write(ctx, func() error {
-		q, args := s.q.recoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token}
+		var dueBy any
+		if !req.DueBy.IsZero() {
+			dueBy = req.DueBy.UnixMilli()
+		}
+		q, args := s.q.recoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy}
 		if req.Key != "" {
-			q, args[0] = s.q.recoverKey, string(req.Key)
+			q, args = s.q.recoverKey, []any{string(req.Key), leaseMS(req.Hold), req.Token}
 		}
 		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {

@@ -19,6 +19,7 @@ func edgeTests() []namedTest {
 		{"LateSuccessAfterPersonRetry", testLateSuccessAfterPersonRetry},
 		{"LateSuccessAfterAbandon", testLateSuccessAfterAbandon},
 		{"SlowVerifierOneReaperPerAction", testSlowVerifierOneReaperPerAction},
+		{"ReleasedActionIsRedriven", testReleasedActionIsRedriven},
 	}
 }
 
@@ -149,5 +150,63 @@ func testSlowVerifierOneReaperPerAction(t *testing.T, h Harness) {
 		if a := mustGet(t, s, keyOf(t, once.Intent{Run: "slow", Step: int64(i), Kind: "post_message"})); a.Status != once.StatusSucceeded {
 			t.Errorf("step %d is %s, want succeeded", i, a.Status)
 		}
+	}
+}
+
+// A person chose Retry on a review item whose job was dropped long ago:
+// nobody will deliver it again, so the reaper hands it to the kind's
+// Redrive hook (once per RedriveAfter), and the re-driven job runs it. A
+// kind with no hook is counted as waiting.
+func testReleasedActionIsRedriven(t *testing.T, h Harness) {
+	var mu sync.Mutex
+	var redriven []once.Action
+	pol := once.KindPolicy{RedriveAfter: 50 * time.Millisecond, Redrive: func(_ context.Context, a once.Action) error {
+		mu.Lock()
+		defer mu.Unlock()
+		redriven = append(redriven, a)
+		return nil
+	}}
+	s, c, _ := setup(t, h, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol, "no_hook": {RedriveAfter: 50 * time.Millisecond}}})
+	review := func(in once.Intent) once.Key {
+		if _, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+			t.Fatalf("Do = %v, want review", err)
+		}
+		k := keyOf(t, in)
+		if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "bounced; send again"}); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	in := intent(1)
+	k := review(in)
+	review(once.Intent{Run: "r", Kind: "no_hook"})
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Redriven != 0 || rep.Waiting != 0 {
+		t.Fatalf("a pass before RedriveAfter = %+v, %v; want nothing re-driven yet", rep, err)
+	}
+	time.Sleep(80 * time.Millisecond)
+	rep, err := r.RunOnce(ctx(t))
+	if err != nil || rep.Redriven != 1 || rep.Waiting != 1 {
+		t.Fatalf("pass = %+v, %v; want one re-driven and one waiting with no hook", rep, err)
+	}
+	if rep, _ := r.RunOnce(ctx(t)); rep.Redriven != 0 {
+		t.Fatalf("re-driven again at once: %+v", rep)
+	}
+	mu.Lock()
+	got := append([]once.Action(nil), redriven...)
+	mu.Unlock()
+	if len(got) != 1 || got[0].Key != k || got[0].Run != in.Run || got[0].Status != once.StatusReleased {
+		t.Fatalf("Redrive got %+v", got)
+	}
+	if tr := trail(t, s, k); tr != "claimed,review,resolved,redriven" {
+		t.Fatalf("trail %s", tr)
+	}
+	// The re-driven job is delivered: it runs as attempt 2.
+	res, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) { return "sent", nil })
+	if err != nil || res.Attempt != 2 || res.Value != "sent" {
+		t.Fatalf("re-driven delivery = %+v, %v", res, err)
 	}
 }
