@@ -144,7 +144,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
 		return Result[T]{}, err
 	}
-	ok, err := s.Transition(ctx, t)
+	ok, err := s.Transition(ctx, storableTransition(t))
 	switch {
 	case err != nil:
 		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
@@ -310,6 +310,7 @@ func (c *Client) wrote(ctx context.Context, key Key, token string) (Action, bool
 // tell whether it applied: a decision or a resolution that committed is
 // reported applied, not failed or refused.
 func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
+	t = storableTransition(t)
 	if t.Token == "" {
 		t.Token = newToken()
 	}
@@ -490,6 +491,9 @@ func encodeResult(v any, maxResult int) (json.RawMessage, error) {
 	if len(b) > maxResult {
 		return nil, fmt.Errorf("%w: its result is %d bytes, over Config.MaxResultBytes (%d); return a smaller value (an id, not a document)", ErrResultTooLarge, len(b), maxResult)
 	}
+	if err := checkResult(b); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -500,7 +504,14 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
 
-	ok, err := c.record(ctx, a, t)
+	wanted := t.To
+	t, ok, err := c.recordAs(ctx, a, t)
+	obs.Event = t.Event
+	if err == nil && ok && wanted == StatusSucceeded && t.To != StatusSucceeded {
+		// The database refused the result; a placeholder put the
+		// action up for review.
+		resultErr = fmt.Errorf("%w: the database refused it", ErrResultNotJSON)
+	}
 	if err == nil && !ok && (t.To == StatusSucceeded || t.To == StatusFailed) {
 		// Not in flight any more. If recovery or a person decided while
 		// this attempt was cut off (released, put up for review,
@@ -521,7 +532,7 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker,
 			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
-		err := c.store.AppendEvent(actx, obs.Event)
+		err := c.store.AppendEvent(actx, storableEvent(obs.Event))
 		cancel()
 		if err != nil {
 			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
@@ -587,8 +598,16 @@ func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transi
 // happened must be recorded even if the caller has given up waiting.
 // It reports false when the attempt was fenced out.
 func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, error) {
+	_, ok, err := c.recordAs(ctx, a, t)
+	return ok, err
+}
+
+// recordAs is record, also returning the transition it wrote: t, or a
+// placeholder for what the database refused.
+func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
 	defer cancel()
+	t = storableTransition(t)
 	if t.Token == "" {
 		t.Token = newToken()
 	}
@@ -607,20 +626,52 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 				// then the row carries its token (and a person's
 				// decision since would have replaced it).
 				if cur, gerr := c.store.Get(rctx, t.Key); gerr == nil && cur.Token == t.Token {
-					return true, nil
+					return t, true, nil
 				}
 			}
-			return ok, nil
+			return t, ok, nil
 		}
 		lastErr = err
+		if errors.Is(err, ErrRejected) {
+			// The database refused what this outcome says, not the
+			// connection: sending it again gets the same answer. Record
+			// that the outcome could not be stored, once, rather than
+			// leave the claim in flight (to be run again after its
+			// lease) or retry until RecordTimeout.
+			p, ok := placeholder(t, err)
+			if !ok {
+				return t, false, fmt.Errorf("the database refused even a placeholder: %w", err)
+			}
+			c.log.Warn("once: the database refused the outcome; recording a placeholder", "key", a.Key, "outcome", t.To, "err", err)
+			t = p
+			continue
+		}
 		c.log.Warn("once: recording outcome failed; retrying", "key", a.Key, "outcome", t.To, "err", err)
 		select {
 		case <-rctx.Done():
-			return false, fmt.Errorf("gave up after %v: %w", c.recordTimeout, lastErr)
+			return t, false, fmt.Errorf("gave up after %v: %w", c.recordTimeout, lastErr)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// placeholder is t with what the database refused taken out: its texts
+// replaced by one saying so, and a success whose result was refused put
+// up for review (it happened; its result is lost). It reports false when
+// t already is a placeholder.
+func placeholder(t Transition, refused error) (Transition, bool) {
+	const mark = "the outcome could not be stored as it was"
+	if strings.Contains(t.Error, mark) {
+		return t, false
+	}
+	why := storable(fmt.Sprintf("%s (the database refused it: %v)", mark, refused))
+	if t.To == StatusSucceeded {
+		t.To, t.Result, t.Event.Type = StatusReview, nil, EventReview
+		why = storable(fmt.Sprintf("the effect succeeded but %s (the database refused its result: %v)", mark, refused))
+	}
+	t.Error, t.Event.Note, t.Event.To = why, why, t.To
+	return t, true
 }
 
 // heartbeat extends the attempt's lease every Lease/3 while the effect

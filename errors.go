@@ -53,6 +53,11 @@ var (
 	// ErrPermanent matches an error made with Permanent, so an effect's
 	// own tests can assert how it classified a failure.
 	ErrPermanent = errors.New("once: permanent failure")
+	// ErrRejected: the database refused the data itself (a value it
+	// cannot hold, a constraint), not an outage: sending it again gets
+	// the same answer. Stores wrap such errors so they match it, and the
+	// engine records a placeholder instead of retrying.
+	ErrRejected = errors.New("once: the database refused the data")
 	// ErrNotFound: no action has this key.
 	ErrNotFound = errors.New("once: action not found")
 )

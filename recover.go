@@ -146,8 +146,10 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 			return apply(t, decBackoff)
 		}
 		if landed {
-			if len(result) > 0 && !json.Valid(result) {
-				return review(reason + "; the verifier says it landed but returned a result that is not JSON")
+			if len(result) > 0 {
+				if err := checkResult(result); err != nil {
+					return review(fmt.Sprintf("%s; the verifier says it landed but its result cannot be stored: %v", reason, err))
+				}
 			}
 			if len(result) > c.maxResult {
 				return review(fmt.Sprintf("%s; the verifier says it landed but its result is %d bytes, over Config.MaxResultBytes", reason, len(result)))

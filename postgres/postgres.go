@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,7 +154,23 @@ func (s *Store) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
+	if rejected(err) {
+		return fmt.Errorf("%s: %w: %w", s, once.ErrRejected, err)
+	}
 	return fmt.Errorf("%s: %w", s, err)
+}
+
+// rejected reports an error about the data itself, by PostgreSQL's own
+// classes: a data exception (22: invalid text, a bad value), an
+// integrity violation (23), or a syntax or access rule violation (42).
+// Sending the same again gets the same answer.
+func rejected(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||
+		pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
 }
 
 const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token`

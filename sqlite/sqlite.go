@@ -225,7 +225,25 @@ func (s *Store) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
+	if rejected(err) {
+		return fmt.Errorf("%s: %w: %w", s, once.ErrRejected, err)
+	}
 	return fmt.Errorf("%s: %w", s, err)
+}
+
+// rejected reports an error about the data itself: a constraint (a
+// result that is not JSON to SQLite, a status it does not know), a type
+// mismatch, a value too big. Sending the same again gets the same answer.
+func rejected(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_RANGE:
+		return true
+	}
+	return false
 }
 
 // nowMS is the database's clock in milliseconds since the Unix epoch.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oncehq/once"
 )
@@ -20,6 +22,10 @@ func edgeTests() []namedTest {
 		{"LateSuccessAfterAbandon", testLateSuccessAfterAbandon},
 		{"SlowVerifierOneReaperPerAction", testSlowVerifierOneReaperPerAction},
 		{"ReleasedActionIsRedriven", testReleasedActionIsRedriven},
+		{"UnstorableErrorText", testUnstorableErrorText},
+		{"DeeplyNestedResult", testDeeplyNestedResult},
+		{"UnstorableVerifierError", testUnstorableVerifierError},
+		{"RejectedIsNotAnOutage", testRejectedIsNotAnOutage},
 	}
 }
 
@@ -160,13 +166,14 @@ func testSlowVerifierOneReaperPerAction(t *testing.T, h Harness) {
 func testReleasedActionIsRedriven(t *testing.T, h Harness) {
 	var mu sync.Mutex
 	var redriven []once.Action
-	pol := once.KindPolicy{RedriveAfter: 50 * time.Millisecond, Redrive: func(_ context.Context, a once.Action) error {
+	const after = time.Second
+	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(_ context.Context, a once.Action) error {
 		mu.Lock()
 		defer mu.Unlock()
 		redriven = append(redriven, a)
 		return nil
 	}}
-	s, c, _ := setup(t, h, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol, "no_hook": {RedriveAfter: 50 * time.Millisecond}}})
+	s, c, _ := setup(t, h, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol, "no_hook": {RedriveAfter: after}}})
 	review := func(in once.Intent) once.Key {
 		if _, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
 			t.Fatalf("Do = %v, want review", err)
@@ -187,7 +194,7 @@ func testReleasedActionIsRedriven(t *testing.T, h Harness) {
 	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Redriven != 0 || rep.Waiting != 0 {
 		t.Fatalf("a pass before RedriveAfter = %+v, %v; want nothing re-driven yet", rep, err)
 	}
-	time.Sleep(80 * time.Millisecond)
+	time.Sleep(after + 100*time.Millisecond)
 	rep, err := r.RunOnce(ctx(t))
 	if err != nil || rep.Redriven != 1 || rep.Waiting != 1 {
 		t.Fatalf("pass = %+v, %v; want one re-driven and one waiting with no hook", rep, err)
@@ -208,5 +215,124 @@ func testReleasedActionIsRedriven(t *testing.T, h Harness) {
 	res, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) { return "sent", nil })
 	if err != nil || res.Attempt != 2 || res.Value != "sent" {
 		t.Fatalf("re-driven delivery = %+v, %v", res, err)
+	}
+}
+
+// badText is an error message no database column should be handed as is:
+// invalid UTF-8 and a NUL byte (PostgreSQL refuses both in text).
+const badText = "550 mailbox \xff\xfe unavailable\x00 (no such user)"
+
+func storable(t *testing.T, what, s string) {
+	t.Helper()
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+		t.Errorf("%s stored as %q: not valid UTF-8 text", what, s)
+	}
+}
+
+// An effect's error text (or a panic's) with invalid UTF-8 and a NUL
+// byte is still recorded: a permanent decline must be stored as failed,
+// not retried until RecordTimeout and left in flight, to be executed on
+// every delivery.
+func testUnstorableErrorText(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.RetryWithProviderKey}, RecordTimeout: 2 * time.Second})
+	_, err := once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (int, error) {
+		return 0, once.Permanent(errors.New(badText))
+	})
+	if !errors.Is(err, once.ErrFailed) {
+		t.Fatalf("Do = %v; want the permanent failure recorded", err)
+	}
+	a := mustGet(t, s, keyOf(t, intent(1)))
+	if a.Status != once.StatusFailed {
+		t.Fatalf("stored %s, want failed", a.Status)
+	}
+	storable(t, "the error", a.Error)
+	if !strings.Contains(a.Error, "mailbox") || !strings.Contains(a.Error, "(no such user)") {
+		t.Errorf("stored error %q lost the readable part", a.Error)
+	}
+	func() {
+		defer func() { recover() }()
+		once.Do(ctx(t), c, intent(2), func(context.Context, once.Attempt) (int, error) { panic(badText) })
+	}()
+	a = mustGet(t, s, keyOf(t, intent(2)))
+	if a.Status != once.StatusReleased {
+		t.Fatalf("a panic with unstorable text left the action %s, want released", a.Status)
+	}
+	storable(t, "the panic", a.Error)
+	for _, k := range []once.Key{keyOf(t, intent(1)), keyOf(t, intent(2))} {
+		evs, err := s.Events(ctx(t), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			storable(t, "an event note", e.Note)
+		}
+	}
+	// A very long message is cut, and says so.
+	long := strings.Repeat("x", 100<<10)
+	once.Do(ctx(t), c, intent(3), func(context.Context, once.Attempt) (int, error) { return 0, once.Permanent(errors.New(long)) })
+	if a := mustGet(t, s, keyOf(t, intent(3))); len(a.Error) >= len(long) || !strings.Contains(a.Error, "truncated") {
+		t.Errorf("a %d-byte error was stored as %d bytes without saying it was truncated", len(long), len(a.Error))
+	}
+}
+
+// nested returns a value nested n arrays deep.
+func nested(n int) any {
+	var v any = 1
+	for range n {
+		v = []any{v}
+	}
+	return v
+}
+
+// A result nested deeper than a database's JSON parser goes is refused
+// before it is stored (the effect happened: the action goes to review),
+// not retried until RecordTimeout and left in flight.
+func testDeeplyNestedResult(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{RecordTimeout: 2 * time.Second})
+	res, err := once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (any, error) { return nested(1200), nil })
+	if !errors.Is(err, once.ErrResultNotJSON) || res.Value == nil {
+		t.Fatalf("Do = %v; want the value back with ErrResultNotJSON", err)
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview {
+		t.Fatalf("stored %s, want review", a.Status)
+	}
+	if _, err := once.Do(ctx(t), c, intent(2), func(context.Context, once.Attempt) (any, error) { return nested(100), nil }); err != nil {
+		t.Fatalf("a result nested 100 deep: %v", err)
+	}
+}
+
+// A verifier's error text is stored in the trail too: with a NUL byte in
+// it, recovery must still record the deferral, not fail on every pass.
+func testUnstorableVerifierError(t *testing.T, h Harness) {
+	pol := once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, errors.New(badText) }}
+	s, c, _ := setup(t, h, once.Config{Default: pol, RecordTimeout: 2 * time.Second})
+	once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout") })
+	time.Sleep(5 * time.Millisecond)
+	r, _ := once.NewReaper(c, once.ReaperConfig{})
+	rep, err := r.RunOnce(ctx(t))
+	if err != nil || rep.Deferred != 1 {
+		t.Fatalf("reaper = %+v, %v; want the verifier failure recorded as a deferral", rep, err)
+	}
+	evs, _ := s.Events(ctx(t), keyOf(t, intent(1)))
+	for _, e := range evs {
+		storable(t, "an event note", e.Note)
+	}
+}
+
+// A store tells the data it refuses from an outage: the first matches
+// ErrRejected, so the engine stops sending it again.
+func testRejectedIsNotAnOutage(t *testing.T, h Harness) {
+	s, _, _ := setup(t, h, once.Config{})
+	req := claimReq(t, intent(1), time.Hour)
+	if _, err := s.Claim(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Transition(ctx(t), once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: "no_such_status"})
+	if !errors.Is(err, once.ErrRejected) {
+		t.Fatalf("a status the schema refuses = %v; want it to match ErrRejected", err)
+	}
+	if _, err := s.Get(ctx(t), "0000"); errors.Is(err, once.ErrRejected) {
+		t.Fatalf("not found matches ErrRejected: %v", err)
 	}
 }
