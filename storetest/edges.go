@@ -305,7 +305,9 @@ func testDeeplyNestedResult(t *testing.T, h Harness) {
 // it, recovery must still record the deferral, not fail on every pass.
 func testUnstorableVerifierError(t *testing.T, h Harness) {
 	pol := once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour,
-		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, errors.New(badText) }}
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			return false, nil, errors.New(badText)
+		}}
 	s, c, _ := setup(t, h, once.Config{Default: pol, RecordTimeout: 2 * time.Second})
 	once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout") })
 	time.Sleep(5 * time.Millisecond)
