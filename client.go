@@ -60,6 +60,8 @@ type Client struct {
 	recordTimeout time.Duration
 	log           *slog.Logger
 	hooks         Hooks
+	// verifiable names the kinds whose verifier this client holds.
+	verifiable Verifiable
 }
 
 // New validates cfg and returns a Client. It does no I/O: call the
@@ -102,6 +104,14 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.kinds[kind] = p
 	}
+	c.verifiable.Others = c.def.Verifier != nil
+	for kind, p := range c.kinds {
+		if p.Verifier != nil {
+			c.verifiable.Kinds = append(c.verifiable.Kinds, kind)
+		} else {
+			c.verifiable.Except = append(c.verifiable.Except, kind)
+		}
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -135,6 +145,6 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 	return ClaimRequest{
 		Key: key, Fingerprint: fp,
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
-		Payload: payload, Lease: pol.storedLease(),
+		Payload: payload, Lease: pol.storedLease(), Recovery: pol.Recovery, Retention: pol.Retention,
 	}, pol, nil
 }

@@ -35,6 +35,17 @@ const (
 	VerifyThenDecide
 )
 
+// ParseRecovery is the inverse of Recovery.String for the named modes;
+// anything else is RecoveryDefault.
+func ParseRecovery(s string) Recovery {
+	for _, r := range []Recovery{AskPerson, RetryWithProviderKey, VerifyThenDecide} {
+		if r.String() == s {
+			return r
+		}
+	}
+	return RecoveryDefault
+}
+
 func (r Recovery) String() string {
 	switch r {
 	case RecoveryDefault:

@@ -126,7 +126,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	var dueBy time.Time
 	for taken := 0; taken < r.cfg.MaxPerPass; taken++ {
 		token := newToken()
-		got, now, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy})
+		got, now, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
 		if err != nil {
 			return rep, cmp.Or(firstErr, fmt.Errorf("once: reaper: %w", err))
 		}

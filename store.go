@@ -88,6 +88,17 @@ type Action struct {
 	// takeover, an outcome, a resolution): a writer whose reply was lost
 	// reads the row back and knows whether its write applied.
 	Token string
+	// Recovery is the recovery its kind had when it was last claimed:
+	// every process that recovers it applies this, whatever kinds it was
+	// told about. RecoveryDefault for rows written before it was
+	// recorded.
+	Recovery Recovery
+	// Retention is how long its kind keeps it once finished, as recorded
+	// at the claim; zero for rows written before it was recorded.
+	Retention time.Duration
+	// RetainUntil is when a finished action may be purged: its own
+	// deadline, set when it finished. Zero while it is not finished.
+	RetainUntil time.Time
 }
 
 // ClaimRequest asks a store to claim a key for a new attempt.
@@ -105,6 +116,10 @@ type ClaimRequest struct {
 	// Token is written to the row when the claim wins: a random value
 	// the claimer looks for if the claim's reply is lost.
 	Token string
+	// Recovery and Retention are the kind's, recorded in the row so that
+	// any process applies them.
+	Recovery  Recovery
+	Retention time.Duration
 }
 
 // ClaimResult is what a claim found.
@@ -216,28 +231,42 @@ type RecoverRequest struct {
 	// database's clock): a reaper's pass takes what was due when it
 	// began, not an action it deferred a moment ago.
 	DueBy time.Time
+	// Verifiable says which actions recorded as VerifyThenDecide this
+	// process may take; the others are left alone, since only a process
+	// that holds the kind's verifier can ask the provider.
+	Verifiable Verifiable
 	// Token is written to every returned action as its hold token; the
 	// decisions that follow name it in Transition.Hold. Required: a
 	// random value no other recoverer uses.
 	Token string
 }
 
-// StatusCount is one cell of Stats: how many actions of a kind are in a
-// status.
+// Verifiable names the kinds whose verifier a process holds: Kinds, and,
+// when Others is true (Config.Default has a verifier), every kind not in
+// Except.
+type Verifiable struct {
+	Kinds  []string
+	Others bool
+	Except []string
+}
+
+// StatusCount is one cell of Stats: how many actions of a kind, recorded
+// with one recovery, are in a status.
 type StatusCount struct {
 	Kind   string
 	Status Status
-	Count  int64
+	// Recovery is the recovery the counted actions recorded when they
+	// were claimed (RecoveryDefault for rows from before it was).
+	Recovery Recovery
+	Count    int64
 }
 
-// PurgeRequest deletes finished actions (succeeded, failed) not updated
-// for OlderThan, with their events.
+// PurgeRequest deletes finished actions (succeeded, failed) past their
+// own retention deadline (Action.RetainUntil), with their events.
 type PurgeRequest struct {
-	// Kinds limits the purge to these kinds; empty means every kind not
-	// in ExceptKinds.
-	Kinds       []string
-	ExceptKinds []string
-	OlderThan   time.Duration
+	// OlderThan, when positive, deletes finished actions not updated for
+	// this long instead, whatever their deadline says.
+	OlderThan time.Duration
 	// Limit caps the rows deleted in one call.
 	Limit int
 	// DryRun counts instead of deleting.

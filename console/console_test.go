@@ -892,3 +892,68 @@ func TestOverviewListsWaitingReleased(t *testing.T) {
 		t.Fatalf("the overview does not list the released action waiting for a delivery:\n%s", body)
 	}
 }
+
+// The kinds page lists every kind in the store with the recovery its
+// actions recorded, this process's policy for it, and its counts.
+func TestKindsPage(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	verify := func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, errors.New("cannot tell") }
+	app, err := once.New(once.Config{Store: store, Kinds: map[string]once.KindPolicy{
+		"charge_card":  {Recovery: once.RetryWithProviderKey},
+		"post_message": {Recovery: once.VerifyThenDecide, Verifier: verify},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []string{"charge_card", "post_message", "send_email"} {
+		once.Do(ctx, app, once.Intent{Run: "r", Step: int64(i), Kind: kind}, func(context.Context, once.Attempt) (int, error) { return 1, nil })
+	}
+	// The console of a process that knows no kinds (once serve).
+	blind, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Client: blind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/kinds", nil))
+	var kinds []struct {
+		Kind     string           `json:"kind"`
+		Recorded []string         `json:"recorded_recovery"`
+		Counts   map[string]int64 `json:"counts"`
+		Policy   struct {
+			Recovery string `json:"recovery"`
+			Verifier bool   `json:"verifier"`
+		} `json:"policy"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &kinds); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("/api/kinds: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+	want := map[string]string{"charge_card": "retry_with_provider_key", "post_message": "verify_then_decide", "send_email": "ask_person"}
+	if len(kinds) != len(want) {
+		t.Fatalf("kinds %+v, want %d", kinds, len(want))
+	}
+	for _, k := range kinds {
+		if len(k.Recorded) != 1 || k.Recorded[0] != want[k.Kind] || k.Counts["succeeded"] != 1 || k.Policy.Recovery != "ask_person" || k.Policy.Verifier {
+			t.Errorf("kind %+v; want recorded %s, one succeeded, and this process's own policy (ask_person, no verifier)", k, want[k.Kind])
+		}
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/kinds", nil))
+	body := rec.Body.String()
+	for _, s := range []string{"charge_card", "retry_with_provider_key", "verify_then_decide", "not here"} {
+		if !strings.Contains(body, s) {
+			t.Errorf("the kinds page lacks %q", s)
+		}
+	}
+}

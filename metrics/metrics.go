@@ -169,7 +169,22 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	c.m.scrapeErr.Set(0)
+	// Stats splits a kind's counts by the recovery its rows recorded;
+	// the gauge is by kind and status.
+	type cell struct {
+		kind   string
+		status once.Status
+	}
+	sum := map[cell]int64{}
+	var order []cell
 	for _, s := range stats {
-		ch <- prometheus.MustNewConstMetric(c.m.actions, prometheus.GaugeValue, float64(s.Count), s.Kind, string(s.Status))
+		k := cell{s.Kind, s.Status}
+		if _, seen := sum[k]; !seen {
+			order = append(order, k)
+		}
+		sum[k] += s.Count
+	}
+	for _, k := range order {
+		ch <- prometheus.MustNewConstMetric(c.m.actions, prometheus.GaugeValue, float64(sum[k]), k.kind, string(k.status))
 	}
 }

@@ -56,7 +56,7 @@ SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() - interval '1 ho
 	if _, err := tx.Prepare(ctx, "recover_one", s.q.recoverKey); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE recover_one('`+strings.Repeat("0", 32)+`', 60000000, 'tok')`)
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE recover_one('`+strings.Repeat("0", 32)+`', 60000000, 'tok', '{}', false, '{}')`)
 	if err != nil {
 		t.Fatal(err)
 	}

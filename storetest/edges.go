@@ -26,6 +26,9 @@ func edgeTests() []namedTest {
 		{"DeeplyNestedResult", testDeeplyNestedResult},
 		{"UnstorableVerifierError", testUnstorableVerifierError},
 		{"RejectedIsNotAnOutage", testRejectedIsNotAnOutage},
+		{"OperatorReaperAppliesRowRecovery", testOperatorReaperAppliesRowRecovery},
+		{"OnlyAVerifierDecides", testOnlyAVerifierDecides},
+		{"PurgeByRowDeadline", testPurgeByRowDeadline},
 	}
 }
 
@@ -336,5 +339,103 @@ func testRejectedIsNotAnOutage(t *testing.T, h Harness) {
 	}
 	if _, err := s.Get(ctx(t), "0000"); errors.Is(err, once.ErrRejected) {
 		t.Fatalf("not found matches ErrRejected: %v", err)
+	}
+}
+
+// operator is a client over the same store that knows none of the
+// application's kinds, as the command's reaper and purge are.
+func operator(t *testing.T, s once.Store) *once.Client {
+	t.Helper()
+	c, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The policy travels with the data: a reaper that was told nothing about
+// the kind (the command's) releases a dead RetryWithProviderKey claim,
+// as the application would, instead of asking a person.
+func testOperatorReaperAppliesRowRecovery(t *testing.T, h Harness) {
+	s, _, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
+	deadWorker(t, spec)
+	r, err := once.NewReaper(operator(t, s), once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 || rep.Review != 0 {
+		t.Fatalf("operator's reaper = %+v, %v; want the dead claim released, as its kind says", rep, err)
+	}
+	if a := mustGet(t, s, processKey()); a.Status != once.StatusReleased || a.Recovery != once.RetryWithProviderKey {
+		t.Fatalf("stored %s (recovery %v), want released under retry_with_provider_key", a.Status, a.Recovery)
+	}
+}
+
+// A VerifyThenDecide action is decided only where its verifier is: a
+// reaper without it leaves the action alone (not to review unasked), and
+// the application's reaper asks the verifier.
+func testOnlyAVerifierDecides(t *testing.T, h Harness) {
+	asked := 0
+	pol := once.KindPolicy{Recovery: once.VerifyThenDecide, Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		asked++
+		return true, json.RawMessage(`"found"`), nil
+	}}
+	s, c, _ := setup(t, h, once.Config{Default: pol})
+	once.Do(ctx(t), c, intent(1), func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout") })
+	time.Sleep(5 * time.Millisecond)
+	blind, err := once.NewReaper(operator(t, s), once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := blind.RunOnce(ctx(t)); err != nil || rep.Examined != 0 {
+		t.Fatalf("a reaper without the verifier = %+v, %v; want the action left alone", rep, err)
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown {
+		t.Fatalf("stored %s, want still unknown", a.Status)
+	}
+	// Nor does a worker without the verifier decide it inline.
+	if _, err := once.Do(ctx(t), operator(t, s), intent(1), func(context.Context, once.Attempt) (int, error) {
+		t.Error("ran the effect of an action awaiting its verifier")
+		return 0, nil
+	}); !errors.Is(err, once.ErrOutcomeUnknown) {
+		t.Fatalf("Do without the verifier = %v; want the outcome unknown", err)
+	}
+	r, _ := once.NewReaper(c, once.ReaperConfig{})
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Verified != 1 || asked != 1 {
+		t.Fatalf("the application's reaper = %+v, %v (asked %d); want it verified", rep, err, asked)
+	}
+}
+
+// Purge deletes by each action's own deadline, set from the retention
+// its kind had: a purge that knows no kinds (the command's) keeps an
+// action whose kind keeps it longer than the default, and deletes one
+// whose kind keeps it shorter.
+func testPurgeByRowDeadline(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{Kinds: map[string]once.KindPolicy{
+		"long":  {Retention: 90 * 24 * time.Hour},
+		"short": {Retention: time.Millisecond},
+	}})
+	ok := func(context.Context, once.Attempt) (int, error) { return 1, nil }
+	long, short := once.Intent{Run: "p", Kind: "long"}, once.Intent{Run: "p", Kind: "short"}
+	once.Do(ctx(t), c, long, ok)
+	once.Do(ctx(t), c, short, ok)
+	a := mustGet(t, s, keyOf(t, long))
+	if a.Retention != 90*24*time.Hour || a.RetainUntil.Before(a.CompletedAt.Add(89*24*time.Hour)) {
+		t.Fatalf("stored retention %v until %v; want the kind's 90 days", a.Retention, a.RetainUntil)
+	}
+	time.Sleep(10 * time.Millisecond)
+	n, err := operator(t, s).Purge(ctx(t), once.PurgeOptions{})
+	if err != nil || n != 1 {
+		t.Fatalf("operator's purge = %d, %v; want the short-lived action only", n, err)
+	}
+	if _, err := s.Get(ctx(t), keyOf(t, long)); err != nil {
+		t.Fatalf("the 90-day action was purged: %v", err)
+	}
+	if _, err := s.Get(ctx(t), keyOf(t, short)); !errors.Is(err, once.ErrNotFound) {
+		t.Fatalf("the short-lived action survived: %v", err)
+	}
+	// An explicit age overrides the deadlines.
+	if n, err := operator(t, s).Purge(ctx(t), once.PurgeOptions{OlderThan: time.Millisecond}); err != nil || n != 1 {
+		t.Fatalf("purge older than 1ms = %d, %v; want the 90-day action too", n, err)
 	}
 }

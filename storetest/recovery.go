@@ -624,7 +624,7 @@ func testPurge(t *testing.T, h Harness) {
 	}
 	got := map[string]int64{}
 	for _, st := range stats {
-		got[st.Kind+"/"+string(st.Status)] = st.Count
+		got[st.Kind+"/"+string(st.Status)] += st.Count
 	}
 	if got["k/released"] != 1 || got["k/unknown"] != 1 || got["k/review"] != 1 || got["k/in_flight"] != 1 || got["kept/succeeded"] != 1 || len(got) != 5 {
 		t.Fatalf("stats after purge %v", got)

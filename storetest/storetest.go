@@ -87,6 +87,7 @@ func setup(t *testing.T, h Harness, cfg once.Config) (once.Store, *once.Client, 
 	if err != nil {
 		t.Fatalf("once.New: %v", err)
 	}
+	childRecovery.Store(spec, c.Policy(processIntent.Kind).Recovery)
 	return s, c, spec
 }
 

@@ -48,9 +48,9 @@ func String(r Rows) (string, error) {
 // StatusCount scans kind, status, count.
 func StatusCount(r Rows) (once.StatusCount, error) {
 	var c once.StatusCount
-	var status string
-	err := r.Scan(&c.Kind, &status, &c.Count)
-	c.Status = once.Status(status)
+	var status, recovery string
+	err := r.Scan(&c.Kind, &status, &recovery, &c.Count)
+	c.Status, c.Recovery = once.Status(status), once.ParseRecovery(recovery)
 	return c, err
 }
 
