@@ -905,7 +905,9 @@ func TestKindsPage(t *testing.T) {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	verify := func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, errors.New("cannot tell") }
+	verify := func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		return false, nil, errors.New("cannot tell")
+	}
 	app, err := once.New(once.Config{Store: store, Kinds: map[string]once.KindPolicy{
 		"charge_card":  {Recovery: once.RetryWithProviderKey},
 		"post_message": {Recovery: once.VerifyThenDecide, Verifier: verify},

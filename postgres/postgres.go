@@ -515,7 +515,7 @@ func nonNil(ss []string) []string {
 }
 
 // recoveryText is a recovery mode as the schema stores it; the zero mode
-// (not recorded) is ''.
+// (not recorded) is ”.
 func recoveryText(r once.Recovery) string {
 	if r == once.RecoveryDefault {
 		return ""

@@ -711,7 +711,7 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 }
 
 // recoveryText is a recovery mode as the schema stores it; the zero mode
-// (not recorded) is ''.
+// (not recorded) is ”.
 func recoveryText(r once.Recovery) string {
 	if r == once.RecoveryDefault {
 		return ""
