@@ -20,6 +20,8 @@ const (
 	// DefaultRecordTimeout bounds how long an outcome is retried against
 	// an unreachable database before Do gives up with ErrNotRecorded.
 	DefaultRecordTimeout = 30 * time.Second
+	// DefaultClaimTimeout bounds one claim's wait for the database.
+	DefaultClaimTimeout = 5 * time.Second
 )
 
 // Config configures a Client. Only Store is required.
@@ -38,6 +40,12 @@ type Config struct {
 	// MaxResultBytes bounds a stored result. Zero means
 	// DefaultMaxResultBytes (256 KiB).
 	MaxResultBytes int
+	// ClaimTimeout bounds how long one claim may wait for the database:
+	// a claim on a key that a caller's open transaction (DoTx) holds
+	// waits on its row lock, and after this long Do answers
+	// *InFlightError instead of holding a connection for as long as the
+	// transaction lasts. Zero means DefaultClaimTimeout (5 seconds).
+	ClaimTimeout time.Duration
 	// RecordTimeout bounds how long Do keeps retrying to record an
 	// outcome when the database is unreachable. Zero means
 	// DefaultRecordTimeout (30 seconds).
@@ -58,6 +66,7 @@ type Client struct {
 	maxPayload    int
 	maxResult     int
 	recordTimeout time.Duration
+	claimTimeout  time.Duration
 	log           *slog.Logger
 	hooks         Hooks
 	// verifiable names the kinds whose verifier this client holds.
@@ -77,8 +86,8 @@ func New(cfg Config) (*Client, error) {
 	if err := def.validateMerged("Default"); err != nil {
 		return nil, err
 	}
-	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 {
-		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes and RecordTimeout must not be negative; zero means the default")
+	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 || cfg.ClaimTimeout < 0 {
+		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes, RecordTimeout and ClaimTimeout must not be negative; zero means the default")
 	}
 	c := &Client{
 		store:         cfg.Store,
@@ -87,6 +96,7 @@ func New(cfg Config) (*Client, error) {
 		maxPayload:    orDefault(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
 		maxResult:     orDefault(cfg.MaxResultBytes, DefaultMaxResultBytes),
 		recordTimeout: orDefault(cfg.RecordTimeout, DefaultRecordTimeout),
+		claimTimeout:  orDefault(cfg.ClaimTimeout, DefaultClaimTimeout),
 		log:           cfg.Logger,
 		hooks:         cfg.Hooks,
 	}

@@ -261,12 +261,25 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimResult, error) {
 	for range 3 {
 		req.Token = newToken()
-		cr, err := s.Claim(ctx, req)
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if s == c.store {
+			cctx, cancel = context.WithTimeout(ctx, c.claimTimeout)
+		}
+		cr, err := s.Claim(cctx, req)
+		timedOut := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err != nil {
 			if s == c.store {
-				if a, ok := c.wrote(ctx, req.Key, req.Token); ok && a.Status == StatusInFlight {
+				a, ok := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
+				switch {
+				case ok && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
+				case timedOut && a.Key == "":
+					// The claim waited and no row is visible: another
+					// transaction (a DoTx not yet committed) holds the
+					// key, or the database's write lock.
+					return ClaimResult{}, &InFlightError{Key: req.Key, InTransaction: true}
 				}
 			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
@@ -281,14 +294,14 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 // wrote reads an action back after a write whose reply was lost, through
 // a fresh call with a deadline of its own, and reports whether the row
 // carries token: whether the write applied (and nothing has written over
-// it since). It tries for up to Config.RecordTimeout while the database
-// cannot be reached.
-func (c *Client) wrote(ctx context.Context, key Key, token string) (Action, bool) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+// it since). It tries for up to patience while the database cannot be
+// reached.
+func (c *Client) wrote(ctx context.Context, key Key, token string, patience time.Duration) (Action, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
 	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {
-		gctx, cancelTry := context.WithTimeout(rctx, max(c.recordTimeout/3, time.Second))
+		gctx, cancelTry := context.WithTimeout(rctx, max(patience/3, time.Second))
 		a, err := c.store.Get(gctx, key)
 		cancelTry()
 		switch {
@@ -316,7 +329,7 @@ func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
 	}
 	ok, err := c.store.Transition(ctx, t)
 	if err != nil {
-		if _, mine := c.wrote(ctx, t.Key, t.Token); mine {
+		if _, mine := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
 			return true, nil
 		}
 	}

@@ -82,9 +82,16 @@ type InFlightError struct {
 	// Expired is true when the lease had run out by the database's clock:
 	// the worker holding it is probably dead and recovery applies.
 	Expired bool
+	// InTransaction is true when the claim waited Config.ClaimTimeout on
+	// a key that a transaction not yet committed holds (a DoTx), or on
+	// the database's write lock; no row was visible to read.
+	InTransaction bool
 }
 
 func (e *InFlightError) Error() string {
+	if e.InTransaction {
+		return fmt.Sprintf("once: action %s is being claimed in a transaction that has not committed (DoTx), or the database is busy; return the job to its queue and try later", e.Key)
+	}
 	state := "lease held until " + e.LeaseUntil.UTC().Format(time.RFC3339)
 	if e.Expired {
 		state = "lease expired at " + e.LeaseUntil.UTC().Format(time.RFC3339) + "; awaiting recovery"

@@ -283,3 +283,41 @@ func TestClaimWonAfterCallerGaveUp(t *testing.T) {
 		t.Fatalf("next delivery = %+v, %v (ran %d); want it to run as attempt 2", res, err, ran)
 	}
 }
+
+// A plain Do on a key that an open DoTx has claimed must not wait on the
+// row lock for as long as the transaction lasts (holding a pool
+// connection all the while): it answers in flight, and the job goes back
+// to its queue.
+func TestDoOnKeyHeldByOpenDoTx(t *testing.T) {
+	t.Parallel()
+	s, c, _ := setup(t)
+	ctx := context.Background()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	in := once.Intent{Run: "open-tx", Kind: "write_record"}
+	if _, err := once.DoTx(ctx, c, s, tx, in, func(context.Context, pgx.Tx, once.Attempt) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) {
+			t.Error("ran the effect of an action an open transaction holds")
+			return 0, nil
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, once.ErrInFlight) {
+			t.Fatalf("Do on a key held by an open transaction = %v; want ErrInFlight", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Do waited on the open transaction's row lock for 30s")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
