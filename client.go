@@ -20,6 +20,8 @@ const (
 	// DefaultRecordTimeout bounds how long an outcome is retried against
 	// an unreachable database before Do gives up with ErrNotRecorded.
 	DefaultRecordTimeout = 30 * time.Second
+	// DefaultClaimTimeout bounds one claim's wait for the database.
+	DefaultClaimTimeout = 5 * time.Second
 )
 
 // Config configures a Client. Only Store is required.
@@ -38,6 +40,12 @@ type Config struct {
 	// MaxResultBytes bounds a stored result. Zero means
 	// DefaultMaxResultBytes (256 KiB).
 	MaxResultBytes int
+	// ClaimTimeout bounds how long one claim may wait for the database:
+	// a claim on a key that a caller's open transaction (DoTx) holds
+	// waits on its row lock, and after this long Do answers
+	// *InFlightError instead of holding a connection for as long as the
+	// transaction lasts. Zero means DefaultClaimTimeout (5 seconds).
+	ClaimTimeout time.Duration
 	// RecordTimeout bounds how long Do keeps retrying to record an
 	// outcome when the database is unreachable. Zero means
 	// DefaultRecordTimeout (30 seconds).
@@ -58,8 +66,11 @@ type Client struct {
 	maxPayload    int
 	maxResult     int
 	recordTimeout time.Duration
+	claimTimeout  time.Duration
 	log           *slog.Logger
 	hooks         Hooks
+	// verifiable names the kinds whose verifier this client holds.
+	verifiable Verifiable
 }
 
 // New validates cfg and returns a Client. It does no I/O: call the
@@ -75,8 +86,8 @@ func New(cfg Config) (*Client, error) {
 	if err := def.validateMerged("Default"); err != nil {
 		return nil, err
 	}
-	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 {
-		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes and RecordTimeout must not be negative; zero means the default")
+	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 || cfg.ClaimTimeout < 0 {
+		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes, RecordTimeout and ClaimTimeout must not be negative; zero means the default")
 	}
 	c := &Client{
 		store:         cfg.Store,
@@ -85,6 +96,7 @@ func New(cfg Config) (*Client, error) {
 		maxPayload:    orDefault(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
 		maxResult:     orDefault(cfg.MaxResultBytes, DefaultMaxResultBytes),
 		recordTimeout: orDefault(cfg.RecordTimeout, DefaultRecordTimeout),
+		claimTimeout:  orDefault(cfg.ClaimTimeout, DefaultClaimTimeout),
 		log:           cfg.Logger,
 		hooks:         cfg.Hooks,
 	}
@@ -101,6 +113,14 @@ func New(cfg Config) (*Client, error) {
 			return nil, err
 		}
 		c.kinds[kind] = p
+	}
+	c.verifiable.Others = c.def.Verifier != nil
+	for kind, p := range c.kinds {
+		if p.Verifier != nil {
+			c.verifiable.Kinds = append(c.verifiable.Kinds, kind)
+		} else {
+			c.verifiable.Except = append(c.verifiable.Except, kind)
+		}
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -135,6 +155,6 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 	return ClaimRequest{
 		Key: key, Fingerprint: fp,
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
-		Payload: payload, Lease: pol.Lease,
+		Payload: payload, Lease: pol.storedLease(), Recovery: pol.Recovery, Retention: pol.Retention,
 	}, pol, nil
 }

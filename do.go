@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -157,7 +159,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
 		return Result[T]{}, err
 	}
-	ok, err := s.Transition(ctx, t)
+	ok, err := s.Transition(ctx, storableTransition(t))
 	switch {
 	case err != nil:
 		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
@@ -224,12 +226,15 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 	}
 	recovered := false
 	for {
+		// The lease counts from when the claim was sent: the database
+		// starts it later than that, never sooner.
+		sent := time.Now()
 		cr, err := c.claim(ctx, c.store, req)
 		if err != nil {
 			return outcome{err: err}
 		}
 		if cr.Claimed {
-			return c.execute(ctx, pol, in, cr.Action, fn)
+			return c.execute(ctx, pol, in, cr.Action, fn, sent)
 		}
 		a := cr.Action
 		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
@@ -240,13 +245,14 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 		// kind's recovery here, so the worker that meets a dead claim
 		// does not wait for the reaper.
 		recovered = true
+		sent = time.Now()
 		r, err := c.recoverKey(ctx, pol, a.Key)
 		if err != nil {
 			return outcome{err: err}
 		}
 		switch r.decision {
 		case decTakeover:
-			return c.execute(ctx, pol, in, r.action, fn)
+			return c.execute(ctx, pol, in, r.action, fn, sent)
 		case decSucceeded:
 			return outcome{key: a.Key, attempt: r.action.Attempt, stored: r.result, replayed: true}
 		}
@@ -259,10 +265,38 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 // claim asks the store for the key. A released row whose fingerprint
 // matches is claimed by the store itself; the loop only covers the rare
 // read that saw a row between its release and its next claim.
+//
+// Each try carries a fresh token. When a try fails, its reply may have
+// been lost after the database committed it: the row is read back, and
+// if it carries the token the claim is this caller's, and the effect
+// runs (or is released) instead of waiting for a lease to lapse and a
+// person to be asked about an effect that never started. Inside a
+// caller's transaction (s is not the client's store) there is nothing to
+// read back: the transaction failed as a whole.
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimResult, error) {
 	for range 3 {
-		cr, err := s.Claim(ctx, req)
+		req.Token = newToken()
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if s == c.store {
+			cctx, cancel = context.WithTimeout(ctx, c.claimTimeout)
+		}
+		cr, err := s.Claim(cctx, req)
+		timedOut := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err != nil {
+			if s == c.store {
+				a, ok := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
+				switch {
+				case ok && a.Status == StatusInFlight:
+					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
+					return ClaimResult{Claimed: true, Action: a}, nil
+				case timedOut && a.Key == "":
+					// The claim waited and no row is visible: another
+					// transaction (a DoTx not yet committed) holds the
+					// key, or the database's write lock.
+					return ClaimResult{}, &InFlightError{Key: req.Key, InTransaction: true}
+				}
+			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
 		}
 		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint {
@@ -270,6 +304,51 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 		}
 	}
 	return ClaimResult{}, fmt.Errorf("once: claiming action %s: the row kept changing under the claim; try again", req.Key)
+}
+
+// wrote reads an action back after a write whose reply was lost, through
+// a fresh call with a deadline of its own, and reports whether the row
+// carries token: whether the write applied (and nothing has written over
+// it since). It tries for up to patience while the database cannot be
+// reached.
+func (c *Client) wrote(ctx context.Context, key Key, token string, patience time.Duration) (Action, bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
+	defer cancel()
+	backoff := 20 * time.Millisecond
+	for {
+		gctx, cancelTry := context.WithTimeout(rctx, max(patience/3, time.Second))
+		a, err := c.store.Get(gctx, key)
+		cancelTry()
+		switch {
+		case err == nil:
+			return a, a.Token == token
+		case errors.Is(err, ErrNotFound):
+			return Action{}, false
+		}
+		select {
+		case <-rctx.Done():
+			return Action{}, false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// transition applies t, and when its reply is lost reads the row back to
+// tell whether it applied: a decision or a resolution that committed is
+// reported applied, not failed or refused.
+func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
+	t = storableTransition(t)
+	if t.Token == "" {
+		t.Token = newToken()
+	}
+	ok, err := c.store.Transition(ctx, t)
+	if err != nil {
+		if _, mine := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
+			return true, nil
+		}
+	}
+	return ok, err
 }
 
 // answer serves a caller that did not win the claim from the standing
@@ -299,7 +378,7 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		observe(EventConflict)
 		o.err = &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
 	case StatusUnknown:
-		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown}
+		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown, Due: a.LeaseUntil}
 	case StatusReleased:
 		// Released between this caller's read and now (a person chose
 		// Retry, or recovery released it): the next delivery runs it.
@@ -316,9 +395,17 @@ func attemptOf(a Action, in Intent) Attempt {
 	return Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in}
 }
 
-// execute runs the effect of a won claim and records its outcome.
-func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect) outcome {
+// execute runs the effect of a won claim and records its outcome. sent
+// is when the claim's request was sent, where its lease starts for this
+// process.
+func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time) outcome {
 	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while the claim was on its way (its reply
+		// was slow, or lost and read back): nothing ran, so release it
+		// for the next delivery instead of leaving a claim nobody holds.
+		return c.releaseUnrun(ctx, pol, a, err)
+	}
 	ctx, end := c.started(ctx, a)
 	started := time.Now()
 	settle := func(value any, err error) outcome {
@@ -326,7 +413,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		end(obs, o.err)
 		return o
 	}
-	value, err := c.run(ctx, pol, a, attemptOf(a, in), fn, func(p any) {
+	value, err := c.run(ctx, pol, a, attemptOf(a, in), fn, sent, func(p any) {
 		// The effect panicked (or called runtime.Goexit): it may have
 		// happened. Record that honestly before the panic goes on.
 		settle(nil, fmt.Errorf("panic: %v", p))
@@ -334,16 +421,35 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 	return settle(value, err)
 }
 
+// releaseUnrun releases a won claim whose effect never ran.
+func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
+	note := "the caller's context ended before the effect ran: " + cause.Error()
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusReleased, Error: note,
+		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
+	o := outcome{key: a.Key, attempt: a.Attempt}
+	ok, err := c.record(ctx, a, t)
+	switch {
+	case err != nil:
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased, Err: err}
+	case !ok:
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased}
+	default:
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
+		o.err = fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
+	}
+	return o
+}
+
 // run runs the effect under the kind's deadline while a heartbeat keeps
 // the claim. If the effect does not return (a panic, runtime.Goexit),
 // aborted is called before the panic goes on up the stack.
-func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, aborted func(p any)) (value any, err error) {
+func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, sent time.Time, aborted func(p any)) (value any, err error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
 	// The heartbeat outlives the effect's deadline and the caller's
 	// context: an effect that ignores its context may still be running,
 	// and its claim must hold until it returns.
-	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol.Lease)
+	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol, sent)
 	returned := false
 	defer func() {
 		stopHeartbeat()
@@ -370,10 +476,10 @@ func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt,
 func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err error) (t Transition, resultErr error) {
 	switch classify(err) {
 	case StatusSucceeded:
-		// A slow worker whose claim was put up for review may still say
-		// how it ended: the outcome became known. A newer attempt fences
-		// it out through the attempt number.
-		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight, StatusReview}, Event: Event{Type: EventSucceeded}}
+		// A slow worker whose claim was decided meanwhile may still say
+		// how it ended (settle tries again from the decision). A newer
+		// attempt fences it out through the attempt number.
+		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight}, Event: Event{Type: EventSucceeded}}
 		t.Result, resultErr = encodeResult(value, maxResult)
 		if resultErr != nil {
 			t = Transition{To: StatusReview, From: []Status{StatusInFlight}, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
@@ -413,6 +519,9 @@ func encodeResult(v any, maxResult int) (json.RawMessage, error) {
 	if len(b) > maxResult {
 		return nil, fmt.Errorf("%w: its result is %d bytes, over Config.MaxResultBytes (%d); return a smaller value (an id, not a document)", ErrResultTooLarge, len(b), maxResult)
 	}
+	if err := checkResult(b); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -423,7 +532,23 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
 
-	ok, err := c.record(ctx, a, t)
+	wanted := t.To
+	t, ok, err := c.recordAs(ctx, a, t)
+	obs.Event = t.Event
+	if err == nil && ok && wanted == StatusSucceeded && t.To != StatusSucceeded {
+		// The database refused the result; a placeholder put the
+		// action up for review.
+		resultErr = fmt.Errorf("%w: the database refused it", ErrResultNotJSON)
+	}
+	if err == nil && !ok && (t.To == StatusSucceeded || t.To == StatusFailed) {
+		// Not in flight any more. If recovery or a person decided while
+		// this attempt was cut off (released, put up for review,
+		// abandoned) and no newer attempt claimed it, the outcome has
+		// become known: record it over the decision, which stays in the
+		// trail beside it.
+		t, ok, err = c.recordLate(ctx, a, t)
+		obs.Event = t.Event
+	}
 	if err != nil {
 		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
 		return o, obs
@@ -434,7 +559,10 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		c.log.Warn("once: attempt superseded; outcome not recorded", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "outcome", t.To)
 		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker,
 			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
-		if err := c.store.AppendEvent(context.WithoutCancel(ctx), obs.Event); err != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+		err := c.store.AppendEvent(actx, storableEvent(obs.Event))
+		cancel()
+		if err != nil {
 			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
 		}
 		c.emit(ctx, obs)
@@ -454,8 +582,43 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	default:
 		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
 		o.value, o.err = nil, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
+		if t.To == StatusUnknown {
+			o.err.(*UnknownOutcomeError).Due = time.Now().Add(t.Lease)
+		}
 	}
 	return o, obs
+}
+
+// lateStatuses are where a decision taken while an attempt was cut off
+// leaves the action: a late outcome of the same attempt is recorded from
+// them.
+var lateStatuses = []Status{StatusReview, StatusReleased, StatusFailed}
+
+// recordLate records t from the status the action stands in now, if it
+// is still at t's attempt and in one of lateStatuses. A decision that
+// lands between the read and the write (a person resolving the review
+// item just then) is read again, a few times.
+func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
+	note := t.Event.Note
+	for range 3 {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+		cur, err := c.store.Get(gctx, a.Key)
+		cancel()
+		if err != nil {
+			return t, false, err
+		}
+		if cur.Attempt != a.Attempt || !slices.Contains(lateStatuses, cur.Status) {
+			return t, false, nil
+		}
+		t.From = []Status{cur.Status}
+		t.Event.From = cur.Status
+		t.Event.Note = strings.TrimPrefix(fmt.Sprintf("%s; late outcome of attempt %d, recorded after the action was %s", note, a.Attempt, cur.Status), "; ")
+		ok, err := c.record(ctx, a, t)
+		if ok || err != nil {
+			return t, ok, err
+		}
+	}
+	return t, false, nil
 }
 
 // record writes an outcome, retrying while the database is unreachable.
@@ -463,64 +626,120 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 // happened must be recorded even if the caller has given up waiting.
 // It reports false when the attempt was fenced out.
 func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, error) {
+	_, ok, err := c.recordAs(ctx, a, t)
+	return ok, err
+}
+
+// recordAs is record, also returning the transition it wrote: t, or a
+// placeholder for what the database refused.
+func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
 	defer cancel()
+	t = storableTransition(t)
+	if t.Token == "" {
+		t.Token = newToken()
+	}
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
-		ok, err := c.store.Transition(rctx, t)
+		// Each try has a deadline of its own, so one hung connection
+		// does not use up the whole RecordTimeout: the next try may
+		// get a healthy one.
+		tctx, cancelTry := context.WithTimeout(rctx, max(c.recordTimeout/3, time.Second))
+		ok, err := c.store.Transition(tctx, t)
+		cancelTry()
 		if err == nil {
 			if !ok && lastErr != nil {
-				// An earlier try may have committed and lost its reply.
-				if cur, gerr := c.store.Get(rctx, t.Key); gerr == nil && cur.Attempt == t.Attempt && cur.Status == t.To {
-					return true, nil
+				// An earlier try may have committed and lost its reply:
+				// then the row carries its token (and a person's
+				// decision since would have replaced it).
+				if cur, gerr := c.store.Get(rctx, t.Key); gerr == nil && cur.Token == t.Token {
+					return t, true, nil
 				}
 			}
-			return ok, nil
+			return t, ok, nil
 		}
 		lastErr = err
+		if errors.Is(err, ErrRejected) {
+			// The database refused what this outcome says, not the
+			// connection: sending it again gets the same answer. Record
+			// that the outcome could not be stored, once, rather than
+			// leave the claim in flight (to be run again after its
+			// lease) or retry until RecordTimeout.
+			p, ok := placeholder(t, err)
+			if !ok {
+				return t, false, fmt.Errorf("the database refused even a placeholder: %w", err)
+			}
+			c.log.Warn("once: the database refused the outcome; recording a placeholder", "key", a.Key, "outcome", t.To, "err", err)
+			t = p
+			continue
+		}
 		c.log.Warn("once: recording outcome failed; retrying", "key", a.Key, "outcome", t.To, "err", err)
 		select {
 		case <-rctx.Done():
-			return false, fmt.Errorf("gave up after %v: %w", c.recordTimeout, lastErr)
+			return t, false, fmt.Errorf("gave up after %v: %w", c.recordTimeout, lastErr)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
-// heartbeat extends the attempt's lease every lease/3 while the effect
-// runs. If the claim is lost (a newer attempt took over), or no heartbeat
-// has got through for a whole lease (so recovery may take over), it
-// cancels the effect's context with a *FencedError as the cause. The
-// returned func stops it and waits.
-func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, lease time.Duration) (stop func()) {
+// placeholder is t with what the database refused taken out: its texts
+// replaced by one saying so, and a success whose result was refused put
+// up for review (it happened; its result is lost). It reports false when
+// t already is a placeholder.
+func placeholder(t Transition, refused error) (Transition, bool) {
+	const mark = "the outcome could not be stored as it was"
+	if strings.Contains(t.Error, mark) {
+		return t, false
+	}
+	why := storable(fmt.Sprintf("%s (the database refused it: %v)", mark, refused))
+	if t.To == StatusSucceeded {
+		t.To, t.Result, t.Event.Type = StatusReview, nil, EventReview
+		why = storable(fmt.Sprintf("the effect succeeded but %s (the database refused its result: %v)", mark, refused))
+	}
+	t.Error, t.Event.Note, t.Event.To = why, why, t.To
+	return t, true
+}
+
+// heartbeat extends the attempt's lease every Lease/3 while the effect
+// runs. Each call has a deadline of its own, so a connection that hangs
+// instead of failing cannot hold it up. Independently of the calls, a
+// timer cancels the effect at Lease−margin after the last heartbeat that
+// got through was sent (the claim's, to begin with): by then recovery
+// may be about to take over, so the effect must stop. A claim found lost
+// (a newer attempt took over) cancels it at once. The cause is a
+// *FencedError. The returned func stops the heartbeat and waits.
+func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, pol KindPolicy, sent time.Time) (stop func()) {
 	hbCtx, hbCancel := context.WithCancel(ctx)
+	every := pol.Lease / 3
+	stopIn := func(from time.Time) time.Duration { return time.Until(from.Add(pol.Lease - pol.margin())) }
+	expire := time.AfterFunc(stopIn(sent), func() {
+		c.log.Warn("once: no heartbeat got through for a lease; stopping the effect", "key", a.Key, "attempt", a.Attempt)
+		cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
+	})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(lease / 3)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
-		lastHeld := time.Now() // the claim's own lease started about now
 		for {
 			select {
 			case <-hbCtx.Done():
 				return
 			case <-tick.C:
 			}
-			_, held, err := c.store.Heartbeat(hbCtx, a.Key, a.Attempt, lease)
+			sentAt := time.Now()
+			callCtx, cancelCall := context.WithTimeout(hbCtx, every)
+			_, held, err := c.store.Heartbeat(callCtx, a.Key, a.Attempt, pol.storedLease())
+			cancelCall()
 			switch {
 			case err != nil:
 				if hbCtx.Err() != nil {
 					return
 				}
 				c.log.Warn("once: heartbeat failed; the lease may expire", "key", a.Key, "attempt", a.Attempt, "err", err)
-				if time.Since(lastHeld) >= lease {
-					c.log.Warn("once: no heartbeat for a whole lease; stopping the effect", "key", a.Key, "attempt", a.Attempt)
-					cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
-					return
-				}
 			case held:
-				lastHeld = time.Now()
+				expire.Reset(stopIn(sentAt))
 			default:
 				c.log.Warn("once: claim lost while the effect ran", "key", a.Key, "attempt", a.Attempt)
 				cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
@@ -531,6 +750,7 @@ func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			expire.Stop()
 			hbCancel()
 			wg.Wait()
 		})

@@ -66,7 +66,7 @@ func TestValidateResolution(t *testing.T) {
 func TestPurgeOptions(t *testing.T) {
 	c, s := newClient(t, once.Config{Default: once.KindPolicy{Retention: time.Millisecond}})
 	ctx := context.Background()
-	if _, err := c.Purge(ctx, once.PurgeOptions{BatchSize: -1}); err == nil || !strings.Contains(err.Error(), "BatchSize is negative") {
+	if _, err := c.Purge(ctx, once.PurgeOptions{BatchSize: -1}); err == nil || !strings.Contains(err.Error(), "BatchSize and OlderThan must not be negative") {
 		t.Fatalf("negative batch size: %v", err)
 	}
 	for i := range 5 {
@@ -228,7 +228,7 @@ func TestEffectOutlivesStore(t *testing.T) {
 	if !errors.As(err, &re) || re.Outcome != once.StatusSucceeded || res.Value != "sent" || !strings.Contains(err.Error(), "recovery applies") {
 		t.Fatalf("Do = %+v, %v; want the value with a *RecordError", res, err)
 	}
-	for _, line := range []string{"heartbeat failed", "no heartbeat for a whole lease", "recording outcome failed; retrying"} {
+	for _, line := range []string{"heartbeat failed", "no heartbeat got through for a lease", "recording outcome failed; retrying"} {
 		if !strings.Contains(logs.String(), line) {
 			t.Errorf("the log does not say %q:\n%s", line, logs.String())
 		}

@@ -53,6 +53,11 @@ var (
 	// ErrPermanent matches an error made with Permanent, so an effect's
 	// own tests can assert how it classified a failure.
 	ErrPermanent = errors.New("once: permanent failure")
+	// ErrRejected: the database refused the data itself (a value it
+	// cannot hold, a constraint), not an outage: sending it again gets
+	// the same answer. Stores wrap such errors so they match it, and the
+	// engine records a placeholder instead of retrying.
+	ErrRejected = errors.New("once: the database refused the data")
 	// ErrNotFound: no action has this key.
 	ErrNotFound = errors.New("once: action not found")
 )
@@ -77,9 +82,16 @@ type InFlightError struct {
 	// Expired is true when the lease had run out by the database's clock:
 	// the worker holding it is probably dead and recovery applies.
 	Expired bool
+	// InTransaction is true when the claim waited Config.ClaimTimeout on
+	// a key that a transaction not yet committed holds (a DoTx), or on
+	// the database's write lock; no row was visible to read.
+	InTransaction bool
 }
 
 func (e *InFlightError) Error() string {
+	if e.InTransaction {
+		return fmt.Sprintf("once: action %s is being claimed in a transaction that has not committed (DoTx), or the database is busy; return the job to its queue and try later", e.Key)
+	}
 	state := "lease held until " + e.LeaseUntil.UTC().Format(time.RFC3339)
 	if e.Expired {
 		state = "lease expired at " + e.LeaseUntil.UTC().Format(time.RFC3339) + "; awaiting recovery"
@@ -123,9 +135,11 @@ func (e *FailedError) Unwrap() error        { return e.err }
 
 // UnknownOutcomeError reports an effect whose outcome is not known, and
 // what its kind's recovery made of it (Status). It matches
-// ErrOutcomeUnknown, and also ErrRetryLater when the action was released
-// for the next delivery (return the job to the queue) or ErrReview when
-// it was put up for review (a person decides; the job can be dropped).
+// ErrOutcomeUnknown, and also ErrRetryLater when the job must go back to
+// its queue — the action was released for the next delivery, or awaits
+// its verifier, which the next delivery asks — or ErrReview when it was
+// put up for review (a person decides; the job can be dropped). Dispose
+// says the same for every error Do returns.
 type UnknownOutcomeError struct {
 	Key     Key
 	Attempt int
@@ -134,7 +148,10 @@ type UnknownOutcomeError struct {
 	// StatusReleased (RetryWithProviderKey), or StatusUnknown, awaiting
 	// the verifier (VerifyThenDecide only).
 	Status Status
-	err    error
+	// Due, when Status is StatusUnknown, is when the verifier is next
+	// due to be asked (by the database's clock).
+	Due time.Time
+	err error
 }
 
 func (e *UnknownOutcomeError) Error() string {
@@ -149,7 +166,7 @@ func (e *UnknownOutcomeError) Error() string {
 }
 func (e *UnknownOutcomeError) Is(target error) bool {
 	return target == ErrOutcomeUnknown ||
-		(target == ErrRetryLater && e.Status == StatusReleased) ||
+		(target == ErrRetryLater && (e.Status == StatusReleased || e.Status == StatusUnknown)) ||
 		(target == ErrReview && e.Status == StatusReview)
 }
 func (e *UnknownOutcomeError) Unwrap() error { return e.err }

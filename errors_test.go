@@ -79,7 +79,7 @@ func TestErrorsIsAs(t *testing.T) {
 		{"FingerprintError", &once.FingerprintError{Key: key, Stored: "aaaaaaaaaaaaaaaa", Got: "bbbbbbbbbbbbbbbb"}, []string{"ErrFingerprintMismatch"}, false,
 			[]string{string(key), "aaaaaaaaaaaa…", "bbbbbbbbbbbb…", "not executed", "PayloadInKey"}},
 		{"FailedError", &once.FailedError{Key: key, Attempt: 3, Message: "declined"}, []string{"ErrFailed"}, false, []string{"failed permanently (attempt 3): declined"}},
-		{"UnknownOutcomeError awaiting verification", &once.UnknownOutcomeError{Key: key, Attempt: 1, Message: "EOF", Status: once.StatusUnknown}, []string{"ErrOutcomeUnknown"}, false,
+		{"UnknownOutcomeError awaiting verification", &once.UnknownOutcomeError{Key: key, Attempt: 1, Message: "EOF", Status: once.StatusUnknown}, []string{"ErrOutcomeUnknown", "ErrRetryLater"}, false,
 			[]string{"outcome unknown (attempt 1): EOF", "its kind's recovery decides"}},
 		{"UnknownOutcomeError released", &once.UnknownOutcomeError{Key: key, Attempt: 1, Message: "EOF", Status: once.StatusReleased}, []string{"ErrOutcomeUnknown", "ErrRetryLater"}, false,
 			[]string{"return the job to its queue", "same provider key"}},

@@ -35,6 +35,17 @@ const (
 	VerifyThenDecide
 )
 
+// ParseRecovery is the inverse of Recovery.String for the named modes;
+// anything else is RecoveryDefault.
+func ParseRecovery(s string) Recovery {
+	for _, r := range []Recovery{AskPerson, RetryWithProviderKey, VerifyThenDecide} {
+		if r.String() == s {
+			return r
+		}
+	}
+	return RecoveryDefault
+}
+
 func (r Recovery) String() string {
 	switch r {
 	case RecoveryDefault:
@@ -85,7 +96,25 @@ type KindPolicy struct {
 	// VerifyBackoff is the wait after the first verifier error, doubled
 	// after each further one up to an hour. Zero means 10 seconds.
 	VerifyBackoff time.Duration
+	// Redrive hands a released action back to whatever delivers its job
+	// (publish the job again, say). A released action runs only when its
+	// job is delivered again; when that job was already acknowledged or
+	// dropped — a person chose Retry on a review item, recovery released
+	// a claim whose job was acked — nobody would deliver it. The reaper
+	// calls Redrive for released actions that no delivery claimed within
+	// RedriveAfter, and again every RedriveAfter until one does. Nil
+	// takes Config.Default's; with none, such actions are only counted
+	// (ReapReport.Waiting, the console's overview).
+	Redrive func(ctx context.Context, a Action) error
+	// RedriveAfter is how long a released action waits for a delivery
+	// before Redrive is called. Zero means DefaultRedriveAfter (5
+	// minutes).
+	RedriveAfter time.Duration
 }
+
+// DefaultRedriveAfter is how long a released action waits for a delivery
+// before the reaper re-drives it or counts it as waiting.
+const DefaultRedriveAfter = 5 * time.Minute
 
 var packageDefaults = KindPolicy{
 	Recovery:          AskPerson,
@@ -94,6 +123,7 @@ var packageDefaults = KindPolicy{
 	Retention:         DefaultRetention,
 	MaxVerifyFailures: DefaultMaxVerifyFailures,
 	VerifyBackoff:     10 * time.Second,
+	RedriveAfter:      DefaultRedriveAfter,
 }
 
 // withDefaults fills p's zero fields from d. Every field is inherited the
@@ -120,12 +150,18 @@ func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
 	if p.VerifyBackoff == 0 {
 		p.VerifyBackoff = d.VerifyBackoff
 	}
+	if p.Redrive == nil {
+		p.Redrive = d.Redrive
+	}
+	if p.RedriveAfter == 0 {
+		p.RedriveAfter = d.RedriveAfter
+	}
 	return p
 }
 
 func (p KindPolicy) validate(name string) error {
 	switch {
-	case p.Lease < 0 || p.MaxExecution < 0 || p.Retention < 0 || p.MaxVerifyFailures < 0 || p.VerifyBackoff < 0:
+	case p.Lease < 0 || p.MaxExecution < 0 || p.Retention < 0 || p.MaxVerifyFailures < 0 || p.VerifyBackoff < 0 || p.RedriveAfter < 0:
 		return fmt.Errorf("once: Config.%s has a negative duration or count; zero means the default", name)
 	case p.Lease > 0 && p.Lease < 30*time.Millisecond:
 		return fmt.Errorf("once: Config.%s.Lease is %v; it must be at least 30ms so heartbeats can keep it", name, p.Lease)
@@ -139,11 +175,26 @@ func (p KindPolicy) validate(name string) error {
 
 // validateMerged checks a policy after its defaults were filled in.
 func (p KindPolicy) validateMerged(name string) error {
-	if p.Recovery == VerifyThenDecide && p.Verifier == nil {
+	switch {
+	case p.Recovery == VerifyThenDecide && p.Verifier == nil:
 		return fmt.Errorf("once: Config.%s.Recovery is VerifyThenDecide but Verifier is nil; give it a function that asks the provider", name)
+	case p.Recovery != VerifyThenDecide && p.Verifier != nil:
+		return fmt.Errorf("once: Config.%s has a Verifier but its recovery is %v (taken from Config.Default); set Recovery: once.VerifyThenDecide, or the verifier is never asked", name, p.Recovery)
 	}
 	return nil
 }
+
+// margin is how long before its lease runs out a worker that cannot
+// reach the database stops its effect, and how long after it recovery
+// may take over: the claim is written with Lease+margin by the
+// database's clock, and the worker cancels its effect at Lease−margin
+// after it last sent a heartbeat that got through. Between the two the
+// effect has time to wind down, and clocks that tick at slightly
+// different rates cannot let two attempts overlap.
+func (p KindPolicy) margin() time.Duration { return p.Lease / 5 }
+
+// storedLease is the lease written to the database.
+func (p KindPolicy) storedLease() time.Duration { return p.Lease + p.margin() }
 
 // backoff is the wait after the n-th verifier failure (n from 1).
 func (p KindPolicy) backoff(n int) time.Duration {

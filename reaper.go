@@ -14,8 +14,6 @@ import (
 type ReaperConfig struct {
 	// Interval is the time between passes. Zero means 30 seconds.
 	Interval time.Duration
-	// BatchSize is how many actions one store call takes. Zero means 100.
-	BatchSize int
 	// MaxPerPass bounds the actions one pass handles, so a backlog is
 	// worked through over several passes. Zero means 10,000.
 	MaxPerPass int
@@ -45,6 +43,13 @@ type ReapReport struct {
 	// Changed counts actions that moved on (a late worker finished)
 	// while the reaper decided.
 	Changed int `json:"changed"`
+	// Redriven counts released actions handed to their kind's Redrive
+	// hook because no delivery claimed them within RedriveAfter.
+	Redriven int `json:"redriven"`
+	// Waiting counts released actions past RedriveAfter that could not be
+	// re-driven (no Redrive hook, or it failed): they run only if their
+	// job is delivered again.
+	Waiting int `json:"waiting"`
 	// ByKind breaks Examined down by kind.
 	ByKind map[string]int `json:"by_kind,omitempty"`
 }
@@ -71,7 +76,7 @@ func (r *ReapReport) add(kind string, d decision) {
 
 // Reaper finds actions whose outcome is unknown — in flight with a lapsed
 // lease (the worker died), or unknown and due — and applies their kind's
-// recovery. Leases are judged by the database's clock, and each batch is
+// recovery. Leases are judged by the database's clock, and each action is
 // taken atomically (FOR UPDATE SKIP LOCKED on PostgreSQL), so reapers on
 // several machines never handle the same action twice. Workers apply the
 // same recovery inline when they meet such an action; the reaper is for
@@ -92,11 +97,10 @@ func NewReaper(c *Client, cfg ReaperConfig) (*Reaper, error) {
 	if c == nil {
 		return nil, errors.New("once: NewReaper needs a *Client")
 	}
-	if cfg.Interval < 0 || cfg.BatchSize < 0 || cfg.MaxPerPass < 0 {
-		return nil, errors.New("once: ReaperConfig.Interval, BatchSize and MaxPerPass must not be negative; zero means the default")
+	if cfg.Interval < 0 || cfg.MaxPerPass < 0 {
+		return nil, errors.New("once: ReaperConfig.Interval and MaxPerPass must not be negative; zero means the default")
 	}
 	cfg.Interval = orDefault(cfg.Interval, 30*time.Second)
-	cfg.BatchSize = orDefault(cfg.BatchSize, 100)
 	cfg.MaxPerPass = orDefault(cfg.MaxPerPass, 10000)
 	log := cfg.Logger
 	if log == nil {
@@ -105,43 +109,99 @@ func NewReaper(c *Client, cfg ReaperConfig) (*Reaper, error) {
 	return &Reaper{c: c, cfg: cfg, log: log}, nil
 }
 
-// RunOnce makes one pass: it takes batches of due actions until none is
-// left (or MaxPerPass is reached) and applies each one's recovery. For
-// tests and cron.
+// RunOnce makes one pass: it takes due actions one at a time until none
+// is left (or MaxPerPass is reached) and applies each one's recovery.
+// Each action is held only while it is decided, so a slow verifier
+// cannot outlast the hold on actions still waiting their turn, and a
+// second reaper never handles an action this one is deciding. For tests
+// and cron.
 func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	r.passing.Lock()
 	defer r.passing.Unlock()
 	var rep ReapReport
-	for rep.Examined < r.cfg.MaxPerPass {
-		// Hold for the longest policy: the batch is decided one by one.
-		hold := r.c.longestHold()
+	var firstErr error
+	hold := r.c.longestHold()
+	// The pass takes what was due when it began: an action whose
+	// verifier it deferred a moment ago waits for the next pass.
+	var dueBy time.Time
+	for taken := 0; taken < r.cfg.MaxPerPass; taken++ {
 		token := newToken()
-		batch, _, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: min(r.cfg.BatchSize, r.cfg.MaxPerPass-rep.Examined), Hold: hold, Token: token})
+		got, now, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
 		if err != nil {
-			return rep, fmt.Errorf("once: reaper: %w", err)
+			return rep, cmp.Or(firstErr, fmt.Errorf("once: reaper: %w", err))
 		}
-		var firstErr error
-		for _, a := range batch {
-			d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, token, ActorReaper, false)
-			if err != nil {
-				// Go on with the rest of the batch; this one comes back
-				// when its hold runs out.
-				firstErr = cmp.Or(firstErr, err)
-				continue
-			}
-			rep.add(a.Kind, d)
+		if dueBy.IsZero() {
+			dueBy = now
 		}
-		if firstErr != nil {
-			return rep, firstErr
-		}
-		if len(batch) < r.cfg.BatchSize {
+		if len(got) == 0 {
 			break
 		}
+		a := got[0]
+		d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, token, ActorReaper, false)
+		if err != nil {
+			// Go on with the others; this one comes back when its
+			// hold runs out.
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		rep.add(a.Kind, d)
 	}
-	if rep.Examined > 0 {
-		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified, "deferred", rep.Deferred, "changed", rep.Changed)
+	if err := r.redrive(ctx, &rep); err != nil {
+		firstErr = cmp.Or(firstErr, err)
 	}
-	return rep, nil
+	if rep.Examined > 0 || rep.Redriven > 0 || rep.Waiting > 0 {
+		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified,
+			"deferred", rep.Deferred, "changed", rep.Changed, "redriven", rep.Redriven, "waiting", rep.Waiting)
+	}
+	return rep, firstErr
+}
+
+// redrive hands released actions that waited too long for a delivery to
+// their kind's Redrive hook, and counts the ones it cannot. A re-driven
+// action is marked (event redriven, updated now), so it waits another
+// RedriveAfter before it is re-driven again; the mark is fenced by the
+// attempt and the status, so an action claimed meanwhile is left alone.
+func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
+	acts, err := r.c.Waiting(ctx, r.cfg.MaxPerPass)
+	if err != nil {
+		return fmt.Errorf("once: reaper: listing released actions: %w", err)
+	}
+	var firstErr error
+	for _, a := range acts {
+		pol := r.c.Policy(a.Kind)
+		if pol.Redrive == nil {
+			rep.Waiting++
+			continue
+		}
+		if err := safeRedrive(ctx, pol, a); err != nil {
+			r.log.Warn("once: re-drive failed; the action waits for a delivery", "key", a.Key, "kind", a.Kind, "err", err)
+			rep.Waiting++
+			firstErr = cmp.Or(firstErr, fmt.Errorf("once: re-driving action %s: %w", a.Key, err))
+			continue
+		}
+		t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusReleased}, To: StatusReleased, Error: a.Error,
+			Event: Event{Key: a.Key, Type: EventRedriven, Attempt: a.Attempt, From: StatusReleased, To: StatusReleased, Actor: ActorReaper,
+				Note: fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))}}
+		if _, err := r.c.transition(ctx, t); err != nil {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))
+		}
+		r.c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
+		rep.Redriven++
+	}
+	return firstErr
+}
+
+// safeRedrive calls a kind's Redrive hook under the kind's MaxExecution,
+// turning a panic into an error.
+func safeRedrive(ctx context.Context, pol KindPolicy, a Action) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("redrive panicked: %v", p)
+		}
+	}()
+	rctx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
+	defer cancel()
+	return pol.Redrive(rctx, a)
 }
 
 // Start runs passes every Interval in the background until Stop or ctx

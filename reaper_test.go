@@ -41,7 +41,7 @@ func TestReaperStartStop(t *testing.T) {
 	if _, err := once.NewReaper(nil, once.ReaperConfig{}); err == nil || !strings.Contains(err.Error(), "needs a *Client") {
 		t.Fatalf("NewReaper(nil) = %v", err)
 	}
-	for _, cfg := range []once.ReaperConfig{{Interval: -time.Second}, {BatchSize: -1}, {MaxPerPass: -1}} {
+	for _, cfg := range []once.ReaperConfig{{Interval: -time.Second}, {MaxPerPass: -1}} {
 		if _, err := once.NewReaper(c, cfg); err == nil || !strings.Contains(err.Error(), "must not be negative") {
 			t.Errorf("NewReaper(%+v) = %v", cfg, err)
 		}
@@ -95,9 +95,9 @@ func TestReaperStartStop(t *testing.T) {
 	r.Stop()
 }
 
-// MaxPerPass spreads a backlog over several passes; BatchSize only
-// sizes the store calls of one pass.
-func TestReaperBatches(t *testing.T) {
+// MaxPerPass spreads a backlog over several passes; without it one pass
+// takes the whole backlog, one action at a time.
+func TestReaperMaxPerPass(t *testing.T) {
 	c, s := newClient(t, once.Config{})
 	for i := range 5 {
 		kind := "a"
@@ -106,7 +106,7 @@ func TestReaperBatches(t *testing.T) {
 		}
 		deadClaim(t, s, once.Intent{Run: "backlog", Step: int64(i), Kind: kind})
 	}
-	r, _ := once.NewReaper(c, once.ReaperConfig{MaxPerPass: 2, BatchSize: 10})
+	r, _ := once.NewReaper(c, once.ReaperConfig{MaxPerPass: 2})
 	byKind := map[string]int{}
 	for i, want := range []int{2, 2, 1, 0} {
 		rep, err := r.RunOnce(context.Background())
@@ -125,9 +125,9 @@ func TestReaperBatches(t *testing.T) {
 	for i := range 5 {
 		deadClaim(t, s, once.Intent{Run: "backlog", Step: int64(i), Kind: "a"})
 	}
-	r, _ = once.NewReaper(c, once.ReaperConfig{BatchSize: 2})
+	r, _ = once.NewReaper(c, once.ReaperConfig{})
 	if rep, err := r.RunOnce(context.Background()); err != nil || rep.Examined != 5 {
-		t.Fatalf("one pass in batches of 2 = %+v, %v; want all 5", rep, err)
+		t.Fatalf("one pass = %+v, %v; want all 5", rep, err)
 	}
 }
 
@@ -159,7 +159,7 @@ func TestReaperVerifierOddities(t *testing.T) {
 	if err != nil || rep.Examined != 4 || rep.Review != 3 || rep.Verified != 1 {
 		t.Fatalf("pass = %+v, %v", rep, err)
 	}
-	for kind, want := range map[string]string{"bad_json": "not JSON", "too_big": "over Config.MaxResultBytes", "panics": "verifier panicked: verifier bug"} {
+	for kind, want := range map[string]string{"bad_json": "not valid JSON", "too_big": "over Config.MaxResultBytes", "panics": "verifier panicked: verifier bug"} {
 		if a, _ := s.Get(context.Background(), keys[kind]); a.Status != once.StatusReview || !strings.Contains(a.Error, want) {
 			t.Errorf("%s: stored %s %q, want review saying %q", kind, a.Status, a.Error, want)
 		}

@@ -51,7 +51,7 @@ type recovery struct {
 // under fencing.
 func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key) (recovery, error) {
 	token := newToken()
-	got, _, err := c.store.Recoverable(ctx, RecoverRequest{Key: key, Limit: 1, Hold: pol.hold(), Token: token})
+	got, _, err := c.store.Recoverable(ctx, RecoverRequest{Key: key, Limit: 1, Hold: pol.hold(), Token: token, Verifiable: c.verifiable})
 	if err != nil {
 		return recovery{}, fmt.Errorf("once: recovering action %s: %w", key, err)
 	}
@@ -81,6 +81,18 @@ func newToken() string {
 // effect itself (a worker in Do) or only release it (the reaper). It
 // returns the verifier's result when it found the effect landed.
 func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, actor string, canExecute bool) (decision, json.RawMessage, error) {
+	// The row's recovery, recorded when it was claimed, is the one that
+	// applies: a process that was told nothing about the kind (the
+	// command's reaper) still does what the application asked for.
+	if a.Recovery != RecoveryDefault {
+		pol.Recovery = a.Recovery
+	}
+	if pol.Recovery == VerifyThenDecide && pol.Verifier == nil {
+		// Only a process that holds the kind's verifier decides it
+		// (Recoverable does not hand such actions to others); the hold
+		// runs out and the action is due again for one that does.
+		return decChanged, nil, nil
+	}
 	reason := a.Error
 	if a.Status == StatusInFlight {
 		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
@@ -97,7 +109,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 			// The trail names the attempt a takeover starts; so do hooks.
 			t.Event.Attempt++
 		}
-		ok, err := c.store.Transition(ctx, t)
+		ok, err := c.transition(ctx, t)
 		if err != nil {
 			return decChanged, nil, fmt.Errorf("once: recovering action %s: %w", a.Key, err)
 		}
@@ -111,7 +123,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	retry := func(note string) (decision, json.RawMessage, error) {
 		t := base
 		if canExecute {
-			t.To, t.NewAttempt, t.Lease, t.VerifyFailures = StatusInFlight, true, pol.Lease, 0
+			t.To, t.NewAttempt, t.Lease, t.VerifyFailures = StatusInFlight, true, pol.storedLease(), 0
 			t.Event = Event{Type: EventTakenOver, Note: note}
 			return apply(t, decTakeover)
 		}
@@ -146,8 +158,10 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 			return apply(t, decBackoff)
 		}
 		if landed {
-			if len(result) > 0 && !json.Valid(result) {
-				return review(reason + "; the verifier says it landed but returned a result that is not JSON")
+			if len(result) > 0 {
+				if err := checkResult(result); err != nil {
+					return review(fmt.Sprintf("%s; the verifier says it landed but its result cannot be stored: %v", reason, err))
+				}
 			}
 			if len(result) > c.maxResult {
 				return review(fmt.Sprintf("%s; the verifier says it landed but its result is %d bytes, over Config.MaxResultBytes", reason, len(result)))

@@ -74,7 +74,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 		t.To, t.Error = StatusFailed, "abandoned by "+r.By+": "+r.Note
 	}
 	t.Event.To = t.To
-	ok, err := c.store.Transition(ctx, t)
+	ok, err := c.transition(ctx, t)
 	if err != nil {
 		return a, fmt.Errorf("once: resolving action %s: %w", key, err)
 	}
@@ -95,7 +95,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action) error {
 	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By,
 		Note: fmt.Sprintf("%s refused: the action is %s: %s", r.Decision, cur.Status, r.Note)}
-	if err := c.store.AppendEvent(ctx, refused); err != nil {
+	if err := c.store.AppendEvent(ctx, storableEvent(refused)); err != nil {
 		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
 	}
 	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
@@ -132,8 +132,8 @@ func (c *Client) ValidateResolution(r Resolution) error {
 		switch {
 		case r.Decision != DecisionDone:
 			return bad("Result", "is only stored with Done, not "+string(r.Decision))
-		case !json.Valid(r.Result):
-			return bad("Result", "is not valid JSON")
+		case resultProblem(r.Result) != "":
+			return bad("Result", resultProblem(r.Result))
 		case len(r.Result) > c.maxResult:
 			return bad("Result", fmt.Sprintf("is %d bytes, over Config.MaxResultBytes (%d)", len(r.Result), c.maxResult))
 		}

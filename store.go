@@ -84,6 +84,21 @@ type Action struct {
 	ResolvedBy  string
 	ResolvedAt  time.Time
 	ResolveNote string
+	// Token is the token of the last write that set one (a claim, a
+	// takeover, an outcome, a resolution): a writer whose reply was lost
+	// reads the row back and knows whether its write applied.
+	Token string
+	// Recovery is the recovery its kind had when it was last claimed:
+	// every process that recovers it applies this, whatever kinds it was
+	// told about. RecoveryDefault for rows written before it was
+	// recorded.
+	Recovery Recovery
+	// Retention is how long its kind keeps it once finished, as recorded
+	// at the claim; zero for rows written before it was recorded.
+	Retention time.Duration
+	// RetainUntil is when a finished action may be purged: its own
+	// deadline, set when it finished. Zero while it is not finished.
+	RetainUntil time.Time
 }
 
 // ClaimRequest asks a store to claim a key for a new attempt.
@@ -98,6 +113,13 @@ type ClaimRequest struct {
 	// Lease is how long the claim is held without a heartbeat, counted
 	// from the database's clock.
 	Lease time.Duration
+	// Token is written to the row when the claim wins: a random value
+	// the claimer looks for if the claim's reply is lost.
+	Token string
+	// Recovery and Retention are the kind's, recorded in the row so that
+	// any process applies them.
+	Recovery  Recovery
+	Retention time.Duration
 }
 
 // ClaimResult is what a claim found.
@@ -142,6 +164,9 @@ type Transition struct {
 	// person's decision with the database's now.
 	ResolvedBy  string
 	ResolveNote string
+	// Token, when set, is written to the row when the transition
+	// applies, so a writer whose reply was lost can tell.
+	Token string
 	// Event is appended to the action's trail in the same transaction
 	// when the transition applies.
 	Event Event
@@ -170,6 +195,9 @@ const (
 	EventResolved     EventType = "resolved"
 	EventRefused      EventType = "refused"
 	EventLeaseExpired EventType = "lease_expired"
+	// EventRedriven: a released action that waited too long for a
+	// delivery was handed to its kind's Redrive hook.
+	EventRedriven EventType = "redriven"
 )
 
 // Event is one entry of an action's append-only trail.
@@ -199,28 +227,46 @@ type RecoverRequest struct {
 	// database's now, so no other reaper or worker takes it while this one
 	// decides.
 	Hold time.Duration
+	// DueBy, when set, takes only actions that were due by then (by the
+	// database's clock): a reaper's pass takes what was due when it
+	// began, not an action it deferred a moment ago.
+	DueBy time.Time
+	// Verifiable says which actions recorded as VerifyThenDecide this
+	// process may take; the others are left alone, since only a process
+	// that holds the kind's verifier can ask the provider.
+	Verifiable Verifiable
 	// Token is written to every returned action as its hold token; the
 	// decisions that follow name it in Transition.Hold. Required: a
 	// random value no other recoverer uses.
 	Token string
 }
 
-// StatusCount is one cell of Stats: how many actions of a kind are in a
-// status.
+// Verifiable names the kinds whose verifier a process holds: Kinds, and,
+// when Others is true (Config.Default has a verifier), every kind not in
+// Except.
+type Verifiable struct {
+	Kinds  []string
+	Others bool
+	Except []string
+}
+
+// StatusCount is one cell of Stats: how many actions of a kind, recorded
+// with one recovery, are in a status.
 type StatusCount struct {
 	Kind   string
 	Status Status
-	Count  int64
+	// Recovery is the recovery the counted actions recorded when they
+	// were claimed (RecoveryDefault for rows from before it was).
+	Recovery Recovery
+	Count    int64
 }
 
-// PurgeRequest deletes finished actions (succeeded, failed, released)
-// not updated for OlderThan, with their events.
+// PurgeRequest deletes finished actions (succeeded, failed) past their
+// own retention deadline (Action.RetainUntil), with their events.
 type PurgeRequest struct {
-	// Kinds limits the purge to these kinds; empty means every kind not
-	// in ExceptKinds.
-	Kinds       []string
-	ExceptKinds []string
-	OlderThan   time.Duration
+	// OlderThan, when positive, deletes finished actions not updated for
+	// this long instead, whatever their deadline says.
+	OlderThan time.Duration
 	// Limit caps the rows deleted in one call.
 	Limit int
 	// DryRun counts instead of deleting.
@@ -237,6 +283,8 @@ type Filter struct {
 	KeyPrefix string
 	// Since keeps actions updated at or after it.
 	Since time.Time
+	// Before keeps actions last updated before it.
+	Before time.Time
 	// Limit caps the number of rows; zero means 100.
 	Limit int
 }
@@ -276,8 +324,10 @@ type Store interface {
 	Version(ctx context.Context) (int, error)
 	// Stats counts actions by kind and status.
 	Stats(ctx context.Context) ([]StatusCount, error)
-	// Purge deletes finished actions; it never touches in-flight, unknown
-	// or review rows. It returns how many it deleted (or would).
+	// Purge deletes finished actions (succeeded, failed); it never
+	// touches in-flight, unknown, review or released rows, whose attempt
+	// numbers still fence an attempt that may be alive. It returns how
+	// many it deleted (or would).
 	Purge(ctx context.Context, req PurgeRequest) (int, error)
 	// Get returns one action, or an error matching ErrNotFound.
 	Get(ctx context.Context, key Key) (Action, error)

@@ -1,6 +1,8 @@
 package once
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,9 +31,9 @@ func TestOutcomeTransition(t *testing.T) {
 		resultErr error
 	}{
 		{name: "success stores the value", pol: policy(AskPerson), value: map[string]int{"id": 7},
-			to: StatusSucceeded, from: []Status{StatusInFlight, StatusReview}, event: EventSucceeded, result: `{"id":7}`},
+			to: StatusSucceeded, from: []Status{StatusInFlight}, event: EventSucceeded, result: `{"id":7}`},
 		{name: "success with a nil value stores null", pol: policy(AskPerson), value: nil,
-			to: StatusSucceeded, from: []Status{StatusInFlight, StatusReview}, event: EventSucceeded, result: `null`},
+			to: StatusSucceeded, from: []Status{StatusInFlight}, event: EventSucceeded, result: `null`},
 		{name: "success too large goes to review", pol: policy(RetryWithProviderKey), max: 4, value: "a long string",
 			to: StatusReview, from: []Status{StatusInFlight}, event: EventReview, errText: "the effect succeeded but", resultErr: ErrResultTooLarge},
 		{name: "success not JSON goes to review", pol: policy(RetryWithProviderKey), value: make(chan int),
@@ -150,6 +152,10 @@ func TestKindInheritsDefault(t *testing.T) {
 	}
 	if _, err := New(Config{Store: nopStore{}, Kinds: map[string]KindPolicy{"v": {Recovery: VerifyThenDecide}}}); err == nil || !strings.Contains(err.Error(), `Kinds["v"].Recovery is VerifyThenDecide but Verifier is nil`) {
 		t.Errorf("VerifyThenDecide without a verifier = %v", err)
+	}
+	verifier := func(context.Context, Action) (bool, json.RawMessage, error) { return false, nil, nil }
+	if _, err := New(Config{Store: nopStore{}, Kinds: map[string]KindPolicy{"v": {Verifier: verifier}}}); err == nil || !strings.Contains(err.Error(), "the verifier is never asked") {
+		t.Errorf("a Verifier under Default's AskPerson = %v; want it refused", err)
 	}
 }
 

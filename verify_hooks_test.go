@@ -64,3 +64,47 @@ func TestVerifyFailureObservedOnce(t *testing.T) {
 		t.Fatalf("observation %+v; want the key, attempt, kind and the verifier's duration", o)
 	}
 }
+
+// A panicking effect's outcome reaches the hooks like any other: with
+// its key, attempt and status (metrics count it by status).
+func TestPanicObservation(t *testing.T) {
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var seen []once.Observation
+	var ended []error
+	c, err := once.New(once.Config{Store: s, Hooks: once.Hooks{
+		OnEvent: func(_ context.Context, o once.Observation) { seen = append(seen, o) },
+		OnExecute: func(ctx context.Context, _ once.Observation) (context.Context, func(once.Observation, error)) {
+			return ctx, func(o once.Observation, err error) { ended = append(ended, err) }
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "r", Kind: "send_email"}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic was swallowed")
+			}
+		}()
+		once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) { panic("nil map") })
+	}()
+	k, _, _ := once.KeyOf(in)
+	if len(seen) != 2 || seen[0].Type != once.EventClaimed {
+		t.Fatalf("observations %+v; want claimed, then the outcome", seen)
+	}
+	if o := seen[1]; o.Key != k || o.Attempt != 1 || o.To != once.StatusReview || o.Type != once.EventReview || o.Kind != "send_email" {
+		t.Fatalf("the panic's outcome reached the hooks as %+v", o)
+	}
+	if len(ended) != 1 || ended[0] == nil {
+		t.Fatalf("OnExecute's end was called %d times (%v); want once, with the error", len(ended), ended)
+	}
+}

@@ -146,12 +146,14 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("POST /actions/{key}/resolve", s.resolveForm)
 	mux.HandleFunc("GET /runs/{run}", s.run)
 	mux.HandleFunc("GET /review", s.review)
+	mux.HandleFunc("GET /kinds", s.kinds)
 	mux.HandleFunc("GET /static/console.css", serveCSS)
 
 	mux.HandleFunc("GET /api/actions", s.apiActions)
 	mux.HandleFunc("GET /api/actions/{key}", s.apiAction)
 	mux.HandleFunc("POST /api/actions/{key}/resolve", s.apiResolve)
 	mux.HandleFunc("GET /api/stats", s.apiStats)
+	mux.HandleFunc("GET /api/kinds", s.apiKinds)
 	mux.HandleFunc("GET /api/runs/{run}", s.apiRun)
 
 	mux.HandleFunc("GET /healthz", s.healthz)

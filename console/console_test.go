@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -844,5 +845,117 @@ func TestResolveResultTooLarge(t *testing.T) {
 	}
 	if got := b.status(t, b.review); got != once.StatusReview {
 		t.Errorf("after refused oversized results the action is %s, want review", got)
+	}
+}
+
+// A released action that no delivery claimed within its kind's
+// RedriveAfter is listed on the overview: it runs only if its job comes
+// again.
+func TestOverviewListsWaitingReleased(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, err := once.New(once.Config{Store: store, Default: once.KindPolicy{RedriveAfter: 30 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "run-9", Kind: "send_email", Target: "ada@example.com"}
+	once.Do(ctx, client, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("reset after DATA") })
+	k, _, _ := once.KeyOf(in)
+	if _, err := client.Resolve(ctx, k, once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "send again"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("overview: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	if body := get(); strings.Contains(body, "waiting for a delivery") {
+		t.Fatal("a just-released action is listed as waiting")
+	}
+	time.Sleep(50 * time.Millisecond)
+	body := get()
+	if !strings.Contains(body, "waiting for a delivery") || !strings.Contains(body, string(k[:12])) || !strings.Contains(body, "run-9") {
+		t.Fatalf("the overview does not list the released action waiting for a delivery:\n%s", body)
+	}
+}
+
+// The kinds page lists every kind in the store with the recovery its
+// actions recorded, this process's policy for it, and its counts.
+func TestKindsPage(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	verify := func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		return false, nil, errors.New("cannot tell")
+	}
+	app, err := once.New(once.Config{Store: store, Kinds: map[string]once.KindPolicy{
+		"charge_card":  {Recovery: once.RetryWithProviderKey},
+		"post_message": {Recovery: once.VerifyThenDecide, Verifier: verify},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []string{"charge_card", "post_message", "send_email"} {
+		once.Do(ctx, app, once.Intent{Run: "r", Step: int64(i), Kind: kind}, func(context.Context, once.Attempt) (int, error) { return 1, nil })
+	}
+	// The console of a process that knows no kinds (once serve).
+	blind, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Client: blind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/kinds", nil))
+	var kinds []struct {
+		Kind     string           `json:"kind"`
+		Recorded []string         `json:"recorded_recovery"`
+		Counts   map[string]int64 `json:"counts"`
+		Policy   struct {
+			Recovery string `json:"recovery"`
+			Verifier bool   `json:"verifier"`
+		} `json:"policy"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &kinds); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("/api/kinds: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+	want := map[string]string{"charge_card": "retry_with_provider_key", "post_message": "verify_then_decide", "send_email": "ask_person"}
+	if len(kinds) != len(want) {
+		t.Fatalf("kinds %+v, want %d", kinds, len(want))
+	}
+	for _, k := range kinds {
+		if len(k.Recorded) != 1 || k.Recorded[0] != want[k.Kind] || k.Counts["succeeded"] != 1 || k.Policy.Recovery != "ask_person" || k.Policy.Verifier {
+			t.Errorf("kind %+v; want recorded %s, one succeeded, and this process's own policy (ask_person, no verifier)", k, want[k.Kind])
+		}
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/kinds", nil))
+	body := rec.Body.String()
+	for _, s := range []string{"charge_card", "retry_with_provider_key", "verify_then_decide", "not here"} {
+		if !strings.Contains(body, s) {
+			t.Errorf("the kinds page lacks %q", s)
+		}
 	}
 }

@@ -27,6 +27,9 @@ const (
 	// reviewLimit bounds each status the review queue reads. A backlog
 	// larger than this is a problem the overview's count already shows.
 	reviewLimit = 500
+	// waitingLimit bounds the overview's list of released actions that
+	// wait for a delivery.
+	waitingLimit = 50
 )
 
 type overviewData struct {
@@ -35,6 +38,9 @@ type overviewData struct {
 	Backlog  int64
 	Unknown  int64
 	Recent   []once.Event
+	// Waiting are released actions no delivery has claimed within their
+	// kind's RedriveAfter: they run only if their job comes again.
+	Waiting []once.Action
 	// Reaper is nil when the console has no reaper to show.
 	Reaper *reaperView
 }
@@ -57,8 +63,13 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading recent recoveries failed: "+err.Error())
 		return
 	}
+	waiting, err := s.client.Waiting(ctx, waitingLimit)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading released actions failed: "+err.Error())
+		return
+	}
 	c := tally(st)
-	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent}
+	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent, Waiting: waiting}
 	if s.reaper != nil {
 		pass, seen := s.reaper.Last()
 		d.Reaper = &reaperView{Pass: pass, Seen: seen}

@@ -47,6 +47,7 @@ func (s *server) funcs() template.FuncMap {
 		"time":       view.Time,
 		"rfc3339":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"ago":        view.Ago,
+		"duration":   view.Duration,
 		"actionURL":  s.actionURL,
 		"runURL":     s.runURL,
 		"resolvable": once.Status.Resolvable,
@@ -61,7 +62,7 @@ func (s *server) funcs() template.FuncMap {
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html with the shared partials.
-var pageNames = []string{"overview", "actions", "action", "run", "review", "error"}
+var pageNames = []string{"overview", "actions", "action", "run", "review", "kinds", "error"}
 
 func (s *server) parsePages() (map[string]*template.Template, error) {
 	pages := make(map[string]*template.Template, len(pageNames))

@@ -36,6 +36,8 @@ type Metrics struct {
 	recoveries  *prometheus.CounterVec
 	expiries    *prometheus.CounterVec
 	resolutions *prometheus.CounterVec
+	redriven    *prometheus.CounterVec
+	waiting     prometheus.Gauge
 	effect      *prometheus.HistogramVec
 	verify      *prometheus.HistogramVec
 	actions     *prometheus.Desc
@@ -70,6 +72,9 @@ func New(reg prometheus.Registerer, stats StatsSource) (*Metrics, error) {
 		recoveries:  counter("recoveries_total", "Unknown outcomes recovered, by recovery mode and outcome.", "kind", "recovery", "outcome"),
 		expiries:    counter("lease_expiries_total", "Claims whose lease lapsed: their worker stopped answering.", "kind"),
 		resolutions: counter("resolutions_total", "Decisions by people, by the status they led to.", "kind", "status"),
+		redriven:    counter("redriven_total", "Released actions handed to their kind's Redrive hook because no delivery claimed them.", "kind"),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "once", Name: "released_waiting",
+			Help: "Released actions past their kind's RedriveAfter that could not be re-driven, at the last reaper pass: they run only if their job is delivered again."}),
 		effect: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "once", Name: "effect_duration_seconds",
 			Help: "How long effects ran, by outcome.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind", "status"}),
 		verify: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "once", Name: "verify_duration_seconds",
@@ -81,7 +86,7 @@ func New(reg prometheus.Registerer, stats StatsSource) (*Metrics, error) {
 		stats: stats,
 	}
 	for _, c := range []prometheus.Collector{m.claims, m.replays, m.conflicts, m.mismatches, m.outcomes, m.recoveries,
-		m.expiries, m.resolutions, m.effect, m.verify, m.scrapeErr, storeCollector{m}} {
+		m.expiries, m.resolutions, m.redriven, m.waiting, m.effect, m.verify, m.scrapeErr, storeCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -96,6 +101,14 @@ func (m *Metrics) SetStats(stats StatsSource) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stats = stats
+}
+
+// ObservePass takes a reaper pass's report, as once.ReaperConfig.OnPass:
+// it sets once_released_waiting.
+//
+//	once.NewReaper(c, once.ReaperConfig{OnPass: m.ObservePass})
+func (m *Metrics) ObservePass(rep once.ReapReport, err error) {
+	m.waiting.Set(float64(rep.Waiting))
 }
 
 // Hooks returns the hooks to put in once.Config.
@@ -120,6 +133,8 @@ func (m *Metrics) Observe(_ context.Context, o once.Observation) {
 		m.verify.WithLabelValues(k).Observe(o.Duration.Seconds())
 	case once.EventResolved:
 		m.resolutions.WithLabelValues(k, string(o.To)).Inc()
+	case once.EventRedriven:
+		m.redriven.WithLabelValues(k).Inc()
 	default:
 		if o.Actor == once.ActorWorker && o.From == once.StatusInFlight && o.Type != once.EventTakenOver {
 			m.outcomes.WithLabelValues(k, string(o.To)).Inc()
@@ -154,7 +169,22 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	c.m.scrapeErr.Set(0)
+	// Stats splits a kind's counts by the recovery its rows recorded;
+	// the gauge is by kind and status.
+	type cell struct {
+		kind   string
+		status once.Status
+	}
+	sum := map[cell]int64{}
+	var order []cell
 	for _, s := range stats {
-		ch <- prometheus.MustNewConstMetric(c.m.actions, prometheus.GaugeValue, float64(s.Count), s.Kind, string(s.Status))
+		k := cell{s.Kind, s.Status}
+		if _, seen := sum[k]; !seen {
+			order = append(order, k)
+		}
+		sum[k] += s.Count
+	}
+	for _, k := range order {
+		ch <- prometheus.MustNewConstMetric(c.m.actions, prometheus.GaugeValue, float64(sum[k]), k.kind, string(k.status))
 	}
 }

@@ -89,6 +89,22 @@ once_replays_total{kind="send_email",status="succeeded"} 2
 	if _, err := metrics.New(nil, c); err == nil {
 		t.Fatal("nil registerer accepted")
 	}
+
+	// A pass that re-drives one released action and finds another
+	// with no hook: a counter and a gauge.
+	m.Observe(ctx, once.Observation{Event: once.Event{Type: once.EventRedriven, Actor: once.ActorReaper}, Kind: "send_email"})
+	m.ObservePass(once.ReapReport{Redriven: 1, Waiting: 3}, nil)
+	want = `
+# HELP once_redriven_total Released actions handed to their kind's Redrive hook because no delivery claimed them.
+# TYPE once_redriven_total counter
+once_redriven_total{kind="send_email"} 1
+# HELP once_released_waiting Released actions past their kind's RedriveAfter that could not be re-driven, at the last reaper pass: they run only if their job is delivered again.
+# TYPE once_released_waiting gauge
+once_released_waiting 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "once_redriven_total", "once_released_waiting"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestMetricsGaugesFromClient: a client made before the metrics is

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,16 +154,33 @@ func (s *Store) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
+	if rejected(err) {
+		return fmt.Errorf("%s: %w: %w", s, once.ErrRejected, err)
+	}
 	return fmt.Errorf("%s: %w", s, err)
 }
 
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note`
+// rejected reports an error about the data itself, by PostgreSQL's own
+// classes: a data exception (22: invalid text, a bad value), an
+// integrity violation (23), or a syntax or access rule violation (42).
+// Sending the same again gets the same answer.
+func rejected(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||
+		pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
+}
+
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_us, retain_until`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
 type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
-	recoverable, appendEvent, events, recent, stats, purge, purgeCount string
+	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
+	purgeCount                                                         string
 }
 
 func buildQueries(table, events string) queries {
@@ -175,8 +193,8 @@ func buildQueries(table, events string) queries {
 		// flush.
 		claim: r.Replace(`
 WITH claimed AS (
-    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond')
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9, $10, $11)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
@@ -192,7 +210,7 @@ SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM cla
 WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL
+        hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL
     WHERE key = $1 AND status = 'released' AND fingerprint = $2
     RETURNING $C
 ), ev AS (
@@ -215,11 +233,14 @@ WITH u AS (
         claimed_at = CASE WHEN $6 THEN now() ELSE claimed_at END,
         lease_until = CASE WHEN $7::bigint > 0 THEN now() + $7::float8 * interval '1 microsecond' END,
         completed_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() END,
+        retain_until = CASE WHEN $3 IN ('succeeded', 'failed')
+            THEN now() + coalesce(retention_us, $18::bigint)::float8 * interval '1 microsecond' END,
         verify_failures = $8,
         resolved_by = CASE WHEN $9 <> '' THEN $9 ELSE resolved_by END,
         resolved_at = CASE WHEN $9 <> '' THEN now() ELSE resolved_at END,
         resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END,
-        hold_token = NULL
+        hold_token = NULL,
+        token = CASE WHEN $17 <> '' THEN $17 ELSE token END
     WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND ($12 = '' OR hold_token = $12)
     RETURNING key, attempt, status
 ), ev AS (
@@ -232,25 +253,38 @@ SELECT count(*) FROM u`),
 		recoverable: r.Replace(`
 WITH due AS (
     SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= now() AND ($1 = '' OR key = $1)
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= now()
+      AND ($4::timestamptz IS NULL OR lease_until <= $4)
+      AND (recovery <> 'verify_then_decide' OR kind = ANY($5) OR ($6 AND NOT (kind = ANY($7))))
     ORDER BY lease_until
-    LIMIT $2
+    LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = $4
+UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
 WHERE key IN (SELECT key FROM due)
+RETURNING $C, now()`),
+		// One key, for inline recovery: found by its primary key, so no
+		// cached plan scans the due actions to find it. The UPDATE's own
+		// row lock and re-check keep two recoverers from both taking it.
+		recoverKey: r.Replace(`
+UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
+WHERE key = $1 AND status IN ('in_flight', 'unknown') AND lease_until <= now()
+  AND (recovery <> 'verify_then_decide' OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
 		recent:      r.Replace(`SELECT $V FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1) ORDER BY at DESC, id DESC LIMIT $2`),
-		stats:       r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
+		stats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		// Finished actions past their own deadline (retain_until, set
+		// from the retention their kind had when they were claimed), or,
+		// when $1 is positive, not updated for $1 whatever it says.
 		purge: r.Replace(`
 WITH gone AS (
     DELETE FROM $T WHERE key IN (
         SELECT key FROM $T
-        WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1::float8 * interval '1 microsecond'
-          AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) AND NOT (kind = ANY($3::text[]))
-        LIMIT $4
+        WHERE status IN ('succeeded', 'failed')
+          AND CASE WHEN $1::bigint > 0 THEN updated_at < now() - $1::float8 * interval '1 microsecond' ELSE retain_until <= now() END
+        LIMIT $2
         FOR UPDATE SKIP LOCKED)
     RETURNING key
 ), ev AS (
@@ -259,8 +293,8 @@ WITH gone AS (
 SELECT count(*) FROM gone`),
 		purgeCount: r.Replace(`
 SELECT count(*) FROM $T
-WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1::float8 * interval '1 microsecond'
-  AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) AND NOT (kind = ANY($3::text[]))`),
+WHERE status IN ('succeeded', 'failed')
+  AND CASE WHEN $1::bigint > 0 THEN updated_at < now() - $1::float8 * interval '1 microsecond' ELSE retain_until <= now() END`),
 		get:  r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		list: r.Replace(`SELECT $C FROM $T`),
 	}
@@ -270,10 +304,12 @@ WHERE status IN ('succeeded', 'failed', 'released') AND updated_at < now() - $1:
 func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	var key, fp, status string
 	var result []byte
-	var lease, completed, resolved *time.Time
+	var lease, completed, resolved, retain *time.Time
+	var recovery string
+	var retention *int64
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -290,6 +326,13 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	if resolved != nil {
 		a.ResolvedAt = *resolved
 	}
+	a.Recovery = once.ParseRecovery(recovery)
+	if retention != nil {
+		a.Retention = time.Duration(*retention) * time.Microsecond
+	}
+	if retain != nil {
+		a.RetainUntil = *retain
+	}
 	return nil
 }
 
@@ -297,7 +340,8 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
 	var res once.ClaimResult
 	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
-		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds()),
+		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
+		recoveryText(req.Recovery), optMicros(req.Retention)),
 		&res.Action, &res.Claimed, &res.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
@@ -311,7 +355,8 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		return res, s.wrap(err)
 	}
 	var re once.ClaimResult
-	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds()),
+	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
+		recoveryText(req.Recovery), optMicros(req.Retention)),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -342,7 +387,8 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	var n int64
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note).Scan(&n)
+		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
+		once.DefaultRetention.Microseconds()).Scan(&n)
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -362,7 +408,19 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	if req.Token == "" {
 		return nil, time.Time{}, errors.New("postgres store: Recoverable needs a hold token")
 	}
-	rows, err := s.db.Query(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), req.Hold.Microseconds(), req.Token)
+	var rows pgx.Rows
+	var err error
+	v := req.Verifiable
+	vk, ve := nonNil(v.Kinds), nonNil(v.Except)
+	if req.Key != "" {
+		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve)
+	} else {
+		var dueBy any
+		if !req.DueBy.IsZero() {
+			dueBy = req.DueBy
+		}
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve)
+	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)
 	}
@@ -439,21 +497,38 @@ func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 
 // Purge implements once.Store.
 func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
-	kinds, except := req.Kinds, req.ExceptKinds
-	if kinds == nil {
-		kinds = []string{}
-	}
-	if except == nil {
-		except = []string{}
-	}
 	var n int
 	var err error
 	if req.DryRun {
-		err = s.db.QueryRow(ctx, s.q.purgeCount, req.OlderThan.Microseconds(), kinds, except).Scan(&n)
+		err = s.db.QueryRow(ctx, s.q.purgeCount, req.OlderThan.Microseconds()).Scan(&n)
 	} else {
-		err = s.db.QueryRow(ctx, s.q.purge, req.OlderThan.Microseconds(), kinds, except, max(req.Limit, 1)).Scan(&n)
+		err = s.db.QueryRow(ctx, s.q.purge, req.OlderThan.Microseconds(), max(req.Limit, 1)).Scan(&n)
 	}
 	return n, s.wrap(err)
+}
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+// recoveryText is a recovery mode as the schema stores it; the zero mode
+// (not recorded) is ”.
+func recoveryText(r once.Recovery) string {
+	if r == once.RecoveryDefault {
+		return ""
+	}
+	return r.String()
+}
+
+// optMicros is a duration in microseconds, zero as NULL.
+func optMicros(d time.Duration) any {
+	if d == 0 {
+		return nil
+	}
+	return d.Microseconds()
 }
 
 // Get implements once.Store.

@@ -225,7 +225,25 @@ func (s *Store) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
+	if rejected(err) {
+		return fmt.Errorf("%s: %w: %w", s, once.ErrRejected, err)
+	}
 	return fmt.Errorf("%s: %w", s, err)
+}
+
+// rejected reports an error about the data itself: a constraint (a
+// result that is not JSON to SQLite, a status it does not know), a type
+// mismatch, a value too big. Sending the same again gets the same answer.
+func rejected(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_RANGE:
+		return true
+	}
+	return false
 }
 
 // nowMS is the database's clock in milliseconds since the Unix epoch.
@@ -236,33 +254,34 @@ const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
 
 // columns is the row as scanAction reads it. The last column tells a NULL
 // payload from an empty one, which the driver returns alike.
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, payload IS NULL`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_ms, retain_until, payload IS NULL`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
 type queries struct {
 	claim, selectRow, heartbeat, transition, get, list    string
-	event, recoverable, events, recent, stats, purgeWhere string
+	event, recoverable, recoverKey, events, recent, stats string
+	purgeWhere                                            string
 	purgeEvents, purgeActions, purgeCount                 string
 }
 
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS)
 	// The finished actions a purge may delete; kinds come as JSON arrays.
-	purgeWhere := r.Replace(`status IN ('succeeded', 'failed', 'released') AND updated_at < $NOW - ?1
-    AND (json_array_length(?2) = 0 OR kind IN (SELECT value FROM json_each(?2)))
-    AND kind NOT IN (SELECT value FROM json_each(?3))`)
+	purgeWhere := r.Replace(`status IN ('succeeded', 'failed')
+    AND CASE WHEN ?1 > 0 THEN updated_at < $NOW - ?1 ELSE retain_until <= $NOW END`)
 	return queries{
 		// One statement claims a new key or a released one. It runs in a
 		// write transaction with selectRow, its fallback when the key is
 		// held, so the standing row it reads is the one the claim lost to.
 		claim: r.Replace(`
-INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8)
+INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11)
 ON CONFLICT (key) DO UPDATE
     SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
         claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL
+        hold_token = NULL, token = excluded.token, recovery = excluded.recovery, retention_ms = excluded.retention_ms,
+        retain_until = NULL
     WHERE status = 'released' AND fingerprint = excluded.fingerprint
 RETURNING $C, $NOW`),
 		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
@@ -278,11 +297,13 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
     lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
     completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
+    retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
     verify_failures = ?8,
     resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
     resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
     resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
-    hold_token = NULL
+    hold_token = NULL,
+    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
 RETURNING attempt, status`),
 		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
@@ -291,19 +312,28 @@ RETURNING attempt, status`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		recoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3, hold_token = ?4
+UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?1 = '' OR key = ?1)
+    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
+      AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
+           OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
     ORDER BY lease_until
-    LIMIT ?2)
+    LIMIT ?1)
+RETURNING $C, $NOW`),
+		// One key, for inline recovery, by its primary key.
+		recoverKey: r.Replace(`
+UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
+WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
+  AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
+       OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
 RETURNING $C, $NOW`),
 		events:       r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
 		recent:       r.Replace(`SELECT $V FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1)) ORDER BY at DESC, id DESC LIMIT ?2`),
-		stats:        r.Replace(`SELECT kind, status, count(*) FROM $T GROUP BY kind, status ORDER BY kind, status`),
+		stats:        r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
 		purgeWhere:   purgeWhere,
 		purgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
-		purgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?4) RETURNING key`),
+		purgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?2) RETURNING key`),
 		purgeCount:   r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeWhere),
 	}
 }
@@ -324,12 +354,13 @@ func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r
 func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
 	var key, fp, status string
 	var result []byte
-	var lease, completed, resolved sql.NullInt64
+	var lease, completed, resolved, retention, retain sql.NullInt64
+	var recovery string
 	var created, claimed, updated int64
 	var payloadNull bool
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &created, &claimed, &updated, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &payloadNull}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain, &payloadNull}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -349,6 +380,13 @@ func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...an
 	}
 	if resolved.Valid {
 		a.ResolvedAt = msTime(resolved.Int64)
+	}
+	a.Recovery = once.ParseRecovery(recovery)
+	if retention.Valid {
+		a.Retention = time.Duration(retention.Int64) * time.Millisecond
+	}
+	if retain.Valid {
+		a.RetainUntil = msTime(retain.Int64)
 	}
 	return nil
 }
@@ -428,7 +466,8 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		res = once.ClaimResult{}
 		var now int64
 		err := scanAction(db.QueryRowContext(ctx, s.q.claim,
-			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease)),
+			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
+			recoveryText(req.Recovery), optMillis(req.Retention)),
 			&res.Action, &now)
 		res.Claimed = err == nil
 		if res.Claimed {
@@ -491,7 +530,8 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		var attempt int
 		var status string
 		err := db.QueryRowContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold).Scan(&attempt, &status)
+			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold, t.Token,
+			once.DefaultRetention.Milliseconds()).Scan(&attempt, &status)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -537,7 +577,25 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var out []once.Action
 	var now int64
 	err := s.write(ctx, func() error {
-		rows, err := s.db.QueryContext(ctx, s.q.recoverable, string(req.Key), max(req.Limit, 1), leaseMS(req.Hold), req.Token)
+		var dueBy any
+		if !req.DueBy.IsZero() {
+			dueBy = req.DueBy.UnixMilli()
+		}
+		vk, err := jsonStrings(req.Verifiable.Kinds)
+		if err != nil {
+			return err
+		}
+		ve, err := jsonStrings(req.Verifiable.Except)
+		if err != nil {
+			return err
+		}
+		// Both statements number their parameters alike, so one list
+		// serves: ?1 is the key or the limit.
+		q, args := s.q.recoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve}
+		if req.Key != "" {
+			q, args[0] = s.q.recoverKey, string(req.Key)
+		}
+		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -622,25 +680,17 @@ func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 
 // Purge implements once.Store.
 func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
-	kinds, err := jsonStrings(req.Kinds)
-	if err != nil {
-		return 0, s.wrap(err)
-	}
-	except, err := jsonStrings(req.ExceptKinds)
-	if err != nil {
-		return 0, s.wrap(err)
-	}
 	older := req.OlderThan.Milliseconds()
 	if req.DryRun {
 		var n int
-		err := s.db.QueryRowContext(ctx, s.q.purgeCount, older, kinds, except).Scan(&n)
+		err := s.db.QueryRowContext(ctx, s.q.purgeCount, older).Scan(&n)
 		return n, s.wrap(err)
 	}
 	// The actions first, then the events of exactly those actions, in
 	// one transaction.
 	var keys []string
-	err = s.inWriteTx(ctx, func(db dbtx) error {
-		rows, err := db.QueryContext(ctx, s.q.purgeActions, older, kinds, except, max(req.Limit, 1))
+	err := s.inWriteTx(ctx, func(db dbtx) error {
+		rows, err := db.QueryContext(ctx, s.q.purgeActions, older, max(req.Limit, 1))
 		if err != nil {
 			return err
 		}
@@ -658,6 +708,23 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 	})
 	n := len(keys)
 	return int(n), s.wrap(err)
+}
+
+// recoveryText is a recovery mode as the schema stores it; the zero mode
+// (not recorded) is ”.
+func recoveryText(r once.Recovery) string {
+	if r == once.RecoveryDefault {
+		return ""
+	}
+	return r.String()
+}
+
+// optMillis is a duration in milliseconds, zero as NULL.
+func optMillis(d time.Duration) any {
+	if d == 0 {
+		return nil
+	}
+	return d.Milliseconds()
 }
 
 // Get implements once.Store.

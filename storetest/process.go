@@ -3,6 +3,7 @@ package storetest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -29,7 +30,14 @@ const (
 	envLease = "ONCE_STORETEST_LEASE"
 	// envHangAfter makes the run5 worker stop after that many steps.
 	envHangAfter = "ONCE_STORETEST_HANG_AFTER"
+	// envRecovery sets the worker's recovery for its kind, so the row it
+	// claims records the policy the test's own client has.
+	envRecovery = "ONCE_STORETEST_RECOVERY"
 )
+
+// childRecovery remembers, by spec, the recovery each test's client has
+// for the worker's kind, so worker processes claim under the same one.
+var childRecovery sync.Map
 
 // MaybeChild runs a worker and exits when the process was started as one
 // by this suite; otherwise it returns at once. Call it first in TestMain.
@@ -58,7 +66,14 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 		return claimChild(ctx, s, file)
 	}
 	lease, _ := time.ParseDuration(os.Getenv(envLease))
-	c, err := once.New(once.Config{Store: s, Default: once.KindPolicy{Lease: lease}})
+	pol := once.KindPolicy{Lease: lease, Recovery: once.ParseRecovery(os.Getenv(envRecovery))}
+	if pol.Recovery == once.VerifyThenDecide {
+		// The worker never recovers; only its claim records the mode.
+		pol.Verifier = func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			return false, nil, errors.New("the worker process does not verify")
+		}
+	}
+	c, err := once.New(once.Config{Store: s, Default: pol})
 	if err != nil {
 		return err
 	}
@@ -183,6 +198,9 @@ func startChild(t *testing.T, mode, spec, file string, env ...string) (*exec.Cmd
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envMode+"="+mode, envSpec+"="+spec, envFile+"="+file)
+	if r, ok := childRecovery.Load(spec); ok {
+		cmd.Env = append(cmd.Env, envRecovery+"="+r.(once.Recovery).String())
+	}
 	cmd.Env = append(cmd.Env, env...)
 	out := &syncBuf{}
 	cmd.Stdout = out

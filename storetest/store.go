@@ -34,6 +34,7 @@ func storeTests() []namedTest {
 		{name: "Purge", fn: testStorePurge},
 		{name: "GetNotFound", fn: testGetNotFound},
 		{name: "List", fn: testList},
+		{"RejectedIsNotAnOutage", testRejectedIsNotAnOutage, 0},
 	}
 }
 
@@ -746,19 +747,31 @@ func testStats(t *testing.T, h Harness) {
 	}
 }
 
-// Purge deletes finished actions past their age, of the kinds asked,
-// a batch at a time, with their events; it never touches open ones.
+// Purge deletes finished actions past their own deadline (set from the
+// retention recorded at the claim), or past an age when asked, a batch
+// at a time, with their events; it never touches open or released ones.
 func testStorePurge(t *testing.T, h Harness) {
 	s, _ := newStore(t, h)
 	all := []once.Status{once.StatusSucceeded, once.StatusFailed, once.StatusReleased, once.StatusInFlight, once.StatusUnknown, once.StatusReview}
+	retention := map[string]time.Duration{"a": time.Millisecond, "b": time.Hour}
 	byKind := map[string]map[once.Status]once.Key{}
 	for _, kind := range []string{"a", "b"} {
 		byKind[kind] = map[once.Status]once.Key{}
 		for i, st := range all {
 			req := claimReq(t, once.Intent{Run: "p", Step: int64(i), Kind: kind}, time.Hour)
+			req.Retention = retention[kind]
 			mustClaim(t, s, req)
 			settle(t, s, req.Key, st)
 			byKind[kind][st] = req.Key
+		}
+	}
+	for kind, keys := range byKind {
+		a := mustGet(t, s, keys[once.StatusSucceeded])
+		if a.Retention != retention[kind] || a.RetainUntil.Sub(a.CompletedAt) != retention[kind] {
+			t.Errorf("%s: retention %v, deadline %v after completion; want %v", kind, a.Retention, a.RetainUntil.Sub(a.CompletedAt), retention[kind])
+		}
+		if open := mustGet(t, s, keys[once.StatusReview]); !open.RetainUntil.IsZero() {
+			t.Errorf("%s: an open action has a purge deadline %v", kind, open.RetainUntil)
 		}
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -775,12 +788,9 @@ func testStorePurge(t *testing.T, h Harness) {
 		req  once.PurgeRequest
 		want int
 	}{
+		{once.PurgeRequest{Limit: 100, DryRun: true}, 2},
 		{once.PurgeRequest{OlderThan: time.Hour, Limit: 100, DryRun: true}, 0},
-		{once.PurgeRequest{OlderThan: ms, Limit: 100, DryRun: true}, 6},
-		{once.PurgeRequest{Kinds: []string{"a"}, OlderThan: ms, Limit: 100, DryRun: true}, 3},
-		{once.PurgeRequest{ExceptKinds: []string{"a"}, OlderThan: ms, Limit: 100, DryRun: true}, 3},
-		{once.PurgeRequest{Kinds: []string{"a"}, ExceptKinds: []string{"a"}, OlderThan: ms, Limit: 100, DryRun: true}, 0},
-		{once.PurgeRequest{Kinds: []string{"c"}, OlderThan: ms, Limit: 100, DryRun: true}, 0},
+		{once.PurgeRequest{OlderThan: ms, Limit: 100, DryRun: true}, 4},
 	} {
 		if got := purge(c.req); got != c.want {
 			t.Errorf("Purge(%+v) = %d, want %d", c.req, got, c.want)
@@ -789,14 +799,14 @@ func testStorePurge(t *testing.T, h Harness) {
 	if n, err := s.Stats(ctx(t)); err != nil || len(n) != 12 {
 		t.Fatalf("a dry run deleted something: %d cells, %v", len(n), err)
 	}
-	// A batch at a time.
-	for i, want := range []int{2, 1, 0} {
-		if got := purge(once.PurgeRequest{Kinds: []string{"a"}, OlderThan: ms, Limit: 2}); got != want {
-			t.Fatalf("batch %d of kind a purged %d, want %d", i, got, want)
+	// By deadline, a batch at a time: kind a's two.
+	for i, want := range []int{1, 1, 0} {
+		if got := purge(once.PurgeRequest{Limit: 1}); got != want {
+			t.Fatalf("batch %d purged %d, want %d", i, got, want)
 		}
 	}
-	if got := purge(once.PurgeRequest{ExceptKinds: []string{"a"}, OlderThan: ms, Limit: 10}); got != 3 {
-		t.Fatalf("purge of every kind but a = %d, want 3", got)
+	if got := purge(once.PurgeRequest{OlderThan: ms, Limit: 10}); got != 2 {
+		t.Fatalf("purge older than 1ms = %d, want kind b's two", got)
 	}
 	for kind, keys := range byKind {
 		for st, k := range keys {
@@ -806,7 +816,7 @@ func testStorePurge(t *testing.T, h Harness) {
 				t.Fatal(eerr)
 			}
 			switch st {
-			case once.StatusSucceeded, once.StatusFailed, once.StatusReleased:
+			case once.StatusSucceeded, once.StatusFailed:
 				if !isNotFound(err) || len(evs) != 0 {
 					t.Errorf("%s/%s survived the purge (Get %v, %d events)", kind, st, err, len(evs))
 				}

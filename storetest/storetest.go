@@ -119,6 +119,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, recoveryTests()...)
 	tests = append(tests, processTests()...)
 	tests = append(tests, txTests()...)
+	tests = append(tests, edgeTests()...)
 	run(t, h, tests)
 }
 
@@ -158,6 +159,7 @@ func setup(t *testing.T, h Harness, cfg once.Config) (once.Store, *once.Client, 
 	if err != nil {
 		t.Fatalf("once.New: %v", err)
 	}
+	childRecovery.Store(spec, c.Policy(processIntent.Kind).Recovery)
 	return s, c, spec
 }
 

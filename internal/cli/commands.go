@@ -350,22 +350,18 @@ func defineReap(fs *flagSet) func(env, []string) error {
 
 func definePurge(fs *flagSet) func(env, []string) error {
 	db := fs.db()
-	olderThan := fs.Duration("older-than", 0, "purge finished actions older than this `DURATION`, whatever their kind's retention; zero uses each kind's retention (default 720h)")
+	olderThan := fs.Duration("older-than", 0, "purge finished actions not updated for this `DURATION`, whatever retention their kind recorded; zero keeps to each action's own deadline")
 	dryRun := fs.Bool("dry-run", false, "count what would be purged, delete nothing")
 	return func(e env, _ []string) error {
 		if *olderThan < 0 {
 			return usagef("--older-than must not be negative")
 		}
-		var cfg once.Config
-		if *olderThan > 0 {
-			cfg.Default.Retention = *olderThan
-		}
-		d, err := open(e.ctx, dbURL(*db), cfg)
+		d, err := open(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		total, err := d.client.Purge(e.ctx, once.PurgeOptions{DryRun: true})
+		total, err := d.client.Purge(e.ctx, once.PurgeOptions{DryRun: true, OlderThan: *olderThan})
 		if err != nil {
 			return err
 		}
@@ -374,7 +370,7 @@ func definePurge(fs *flagSet) func(env, []string) error {
 			return nil
 		}
 		bar := newBar(e.stderr, "purging", total)
-		n, err := d.client.Purge(e.ctx, once.PurgeOptions{BatchSize: 500, Progress: bar.set})
+		n, err := d.client.Purge(e.ctx, once.PurgeOptions{BatchSize: 500, OlderThan: *olderThan, Progress: bar.set})
 		bar.finish()
 		if err != nil {
 			return err

@@ -66,7 +66,10 @@ func serve(e env, url, addr, token string, reapEvery time.Duration) error {
 	var status *console.ReaperStatus
 	if reapEvery > 0 {
 		status = new(console.ReaperStatus)
-		reaper, err = once.NewReaper(d.client, once.ReaperConfig{Interval: reapEvery, Logger: log, OnPass: status.OnPass})
+		reaper, err = once.NewReaper(d.client, once.ReaperConfig{Interval: reapEvery, Logger: log, OnPass: func(rep once.ReapReport, err error) {
+			status.OnPass(rep, err)
+			m.ObservePass(rep, err)
+		}})
 		if err != nil {
 			return err
 		}

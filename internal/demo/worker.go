@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -227,16 +226,14 @@ func (w *worker) handleOnce(ctx context.Context, j Job) error {
 		w.afterSend(j)
 		return "250 accepted", nil
 	})
-	switch {
-	case err == nil, errors.Is(err, once.ErrReview), errors.Is(err, once.ErrFailed),
-		errors.Is(err, once.ErrOutcomeUnknown), errors.Is(err, once.ErrFingerprintMismatch):
-		// Done, or surfaced for a person: either way off the queue.
-		return w.ack(j)
-	case errors.Is(err, once.ErrInFlight):
-		// Another attempt holds the claim, or a dead one's lease has not
-		// run out yet: back on the queue for later.
-		return w.nack(j, 250*time.Millisecond)
+	// once.Dispose knows the error matrix: ack what is finished, put
+	// back what a later delivery must finish (an action awaiting its
+	// verifier among them), and drop what a person decides. The demo's
+	// queue has no dead-letter queue, so a drop is an ack.
+	switch d := once.Dispose(err); d.Action {
+	case once.JobRetry:
+		return w.nack(j, max(d.After, 100*time.Millisecond))
 	default:
-		return w.nack(j, 200*time.Millisecond)
+		return w.ack(j)
 	}
 }

@@ -33,6 +33,7 @@ type Proxy struct {
 	cut      []byte // the marker of the request whose reply is lost
 	cutEnd   []byte // what ends the server's reply to it
 	cutDone  chan struct{}
+	cutHang  bool // hang the connection instead of closing it
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -43,6 +44,8 @@ type link struct {
 	// marked is set when the client sent the cut marker: the server's
 	// next reply is dropped and both ends closed.
 	marked bool
+	// hung drops everything from then on, in both directions.
+	hung bool
 }
 
 // Start listens on 127.0.0.1 at a free port and forwards to target.
@@ -94,7 +97,19 @@ func (p *Proxy) CutAfter(marker, replyEnd []byte) <-chan struct{} {
 	defer p.mu.Unlock()
 	p.cut, p.cutEnd = bytes.Clone(marker), bytes.Clone(replyEnd)
 	p.cutDone = make(chan struct{})
+	p.cutHang = false
 	return p.cutDone
+}
+
+// HangAfter is CutAfter that leaves the connection open and silent
+// instead of closing it: the client waits for a reply that never comes,
+// until its own deadline.
+func (p *Proxy) HangAfter(marker, replyEnd []byte) <-chan struct{} {
+	done := p.CutAfter(marker, replyEnd)
+	p.mu.Lock()
+	p.cutHang = true
+	p.mu.Unlock()
+	return done
 }
 
 // Reset closes every open connection at once, as a restarted server or a
@@ -176,9 +191,16 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn, fromClient bool) {
 			// While the server is still answering the marked request,
 			// the client hears none of it.
 			answering := !fromClient && l.marked
+			hang := p.cutHang
+			if cutNow != nil && hang {
+				l.hung = true
+			}
+			hung := l.hung
 			p.mu.Unlock()
 			switch {
-			case answering:
+			case answering, hung && cutNow == nil:
+			case cutNow != nil && hang:
+				close(cutNow)
 			case cutNow != nil:
 				// The server answered the marked request: drop the
 				// answer and cut both ends.

@@ -48,9 +48,9 @@ func String(r Rows) (string, error) {
 // StatusCount scans kind, status, count.
 func StatusCount(r Rows) (once.StatusCount, error) {
 	var c once.StatusCount
-	var status string
-	err := r.Scan(&c.Kind, &status, &c.Count)
-	c.Status = once.Status(status)
+	var status, recovery string
+	err := r.Scan(&c.Kind, &status, &recovery, &c.Count)
+	c.Status, c.Recovery = once.Status(status), once.ParseRecovery(recovery)
 	return c, err
 }
 
@@ -70,7 +70,8 @@ func Event[A any](at func(A) time.Time) func(Rows) (once.Event, error) {
 
 // ListClause renders f as the WHERE, ORDER BY and LIMIT that follow the
 // list query, with its arguments. placeholder writes the n-th (from 1)
-// parameter marker; since converts Filter.Since to the column's type.
+// parameter marker; since converts Filter.Since and Filter.Before to the
+// column's type, rounding up to its precision.
 func ListClause(f once.Filter, placeholder func(n int) string, since func(time.Time) any) (string, []any) {
 	var where []string
 	var args []any
@@ -90,6 +91,10 @@ func ListClause(f once.Filter, placeholder func(n int) string, since func(time.T
 	if !f.Since.IsZero() {
 		args = append(args, since(f.Since))
 		where = append(where, "updated_at >= "+placeholder(len(args)))
+	}
+	if !f.Before.IsZero() {
+		args = append(args, since(f.Before))
+		where = append(where, "updated_at < "+placeholder(len(args)))
 	}
 	if f.KeyPrefix != "" {
 		// A range on the primary key, which both databases answer from

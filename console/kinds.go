@@ -1,0 +1,95 @@
+package console
+
+import (
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// kindView is one kind of action as the console shows it: what its rows
+// recorded when they were claimed (the policy that travels with the
+// data, which every recovery applies), what the process hosting the
+// console would apply to a new claim, and how many actions it has in
+// each status.
+type kindView struct {
+	Kind string `json:"kind"`
+	// Recorded are the recoveries its actions recorded at their claims;
+	// "" for rows from before recoveries were recorded.
+	Recorded []string              `json:"recorded_recovery"`
+	Counts   map[once.Status]int64 `json:"counts"`
+	Total    int64                 `json:"total"`
+	Policy   policyView            `json:"policy"`
+}
+
+// policyView is a kind policy as this process has it.
+type policyView struct {
+	Recovery     string        `json:"recovery"`
+	Lease        time.Duration `json:"lease_ns"`
+	MaxExecution time.Duration `json:"max_execution_ns"`
+	Retention    time.Duration `json:"retention_ns"`
+	RedriveAfter time.Duration `json:"redrive_after_ns"`
+	// Verifier and Redrive say whether this process holds the kind's
+	// verifier and re-drive hook: only a process with the verifier
+	// decides its VerifyThenDecide actions.
+	Verifier bool `json:"verifier"`
+	Redrive  bool `json:"redrive"`
+}
+
+// kindViews groups the store's counts by kind.
+func (s *server) kindViews(st []once.StatusCount) []kindView {
+	byKind := map[string]*kindView{}
+	var kinds []string
+	for _, sc := range st {
+		k := byKind[sc.Kind]
+		if k == nil {
+			p := s.client.Policy(sc.Kind)
+			k = &kindView{Kind: sc.Kind, Counts: map[once.Status]int64{}, Policy: policyView{
+				Recovery: p.Recovery.String(), Lease: p.Lease, MaxExecution: p.MaxExecution, Retention: p.Retention,
+				RedriveAfter: p.RedriveAfter, Verifier: p.Verifier != nil, Redrive: p.Redrive != nil,
+			}}
+			byKind[sc.Kind] = k
+			kinds = append(kinds, sc.Kind)
+		}
+		rec := ""
+		if sc.Recovery != once.RecoveryDefault {
+			rec = sc.Recovery.String()
+		}
+		if !slices.Contains(k.Recorded, rec) {
+			k.Recorded = append(k.Recorded, rec)
+		}
+		k.Counts[sc.Status] += sc.Count
+		k.Total += sc.Count
+	}
+	slices.Sort(kinds)
+	out := make([]kindView, len(kinds))
+	for i, kind := range kinds {
+		out[i] = *byKind[kind]
+		slices.Sort(out[i].Recorded)
+	}
+	return out
+}
+
+type kindsData struct {
+	Kinds    []kindView
+	Statuses []once.Status
+}
+
+func (s *server) kinds(w http.ResponseWriter, r *http.Request) {
+	st, err := s.client.Stats(r.Context())
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
+		return
+	}
+	s.render(w, r, http.StatusOK, "kinds", page{Title: "Kinds", Nav: "kinds", Data: kindsData{Kinds: s.kindViews(st), Statuses: once.Statuses()}})
+}
+
+func (s *server) apiKinds(w http.ResponseWriter, r *http.Request) {
+	st, err := s.client.Stats(r.Context())
+	if err != nil {
+		s.apiFail(w, r, "reading the counts", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.kindViews(st))
+}

@@ -1,0 +1,116 @@
+package once
+
+import (
+	"errors"
+	"time"
+)
+
+// JobAction is what a worker does with the job it took from its queue,
+// once Do has returned.
+type JobAction int
+
+const (
+	// JobAck: the job is finished — the effect happened, was replayed,
+	// or failed for good. Acknowledge it.
+	JobAck JobAction = iota
+	// JobRetry: put the job back (nack, or redeliver later). Its action
+	// is not finished and needs a later delivery to finish it: the effect
+	// did not happen yet, another attempt holds it, or recovery still has
+	// to decide.
+	JobRetry
+	// JobDrop: take the job off the queue without calling it done: a
+	// person decides from here (review), or the job itself is wrong (a
+	// changed payload, an invalid intent). Send it to a dead-letter queue
+	// if you keep one; if a person later chooses Retry, the kind's
+	// Redrive hook publishes it again.
+	JobDrop
+)
+
+func (a JobAction) String() string {
+	switch a {
+	case JobAck:
+		return "ack"
+	case JobRetry:
+		return "retry"
+	case JobDrop:
+		return "drop"
+	}
+	return "JobAction(?)"
+}
+
+// Disposition says what to do with a job after Do, and why.
+type Disposition struct {
+	Action JobAction
+	// After, with JobRetry, is how long to wait before the next delivery
+	// can do anything: until a lease runs out, or a verifier is due.
+	// Zero means at once, or the queue's own backoff.
+	After time.Duration
+	// Reason says why, for a log line.
+	Reason string
+}
+
+// Dispose tells a worker what to do with its job given what Do (or
+// DoTx) returned, so no worker has to know the error matrix:
+//
+//	err == nil                               ack
+//	*FailedError (ErrFailed)                 ack: failed for good, recorded
+//	*FencedError (ErrFenced)                 ack: a newer attempt, from another delivery, owns it
+//	*InFlightError (ErrInFlight)             retry after the lease runs out
+//	ErrRetryLater (released)                 retry: the next delivery runs it
+//	*UnknownOutcomeError, released           retry: the next delivery runs it with the same provider key
+//	*UnknownOutcomeError, awaiting verifier  retry when it is due: the next delivery asks the verifier
+//	*RecordError (ErrNotRecorded)            retry: the next delivery finds the claim and recovery decides
+//	*ReviewError, *UnknownOutcomeError in review, ErrResultTooLarge, ErrResultNotJSON
+//	                                         drop: a person decides
+//	*FingerprintError, *IntentError          drop: the job is wrong; retrying changes nothing
+//	anything else (the database unreachable, a cancelled context)
+//	                                         retry
+//
+// Acking on an unknown outcome that awaits verification would lose the
+// effect when the verifier then finds it did not happen: nobody would
+// deliver the job again.
+func Dispose(err error) Disposition {
+	var (
+		inFlight *InFlightError
+		unknown  *UnknownOutcomeError
+		fenced   *FencedError
+		record   *RecordError
+	)
+	switch {
+	case err == nil:
+		return Disposition{Action: JobAck, Reason: "done"}
+	case errors.As(err, &record):
+		return Disposition{Action: JobRetry, Reason: "the outcome could not be recorded; the next delivery finds the claim and recovery decides"}
+	case errors.As(err, &fenced):
+		return Disposition{Action: JobAck, Reason: "a newer attempt of this action, from another delivery, owns it"}
+	case errors.As(err, &inFlight):
+		d := time.Until(inFlight.LeaseUntil)
+		if inFlight.Expired || d < 0 {
+			d = 0
+		}
+		return Disposition{Action: JobRetry, After: d, Reason: "another attempt holds the claim until its lease runs out"}
+	case errors.As(err, &unknown):
+		switch unknown.Status {
+		case StatusReleased:
+			return Disposition{Action: JobRetry, Reason: "outcome unknown and released: the next delivery runs it again with the same provider key"}
+		case StatusReview:
+			return Disposition{Action: JobDrop, Reason: "outcome unknown: a person decides"}
+		default:
+			d := time.Until(unknown.Due)
+			if d < 0 {
+				d = 0
+			}
+			return Disposition{Action: JobRetry, After: d, Reason: "outcome unknown: the next delivery asks the verifier"}
+		}
+	case errors.Is(err, ErrFailed):
+		return Disposition{Action: JobAck, Reason: "failed for good; recorded"}
+	case errors.Is(err, ErrRetryLater):
+		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
+	case errors.Is(err, ErrReview), errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):
+		return Disposition{Action: JobDrop, Reason: "a person decides"}
+	case errors.Is(err, ErrFingerprintMismatch), errors.Is(err, ErrInvalidIntent):
+		return Disposition{Action: JobDrop, Reason: "the job is wrong; delivering it again changes nothing"}
+	default:
+		return Disposition{Action: JobRetry, Reason: "not carried out: " + err.Error()}
+	}
+}

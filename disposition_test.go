@@ -1,0 +1,62 @@
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Every error Do returns maps to one thing to do with the job; the
+// dangerous rows are the unknown outcomes, where acking loses the effect.
+func TestDispose(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name  string
+		err   error
+		want  JobAction
+		after bool // a positive wait
+	}{
+		{"success", nil, JobAck, false},
+		{"failed for good", &FailedError{Key: "k", Attempt: 1, Message: "declined"}, JobAck, false},
+		{"failed, replayed", &FailedError{Key: "k", Attempt: 1, Replayed: true}, JobAck, false},
+		{"fenced", &FencedError{Key: "k", Attempt: 1, Outcome: StatusSucceeded}, JobAck, false},
+		{"in flight", &InFlightError{Key: "k", LeaseUntil: now.Add(time.Minute)}, JobRetry, true},
+		{"in flight, lease lapsed", &InFlightError{Key: "k", LeaseUntil: now.Add(-time.Second), Expired: true}, JobRetry, false},
+		{"released by the effect", fmt.Errorf("once: action k attempt 1 released: %w", RetryLater(errors.New("429"))), JobRetry, false},
+		{"released under a provider key", &UnknownOutcomeError{Key: "k", Status: StatusReleased}, JobRetry, false},
+		{"awaiting the verifier", &UnknownOutcomeError{Key: "k", Status: StatusUnknown, Due: now.Add(10 * time.Second)}, JobRetry, true},
+		{"awaiting the verifier, due", &UnknownOutcomeError{Key: "k", Status: StatusUnknown, Due: now.Add(-time.Second)}, JobRetry, false},
+		{"unknown, in review", &UnknownOutcomeError{Key: "k", Status: StatusReview}, JobDrop, false},
+		{"review", &ReviewError{Key: "k"}, JobDrop, false},
+		{"not recorded", &RecordError{Key: "k", Outcome: StatusSucceeded, Err: errors.New("connection refused")}, JobRetry, false},
+		{"result too large", fmt.Errorf("once: action k: %w; it was put up for review", ErrResultTooLarge), JobDrop, false},
+		{"result not JSON", fmt.Errorf("once: action k: %w; it was put up for review", ErrResultNotJSON), JobDrop, false},
+		{"payload changed", &FingerprintError{Key: "k"}, JobDrop, false},
+		{"invalid intent", &IntentError{Field: "Run", Reason: "is empty"}, JobDrop, false},
+		{"database unreachable", fmt.Errorf("once: claiming action k: %w", errors.New("dial tcp: connection refused")), JobRetry, false},
+		{"caller gave up", context.Canceled, JobRetry, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Dispose(tt.err)
+			if d.Action != tt.want || (d.After > 0) != tt.after || d.Reason == "" {
+				t.Fatalf("Dispose(%v) = %v after %v (%q); want %v, wait %v", tt.err, d.Action, d.After, d.Reason, tt.want, tt.after)
+			}
+		})
+	}
+}
+
+// An action awaiting its verifier must send the job back: it matches
+// ErrRetryLater, as a released one does.
+func TestUnknownAwaitingVerifierIsRetryLater(t *testing.T) {
+	for _, st := range []Status{StatusUnknown, StatusReleased} {
+		if err := (&UnknownOutcomeError{Status: st}); !errors.Is(err, ErrRetryLater) {
+			t.Errorf("unknown outcome in %s does not match ErrRetryLater", st)
+		}
+	}
+	if errors.Is(&UnknownOutcomeError{Status: StatusReview}, ErrRetryLater) {
+		t.Error("an action in review matches ErrRetryLater")
+	}
+}
