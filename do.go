@@ -406,6 +406,23 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		// for the next delivery instead of leaving a claim nobody holds.
 		return c.releaseUnrun(ctx, pol, a, err)
 	}
+	if time.Until(sent.Add(pol.Lease-pol.margin())) < pol.Lease/3 {
+		// The claim's reply took so long (the database held it up) that
+		// this process cannot count on the lease it wrote: renew it
+		// before the effect starts, rather than start an effect its own
+		// timer would stop at once.
+		renewed := time.Now()
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pol.Lease/3)
+		_, held, err := c.store.Heartbeat(hctx, a.Key, a.Attempt, pol.storedLease())
+		cancel()
+		switch {
+		case err != nil:
+			return outcome{key: a.Key, attempt: a.Attempt, err: fmt.Errorf("once: action %s attempt %d: the claim came back too late to run on and could not be renewed: %w; nothing ran, and recovery applies when its lease expires", a.Key, a.Attempt, err)}
+		case !held:
+			return outcome{key: a.Key, attempt: a.Attempt, err: &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight}}
+		}
+		sent = renewed
+	}
 	ctx, end := c.started(ctx, a)
 	started := time.Now()
 	settle := func(value any, err error) outcome {

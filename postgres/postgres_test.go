@@ -109,7 +109,9 @@ func harness() storetest.Harness {
 		New:      func(t *testing.T) (once.Store, string) { return newStore(t) },
 		Open:     openSpec,
 		Tx:       pgTx,
-		Features: storetest.Features{Processes: true, RowLocks: true},
+		Faults:   pgFaults,
+		Markers:  pgMarkers,
+		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: true},
 	}
 }
 

@@ -56,6 +56,13 @@ type Harness struct {
 	// create the application table TxFuncs.Insert writes to. Nil leaves
 	// the DoTx tests out.
 	Tx func(t *testing.T, s once.Store, spec string) TxHarness
+	// Faults returns a second store on the database spec names, with
+	// the partial failures the harness can put between that store and
+	// the database, for the partial-failure tests. Nil leaves them out.
+	Faults func(t *testing.T, spec string) (once.Store, Faults)
+	// Markers name statements for Faults.LoseReply (with
+	// Features.LostReplies).
+	Markers Markers
 	// Features says what the store can do; tests that need what it
 	// cannot are left out, and the suite logs which.
 	Features Features
@@ -74,6 +81,13 @@ type Features struct {
 	// database, so a DoTx left open holds up claims of its own key only
 	// (PostgreSQL; SQLite has one write lock per file).
 	RowLocks bool
+	// Refusal: Faults.Refuse makes the faulted store's connections fail
+	// (a server reached over a network).
+	Refusal bool
+	// LostReplies: Faults.LoseReply can lose a committed statement's
+	// reply (a server reached over a network; SQLite runs in the
+	// process, so its replies cannot be lost, only the process killed).
+	LostReplies bool
 }
 
 // namedTest is one subtest of a layer.
@@ -91,6 +105,9 @@ const (
 	needProcesses need = 1 << iota
 	needTx
 	needRowLocks
+	needFaults
+	needRefusal
+	needLostReplies
 )
 
 // missing names what the harness lacks of n; empty if nothing.
@@ -104,6 +121,15 @@ func (h Harness) missing(n need) string {
 	}
 	if n&needRowLocks != 0 && !h.Features.RowLocks {
 		s = append(s, "Features.RowLocks")
+	}
+	if n&needFaults != 0 && h.Faults == nil {
+		s = append(s, "Harness.Faults")
+	}
+	if n&needRefusal != 0 && !h.Features.Refusal {
+		s = append(s, "Features.Refusal")
+	}
+	if n&needLostReplies != 0 && !h.Features.LostReplies {
+		s = append(s, "Features.LostReplies")
 	}
 	return strings.Join(s, ", ")
 }
@@ -120,6 +146,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, processTests()...)
 	tests = append(tests, txTests()...)
 	tests = append(tests, edgeTests()...)
+	tests = append(tests, faultTests()...)
 	run(t, h, tests)
 }
 

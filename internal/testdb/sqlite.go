@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/sqlite"
@@ -20,6 +22,7 @@ func SQLite() storetest.Harness {
 		New:      func(t *testing.T) (once.Store, string) { return NewSQLite(t) },
 		Open:     OpenSQLite,
 		Tx:       sqliteTx,
+		Faults:   sqliteFaults,
 		Features: storetest.Features{Processes: true},
 	}
 }
@@ -63,4 +66,76 @@ func sqliteTx(t *testing.T, st once.Store, _ string) storetest.TxHarness {
 			return n, s.DB().QueryRowContext(ctx, `SELECT count(*) FROM outbox`).Scan(&n)
 		},
 	})
+}
+
+// sqliteFaults gives the partial-failure tests a second store on the
+// file. SQLite runs in the process, so there is no reply to lose and no
+// connection to refuse; what can hang is the file's write lock, held by
+// another connection (as a process stopped inside a write would hold it).
+// It holds up every store on the file, not only the faulted one.
+func sqliteFaults(t *testing.T, path string) (once.Store, storetest.Faults) {
+	t.Helper()
+	s, err := sqlite.Open(path, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &lockFaults{t: t, db: db}
+	t.Cleanup(func() {
+		f.Hang(false)
+		db.Close()
+	})
+	return s, f
+}
+
+// lockFaults hangs a SQLite file by holding its write lock.
+type lockFaults struct {
+	t    *testing.T
+	db   *sql.DB
+	mu   sync.Mutex
+	held *sql.Conn
+}
+
+func (f *lockFaults) Hang(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ctx := context.Background()
+	switch {
+	case on && f.held == nil:
+		conn, err := f.db.Conn(ctx)
+		if err != nil {
+			f.t.Errorf("hang: %v", err)
+			return
+		}
+		// The lock may be taken for a moment by a writer; wait for it.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err = conn.ExecContext(ctx, `BEGIN IMMEDIATE`)
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err != nil {
+			conn.Close()
+			f.t.Errorf("hang: could not take the write lock: %v", err)
+			return
+		}
+		f.held = conn
+	case !on && f.held != nil:
+		f.held.ExecContext(ctx, `ROLLBACK`)
+		f.held.Close()
+		f.held = nil
+	}
+}
+
+func (f *lockFaults) Refuse(bool) { f.t.Fatal("sqlite: no connection to refuse") }
+
+func (f *lockFaults) LoseReply(string, bool) <-chan struct{} {
+	f.t.Fatal("sqlite: no reply to lose")
+	return nil
 }

@@ -1,0 +1,327 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// Faults are the partial failures a harness can put between one store
+// (the faulted one Harness.Faults returns) and its database. Each is
+// real: a connection that stops answering, a reply lost after the
+// database committed, connections refused.
+type Faults interface {
+	// Hang makes calls over the faulted store hang instead of fail, until
+	// Hang(false): a half-open partition. On a store whose database lives
+	// in one file (SQLite) the hang is the database's write lock held by
+	// another connection, and every store on the file hangs alike.
+	Hang(on bool)
+	// Refuse makes the faulted store's connections fail at once, open
+	// ones and new ones, until Refuse(false). Needs Features.Refusal.
+	Refuse(on bool)
+	// LoseReply arms a lost reply: the next statement of the faulted
+	// store whose text contains marker is carried out and committed, and
+	// its reply never arrives; with hang the connection then hangs
+	// instead of closing. The channel closes when it happened. Needs
+	// Features.LostReplies.
+	LoseReply(marker string, hang bool) <-chan struct{}
+}
+
+// Markers name the statements LoseReply can aim at, in the store's own
+// SQL; a harness with Features.LostReplies sets them.
+type Markers struct {
+	// Claim is text found only in the claim of a new key.
+	Claim string
+	// Transition is text found only in Store.Transition's statement.
+	Transition string
+}
+
+// faultTests are the partial-failure cases: every one needs
+// Harness.Faults, and some a feature more.
+func faultTests() []namedTest {
+	return []namedTest{
+		{"FaultHungConnectionStopsTheEffect", testFaultHung, needFaults},
+		{"FaultRefusedConnectionStopsTheEffect", testFaultRefused, needFaults | needRefusal},
+		{"FaultClaimReplyLost", testFaultClaimReplyLost, needFaults | needLostReplies},
+		{"FaultClaimWonAfterCallerGaveUp", testFaultClaimWonAfterCallerGaveUp, needFaults | needLostReplies},
+		{"FaultResolveReplyLost", testFaultResolveReplyLost, needFaults | needLostReplies},
+		{"FaultClaimOnKeyHeldByOpenTx", testFaultClaimOnKeyHeldByOpenTx, needTx},
+	}
+}
+
+// faultClients returns a client over a faulted store, a client over the
+// harness's own store on the same database, and the faults.
+func faultClients(t *testing.T, h Harness, cfg once.Config) (cut, direct *once.Client, s once.Store, f Faults) {
+	t.Helper()
+	s, spec := newStore(t, h)
+	fs, f := h.Faults(t, spec)
+	cfg.Store = fs
+	cut, err := once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = s
+	direct, err = once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cut, direct, s, f
+}
+
+// interval is when one attempt's effect ran, by this process's clock.
+type interval struct {
+	attempt    int
+	start, end time.Time
+}
+
+type intervals struct {
+	mu  sync.Mutex
+	all []interval
+}
+
+func (r *intervals) add(i interval) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all = append(r.all, i)
+}
+
+func (r *intervals) get() []interval {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]interval(nil), r.all...)
+}
+
+// A worker cut off from the database by a half-open partition must stop
+// its effect before recovery lets a second attempt run: two attempts
+// never overlap. The heartbeat's calls hang rather than fail, so only a
+// deadline on each call and a timer of its own can stop the effect in
+// time.
+func testFaultHung(t *testing.T, h Harness) {
+	for _, rec := range []once.Recovery{once.RetryWithProviderKey, once.VerifyThenDecide} {
+		t.Run(rec.String(), func(t *testing.T) {
+			cutOff(t, h, rec, func(f Faults, on bool) { f.Hang(on) })
+		})
+	}
+}
+
+// Refused connections fail fast instead; the effect must still stop
+// before recovery, not a heartbeat period after the lease ended.
+func testFaultRefused(t *testing.T, h Harness) {
+	for _, rec := range []once.Recovery{once.RetryWithProviderKey, once.VerifyThenDecide} {
+		t.Run(rec.String(), func(t *testing.T) {
+			cutOff(t, h, rec, func(f Faults, on bool) { f.Refuse(on) })
+		})
+	}
+}
+
+// cutOff runs the cut-off-worker scenario with fault applying the cut.
+// Attempt 1 runs on the faulted store and is cut off inside its effect,
+// which runs until its context ends, as a long call that honours its
+// context does. A redelivered job on the harness's own store comes back
+// until it runs as attempt 2. The cut ends once attempt 1's effect has
+// returned (a store whose cut holds up every connection, SQLite's lock,
+// needs that to let attempt 2 run at all) or after a while.
+func cutOff(t *testing.T, h Harness, rec once.Recovery, fault func(Faults, bool)) {
+	pol := once.KindPolicy{Recovery: rec, Lease: 600 * time.Millisecond, MaxExecution: 30 * time.Second}
+	if rec == once.VerifyThenDecide {
+		pol.Verifier = func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, nil }
+	}
+	worker1, worker2, st, f := faultClients(t, h, once.Config{Default: pol, RecordTimeout: time.Second, ClaimTimeout: time.Second})
+	defer func() {
+		// The trail, for a reader of a failure.
+		evs, _ := st.Events(context.Background(), keyOf(t, once.Intent{Run: "partition", Kind: "post_message", Target: "#general"}))
+		for _, e := range evs {
+			t.Logf("%s %s attempt %d: %s", e.At.Format("15:04:05.000"), e.Type, e.Attempt, e.Note)
+		}
+	}()
+	in := once.Intent{Run: "partition", Kind: "post_message", Target: "#general"}
+	var log intervals
+	cut := make(chan struct{})
+	returned := make(chan struct{})
+	effect := func(ctx context.Context, a once.Attempt) (string, error) {
+		i := interval{attempt: a.Number, start: time.Now()}
+		if a.Number == 1 {
+			fault(f, true)
+			close(cut)
+			<-ctx.Done()
+		}
+		i.end = time.Now()
+		log.add(i)
+		if a.Number == 1 {
+			close(returned)
+		}
+		return "posted", ctx.Err()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.Do(context.Background(), worker1, in, effect)
+		done <- err
+	}()
+	<-cut
+	go func() {
+		// The cut lasts past the lease, so a second attempt on a store
+		// the cut does not hold up (another machine's connection) is
+		// recovery's doing, not the first worker's own record.
+		select {
+		case <-returned:
+			time.Sleep(2 * pol.Lease)
+		case <-time.After(15 * time.Second):
+		}
+		fault(f, false)
+	}()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		res, err := once.Do(ctx(t), worker2, in, effect)
+		if err == nil && res.Attempt >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second attempt within 40s: last %v", err)
+		}
+		// In flight, awaiting recovery, or the database held up: the
+		// job goes back to its queue.
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cut-off worker's effect was still running after a second attempt ran")
+	}
+	got := log.get()
+	if len(got) != 2 {
+		t.Fatalf("effect intervals = %+v, want two attempts", got)
+	}
+	first, second := got[0], got[1]
+	if first.attempt != 1 {
+		first, second = second, first
+	}
+	t.Logf("attempt 1 ran %s–%s, attempt 2 started %s", first.start.Format("15:04:05.000"), first.end.Format("15:04:05.000"), second.start.Format("15:04:05.000"))
+	if !first.end.Before(second.start) {
+		t.Fatalf("attempt 1 ran until %s, attempt 2 started at %s: two attempts ran at once",
+			first.end.Format("15:04:05.000"), second.start.Format("15:04:05.000"))
+	}
+}
+
+// The claim commits and its reply is lost. The worker must find out that
+// the claim is its own and carry on: one execution, recorded, and no
+// person paged for an effect that never started.
+func testFaultClaimReplyLost(t *testing.T, h Harness) {
+	c, _, s, f := faultClients(t, h, once.Config{Default: once.KindPolicy{Lease: 2 * time.Second}})
+	in := once.Intent{Run: "lost-claim", Kind: "send_email", Target: "ada@example.com"}
+	lost := f.LoseReply(h.Markers.Claim, false)
+	ran := 0
+	res, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "sent", nil
+	})
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the claim's reply was never lost")
+	}
+	if err != nil || res.Value != "sent" || ran != 1 {
+		t.Fatalf("Do after a lost claim reply = %+v, %v (ran %d); want the effect run once and recorded", res, err, ran)
+	}
+	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusSucceeded || a.Attempt != 1 {
+		t.Fatalf("stored %s attempt %d", a.Status, a.Attempt)
+	}
+}
+
+// The claim commits, its reply never comes, and the caller gives up
+// waiting (its context ends). The claim is found to be this caller's,
+// and since the caller is gone it is released unrun: the next delivery
+// runs the effect, instead of meeting a claim nobody holds.
+func testFaultClaimWonAfterCallerGaveUp(t *testing.T, h Harness) {
+	c, direct, s, f := faultClients(t, h, once.Config{Default: once.KindPolicy{Lease: time.Minute}})
+	in := once.Intent{Run: "gave-up", Kind: "send_email", Target: "ada@example.com"}
+	hung := f.LoseReply(h.Markers.Claim, true)
+	cctx, cancel := context.WithCancel(ctx(t))
+	go func() {
+		<-hung
+		cancel()
+	}()
+	ran := 0
+	_, err := once.Do(cctx, c, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "sent", nil
+	})
+	if !errors.Is(err, once.ErrRetryLater) || ran != 0 || once.Dispose(err).Action != once.JobRetry {
+		t.Fatalf("Do whose caller gave up = %v (ran %d); want the claim released unrun (ErrRetryLater)", err, ran)
+	}
+	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusReleased {
+		t.Fatalf("stored %s; want released", a.Status)
+	}
+	res, err := once.Do(ctx(t), direct, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "sent", nil
+	})
+	if err != nil || ran != 1 || res.Attempt != 2 {
+		t.Fatalf("next delivery = %+v, %v (ran %d); want it to run as attempt 2", res, err, ran)
+	}
+}
+
+// A person's decision commits and its reply is lost: Resolve must report
+// the decision applied, not refused, and the trail must not say it was.
+func testFaultResolveReplyLost(t *testing.T, h Harness) {
+	c, direct, s, f := faultClients(t, h, once.Config{})
+	in := once.Intent{Run: "lost-resolve", Kind: "send_email", Target: "ada@example.com"}
+	if _, err := once.Do(ctx(t), direct, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v, want review", err)
+	}
+	k := keyOf(t, in)
+	lost := f.LoseReply(h.Markers.Transition, false)
+	a, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionDone, By: "ada", Note: "in the mail log"})
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the resolution's reply was never lost")
+	}
+	if err != nil || a.Status != once.StatusSucceeded {
+		t.Fatalf("Resolve after a lost reply = %s, %v; want the decision reported applied", a.Status, err)
+	}
+	if tr := trail(t, s, k); tr != "claimed,review,resolved" {
+		t.Fatalf("trail %s; want the person's decision, and no refusal", tr)
+	}
+}
+
+// A plain Do on a key that an open DoTx has claimed must not wait for as
+// long as the transaction lasts (holding a connection all the while): it
+// answers in flight after Config.ClaimTimeout, runs nothing, and the job
+// goes back to its queue. (On SQLite the open transaction holds the
+// whole file's write lock, so the same answer comes for any key.)
+func testFaultClaimOnKeyHeldByOpenTx(t *testing.T, h Harness) {
+	_, c, th := txSetup(t, h, once.Config{ClaimTimeout: time.Second})
+	var effects atomic.Int64
+	tx := begin(t, th)
+	defer tx.rollback(context.Background())
+	if _, err := tx.do(ctx(t), c, txIntent, writeOutbox(&effects)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx(t), c, txIntent, func(context.Context, once.Attempt) (string, error) {
+			t.Error("ran the effect of an action an open transaction holds")
+			return "", nil
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var inFlight *once.InFlightError
+		if !errors.As(err, &inFlight) || !inFlight.InTransaction || once.Dispose(err).Action != once.JobRetry {
+			t.Fatalf("Do on a key held by an open transaction = %v; want *InFlightError (InTransaction)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Do waited on the open transaction for 30s")
+	}
+	commit(t, tx)
+	if res, err := once.Do(ctx(t), c, txIntent, (&counter{}).fn("x")); err != nil || !res.Replayed {
+		t.Fatalf("after the commit = %+v, %v; want the transaction's result replayed", res, err)
+	}
+}
