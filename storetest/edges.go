@@ -17,17 +17,17 @@ import (
 // hung connections.
 func edgeTests() []namedTest {
 	return []namedTest{
-		{"LateSuccessAfterRelease", testLateSuccessAfterRelease, needProcesses},
-		{"LateSuccessAfterPersonRetry", testLateSuccessAfterPersonRetry, needProcesses},
-		{"LateSuccessAfterAbandon", testLateSuccessAfterAbandon, needProcesses},
-		{"SlowVerifierOneReaperPerAction", testSlowVerifierOneReaperPerAction, 0},
-		{"ReleasedActionIsRedriven", testReleasedActionIsRedriven, 0},
-		{"UnstorableErrorText", testUnstorableErrorText, 0},
-		{"DeeplyNestedResult", testDeeplyNestedResult, 0},
-		{"UnstorableVerifierError", testUnstorableVerifierError, 0},
-		{"OperatorReaperAppliesRowRecovery", testOperatorReaperAppliesRowRecovery, needProcesses},
-		{"OnlyAVerifierDecides", testOnlyAVerifierDecides, 0},
-		{"PurgeByRowDeadline", testPurgeByRowDeadline, 0},
+		{name: "LateSuccessAfterRelease", fn: testLateSuccessAfterRelease, needs: needProcesses},
+		{name: "LateSuccessAfterPersonRetry", fn: testLateSuccessAfterPersonRetry, needs: needProcesses},
+		{name: "LateSuccessAfterAbandon", fn: testLateSuccessAfterAbandon, needs: needProcesses},
+		{name: "SlowVerifierOneReaperPerAction", fn: testSlowVerifierOneReaperPerAction},
+		{name: "ReleasedActionIsRedriven", fn: testReleasedActionIsRedriven},
+		{name: "UnstorableErrorText", fn: testUnstorableErrorText},
+		{name: "DeeplyNestedResult", fn: testDeeplyNestedResult},
+		{name: "UnstorableVerifierError", fn: testUnstorableVerifierError},
+		{name: "OperatorReaperAppliesRowRecovery", fn: testOperatorReaperAppliesRowRecovery, needs: needProcesses},
+		{name: "OnlyAVerifierDecides", fn: testOnlyAVerifierDecides},
+		{name: "PurgeByRowDeadline", fn: testPurgeByRowDeadline},
 	}
 }
 

@@ -46,12 +46,13 @@ type Markers struct {
 // Harness.Faults, and some a feature more.
 func faultTests() []namedTest {
 	return []namedTest{
-		{"FaultHungConnectionStopsTheEffect", testFaultHung, needFaults},
-		{"FaultRefusedConnectionStopsTheEffect", testFaultRefused, needFaults | needRefusal},
-		{"FaultClaimReplyLost", testFaultClaimReplyLost, needFaults | needLostReplies},
-		{"FaultClaimWonAfterCallerGaveUp", testFaultClaimWonAfterCallerGaveUp, needFaults | needLostReplies},
-		{"FaultResolveReplyLost", testFaultResolveReplyLost, needFaults | needLostReplies},
-		{"FaultClaimOnKeyHeldByOpenTx", testFaultClaimOnKeyHeldByOpenTx, needTx},
+		{name: "FaultHungConnectionStopsTheEffect", fn: testFaultHung, needs: needFaults},
+		{name: "FaultRefusedConnectionStopsTheEffect", fn: testFaultRefused, needs: needFaults | needRefusal},
+		{name: "FaultClaimReplyLost", fn: testFaultClaimReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultClaimWonAfterCallerGaveUp", fn: testFaultClaimWonAfterCallerGaveUp, needs: needFaults | needLostReplies},
+		{name: "FaultResolveReplyLost", fn: testFaultResolveReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultOutcomeReplyLost", fn: testFaultOutcomeReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultClaimOnKeyHeldByOpenTx", fn: testFaultClaimOnKeyHeldByOpenTx, needs: needTx},
 	}
 }
 
@@ -323,5 +324,39 @@ func testFaultClaimOnKeyHeldByOpenTx(t *testing.T, h Harness) {
 	commit(t, tx)
 	if res, err := once.Do(ctx(t), c, txIntent, (&counter{}).fn("x")); err != nil || !res.Replayed {
 		t.Fatalf("after the commit = %+v, %v; want the transaction's result replayed", res, err)
+	}
+}
+
+// The outcome's record commits and its reply is lost: the worker tries
+// again, finds the row moved on, reads it back, and knows from its token
+// that the write was its own. Do reports the success, once, and nothing
+// runs again.
+func testFaultOutcomeReplyLost(t *testing.T, h Harness) {
+	c, direct, s, f := faultClients(t, h, once.Config{})
+	in := once.Intent{Run: "lost-outcome", Kind: "send_email", Target: "ada@example.com"}
+	var lost <-chan struct{}
+	ran := 0
+	res, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		lost = f.LoseReply(h.Markers.Transition, false)
+		return "250 queued", nil
+	})
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the outcome's reply was never lost")
+	}
+	if err != nil || res.Value != "250 queued" || ran != 1 {
+		t.Fatalf("Do after a lost outcome reply = %+v, %v (ran %d); want the success reported", res, err, ran)
+	}
+	if tr := trail(t, s, keyOf(t, in)); tr != "claimed,succeeded" {
+		t.Fatalf("trail %s; want the outcome recorded once", tr)
+	}
+	dup, err := once.Do(ctx(t), direct, in, func(context.Context, once.Attempt) (string, error) {
+		ran++
+		return "", nil
+	})
+	if err != nil || !dup.Replayed || dup.Value != "250 queued" || ran != 1 {
+		t.Fatalf("redelivery = %+v, %v (ran %d); want the result replayed", dup, err, ran)
 	}
 }

@@ -34,7 +34,7 @@ func storeTests() []namedTest {
 		{name: "Purge", fn: testStorePurge},
 		{name: "GetNotFound", fn: testGetNotFound},
 		{name: "List", fn: testList},
-		{"RejectedIsNotAnOutage", testRejectedIsNotAnOutage, 0},
+		{name: "RejectedIsNotAnOutage", fn: testRejectedIsNotAnOutage},
 	}
 }
 
