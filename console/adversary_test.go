@@ -280,3 +280,40 @@ func firstLine(s string) string {
 }
 
 func sqlOpen(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
+
+// TestAdversaryReviewQueueHidesOldest: the review queue says "Oldest
+// first", but with more than 500 items in review it reads the 500 most
+// recently updated and sorts those: the action that has waited longest
+// for a person is not on the page at all.
+func TestAdversaryReviewQueueHidesOldest(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oldest once.Key
+	for i := range 501 {
+		in := once.Intent{Run: "run-q", Step: int64(i), Kind: "send_email", Target: "t"}
+		once.Do(ctx, client, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("reset after DATA") })
+		if i == 0 {
+			oldest, _, _ = once.KeyOf(in)
+		}
+	}
+	h, err := console.New(console.Config{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/review", nil))
+	if body := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(body, `id="item-`+string(oldest)) {
+		t.Errorf("the review queue (oldest first) does not list the action that has waited longest, %s (%d)", oldest[:12], rec.Code)
+	}
+}
