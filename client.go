@@ -156,5 +156,6 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 		Key: key, Fingerprint: fp,
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
 		Payload: payload, Lease: pol.storedLease(), Recovery: pol.Recovery, Retention: pol.Retention,
+		RedriveAfter: pol.RedriveAfter, Redrive: pol.Redrive != nil,
 	}, pol, nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 )
 
 // The read API: what the console, the CLI, metrics and applications see
@@ -60,20 +59,10 @@ func (c *Client) RunSteps(ctx context.Context, id string) ([]Action, error) {
 }
 
 // Waiting returns released actions that no delivery has claimed within
-// their kind's RedriveAfter: effects that will not run unless their job
-// is delivered again (see KindPolicy.Redrive). At most limit, newest
-// first.
+// the RedriveAfter their kind recorded at the claim: effects that will
+// not run unless their job is delivered again (see KindPolicy.Redrive).
+// At most limit, the longest waiting first. Action.Redrive says whether
+// the application that claimed one has a hook to re-drive it.
 func (c *Client) Waiting(ctx context.Context, limit int) ([]Action, error) {
-	shortest := c.def.RedriveAfter
-	for _, p := range c.kinds {
-		shortest = min(shortest, p.RedriveAfter)
-	}
-	now := time.Now()
-	acts, err := c.store.List(ctx, Filter{Status: StatusReleased, Before: now.Add(-shortest), Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(acts, func(a Action) bool {
-		return a.UpdatedAt.After(now.Add(-c.Policy(a.Kind).RedriveAfter))
-	}), nil
+	return c.store.List(ctx, Filter{Waiting: true, OldestFirst: true, Limit: limit})
 }

@@ -50,6 +50,11 @@ type ReapReport struct {
 	// re-driven (no Redrive hook, or it failed): they run only if their
 	// job is delivered again.
 	Waiting int `json:"waiting"`
+	// AwaitingVerifier counts actions due for recovery under
+	// VerifyThenDecide that this reaper left alone because it does not
+	// hold their kind's verifier: only a process that does can decide
+	// them (run a reaper in the application).
+	AwaitingVerifier int `json:"awaiting_verifier"`
 	// ByKind breaks Examined down by kind.
 	ByKind map[string]int `json:"by_kind,omitempty"`
 }
@@ -149,9 +154,12 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	if err := r.redrive(ctx, &rep); err != nil {
 		firstErr = cmp.Or(firstErr, err)
 	}
-	if rep.Examined > 0 || rep.Redriven > 0 || rep.Waiting > 0 {
+	if err := r.countUnverifiable(ctx, &rep); err != nil {
+		firstErr = cmp.Or(firstErr, err)
+	}
+	if rep.Examined > 0 || rep.Redriven > 0 || rep.Waiting > 0 || rep.AwaitingVerifier > 0 {
 		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified,
-			"deferred", rep.Deferred, "changed", rep.Changed, "redriven", rep.Redriven, "waiting", rep.Waiting)
+			"deferred", rep.Deferred, "changed", rep.Changed, "redriven", rep.Redriven, "waiting", rep.Waiting, "awaiting_verifier", rep.AwaitingVerifier)
 	}
 	return rep, firstErr
 }
@@ -170,7 +178,12 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 	for _, a := range acts {
 		pol := r.c.Policy(a.Kind)
 		if pol.Redrive == nil {
-			rep.Waiting++
+			if !a.Redrive {
+				// Its application has no hook either: nobody will
+				// deliver it unless a person publishes the job again.
+				rep.Waiting++
+			}
+			// Otherwise its application's reaper re-drives it.
 			continue
 		}
 		if err := safeRedrive(ctx, pol, a); err != nil {
@@ -189,6 +202,22 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 		rep.Redriven++
 	}
 	return firstErr
+}
+
+// countUnverifiable counts the due VerifyThenDecide actions this
+// reaper may not take, so an operator running one without the
+// application's verifiers is told they wait for another process.
+func (r *Reaper) countUnverifiable(ctx context.Context, rep *ReapReport) error {
+	acts, err := r.c.store.List(ctx, Filter{Due: true, Recovery: VerifyThenDecide, OldestFirst: true, Limit: r.cfg.MaxPerPass})
+	if err != nil {
+		return fmt.Errorf("once: reaper: counting actions awaiting a verifier: %w", err)
+	}
+	for _, a := range acts {
+		if r.c.Policy(a.Kind).Verifier == nil {
+			rep.AwaitingVerifier++
+		}
+	}
+	return nil
 }
 
 // safeRedrive calls a kind's Redrive hook under the kind's MaxExecution,

@@ -35,6 +35,13 @@ type Resolution struct {
 	By string
 	// Note says why. Required: the trail is for the next person.
 	Note string
+	// Attempt, if not zero, is the attempt the person looked at: the
+	// decision applies only while the action is still at it. A decision
+	// taken on a page loaded before a newer attempt ran is refused with
+	// a *ConflictError, instead of deciding an attempt nobody looked at
+	// (a Retry would run the effect once more). Forms and the command
+	// set it; zero decides whatever attempt stands.
+	Attempt int
 }
 
 // ResolvableStatuses returns the statuses a person may resolve: an action
@@ -57,7 +64,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if err != nil {
 		return Action{}, err
 	}
-	if !a.Status.Resolvable() {
+	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt {
 		return a, c.refuseResolution(ctx, r, a)
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, ResolvedBy: r.By, ResolveNote: r.Note,
@@ -95,6 +102,9 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action) error {
 	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By,
 		Note: fmt.Sprintf("%s refused: the action is %s: %s", r.Decision, cur.Status, r.Note)}
+	if r.Attempt != 0 && r.Attempt != cur.Attempt {
+		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)
+	}
 	if err := c.store.AppendEvent(ctx, storableEvent(refused)); err != nil {
 		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
 	}
@@ -107,6 +117,9 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 // command checks with it before it asks anything of the store.
 func (c *Client) ValidateResolution(r Resolution) error {
 	bad := func(field, reason string) error { return &ResolutionError{Field: field, Reason: reason} }
+	if r.Attempt < 0 {
+		return bad("Attempt", fmt.Sprintf("is %d; attempts are numbered from 1, and zero means whatever attempt stands", r.Attempt))
+	}
 	switch r.Decision {
 	case DecisionDone, DecisionRetry, DecisionAbandon:
 	default:

@@ -99,6 +99,14 @@ type Action struct {
 	// RetainUntil is when a finished action may be purged: its own
 	// deadline, set when it finished. Zero while it is not finished.
 	RetainUntil time.Time
+	// RedriveAfter is how long, once released, it waits for a delivery
+	// before it counts as waiting; Redrive says whether the application
+	// that claimed it has a Redrive hook for its kind. Both are recorded
+	// at the claim, so a process that knows nothing of the kind (once
+	// serve) tells a released action its application will re-drive from
+	// one nobody will.
+	RedriveAfter time.Duration
+	Redrive      bool
 }
 
 // ClaimRequest asks a store to claim a key for a new attempt.
@@ -116,10 +124,13 @@ type ClaimRequest struct {
 	// Token is written to the row when the claim wins: a random value
 	// the claimer looks for if the claim's reply is lost.
 	Token string
-	// Recovery and Retention are the kind's, recorded in the row so that
-	// any process applies them.
-	Recovery  Recovery
-	Retention time.Duration
+	// Recovery, Retention, RedriveAfter and Redrive (whether the
+	// application has a Redrive hook for the kind) are the kind's,
+	// recorded in the row so that any process applies them.
+	Recovery     Recovery
+	Retention    time.Duration
+	RedriveAfter time.Duration
+	Redrive      bool
 }
 
 // ClaimResult is what a claim found.
@@ -285,6 +296,19 @@ type Filter struct {
 	Since time.Time
 	// Before keeps actions last updated before it.
 	Before time.Time
+	// Waiting keeps released actions that no delivery has claimed for
+	// longer than their recorded RedriveAfter (DefaultRedriveAfter where
+	// none was recorded), by the database's clock.
+	Waiting bool
+	// OldestFirst lists the least recently updated first, so a limit
+	// keeps what has waited longest.
+	OldestFirst bool
+	// Due keeps actions due for recovery: in flight with a lapsed lease,
+	// or unknown and due for their verifier, by the database's clock.
+	Due bool
+	// Recovery keeps actions that recorded this recovery at their claim;
+	// RecoveryDefault keeps all.
+	Recovery Recovery
 	// Limit caps the number of rows; zero means 100.
 	Limit int
 }

@@ -38,10 +38,14 @@ import (
 	"html/template"
 	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -74,6 +78,12 @@ type Config struct {
 	// Reaper, if not nil, is where the overview reads the last reaper
 	// pass: pass its OnPass to once.ReaperConfig. Nil hides the pass.
 	Reaper *ReaperStatus
+	// AllowedHosts, if not empty, are the only host names (the Host
+	// header, without its port) the console answers; any other gets 421.
+	// A console without a Token bound to loopback should name its own
+	// (127.0.0.1, localhost), so a web page that rebinds a DNS name to
+	// 127.0.0.1 cannot read it or post to it. Empty answers any host.
+	AllowedHosts []string
 }
 
 // Request body limit for POSTs: room for a resolution's result (256 KiB by
@@ -103,6 +113,8 @@ type server struct {
 
 	pages  map[string]*template.Template
 	cssURL string
+	// hosts are Config.AllowedHosts, lowercased; nil allows any.
+	hosts map[string]bool
 }
 
 // New validates cfg and returns the console's handler. It does no I/O.
@@ -160,7 +172,17 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	}
-	return s.mount(securityHeaders(s.authenticate(s.guardWrites(mux)))), nil
+	if len(cfg.AllowedHosts) > 0 {
+		s.hosts = map[string]bool{}
+		for _, h := range cfg.AllowedHosts {
+			h = strings.Trim(h, "[]")
+			if h == "" || net.ParseIP(h) == nil && strings.ContainsAny(h, ":/ ") {
+				return nil, fmt.Errorf("console: Config.AllowedHosts has %q; give host names or addresses without a port", h)
+			}
+			s.hosts[strings.ToLower(h)] = true
+		}
+	}
+	return s.checkHost(textOnly(s.mount(securityHeaders(s.authenticate(s.guardWrites(mux)))))), nil
 }
 
 // cleanPrefix checks Config.Prefix: a path of plain segments, so that it
@@ -187,6 +209,47 @@ func cleanPrefix(p string) (string, error) {
 		}
 	}
 	return p, nil
+}
+
+// textOnly answers 400 for a request whose path or query, decoded, is not
+// text: no key, run id or kind holds invalid UTF-8 or NUL, so such a
+// request names nothing, and the database would refuse it as data.
+func textOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bad := !isText(r.URL.Path)
+		for _, vs := range r.URL.Query() {
+			for _, v := range vs {
+				bad = bad || !isText(v)
+			}
+		}
+		if bad {
+			http.Error(w, "bad request: the URL holds bytes that are not text (invalid UTF-8 or NUL); no key, run or kind has them", http.StatusBadRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// checkHost answers 421 Misdirected Request for a Host that
+// Config.AllowedHosts does not name: a DNS name rebound to this machine
+// is not the console's.
+func (s *server) checkHost(h http.Handler) http.Handler {
+	if s.hosts == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		if !s.hosts[strings.ToLower(strings.Trim(host, "[]"))] {
+			http.Error(w, "misdirected request: this console answers only to "+strings.Join(slices.Sorted(maps.Keys(s.hosts)), ", "), http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // mount serves the console's routes under the prefix: the handler sees

@@ -131,12 +131,15 @@ func (s *server) actions(w http.ResponseWriter, r *http.Request) {
 // formView is a resolve form: where it posts, where it returns, and what
 // the user typed, kept when the form comes back with an error.
 type formView struct {
-	Key    once.Key
-	CSRF   string
-	Next   string
-	Note   string
-	By     string
-	Result string
+	Key once.Key
+	// Attempt is the attempt the page showed; the decision applies only
+	// while the action is still at it.
+	Attempt int
+	CSRF    string
+	Next    string
+	Note    string
+	By      string
+	Result  string
 }
 
 type actionData struct {
@@ -169,6 +172,9 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 		return
 	}
 	form.Key = key
+	if form.Attempt == 0 {
+		form.Attempt = a.Attempt
+	}
 	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg,
 		Data: actionData{Action: a, Events: events, Form: form}})
 }
@@ -207,7 +213,7 @@ type reviewData struct {
 func (s *server) review(w http.ResponseWriter, r *http.Request) {
 	var d reviewData
 	for _, st := range []once.Status{once.StatusReview, once.StatusUnknown} {
-		acts, err := s.client.List(r.Context(), once.Filter{Status: st, Limit: reviewLimit})
+		acts, err := s.client.List(r.Context(), once.Filter{Status: st, Limit: reviewLimit, OldestFirst: true})
 		if err != nil {
 			s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the review queue failed: "+err.Error())
 			return
@@ -243,6 +249,14 @@ func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
 		By:       r.PostFormValue("by"),
 		Result:   []byte(strings.TrimSpace(r.PostFormValue("result"))),
 	}
+	if v := r.PostFormValue("attempt"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.renderError(w, r, http.StatusBadRequest, "Bad request", "The form's attempt is not a number; reload the page and decide again.")
+			return
+		}
+		in.Attempt = n
+	}
 	a, code, err := s.resolve(r.Context(), key, in)
 	switch code {
 	case http.StatusOK:
@@ -253,6 +267,8 @@ func (s *server) resolveForm(w http.ResponseWriter, r *http.Request) {
 	case http.StatusInternalServerError:
 		s.renderError(w, r, code, "Resolution failed", err.Error())
 	default:
+		// The page shows the action as it stands now, and so does the
+		// form it carries (a newer attempt is decided afresh).
 		s.showAction(w, r, key, code, err.Error(), formView{Next: next, Note: in.Note, By: in.By, Result: string(in.Result)})
 	}
 }

@@ -23,6 +23,9 @@ type resolveInput struct {
 	Note     string          `json:"note"`
 	By       string          `json:"by"`
 	Result   json.RawMessage `json:"result"`
+	// Attempt, if set, is the attempt the caller looked at; the decision
+	// applies only while the action is still at it.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // parseDecision reads a decision as a person types or a button sends it.
@@ -49,8 +52,9 @@ func resolution(in resolveInput) (once.Resolution, error) {
 	res := once.Resolution{
 		Decision: d,
 		// Browsers send textarea line breaks as CRLF.
-		Note: strings.TrimSpace(strings.ReplaceAll(in.Note, "\r\n", "\n")),
-		By:   cmp.Or(strings.TrimSpace(in.By), defaultBy),
+		Note:    strings.TrimSpace(strings.ReplaceAll(in.Note, "\r\n", "\n")),
+		By:      cmp.Or(strings.TrimSpace(in.By), defaultBy),
+		Attempt: in.Attempt,
 	}
 	if r := bytes.TrimSpace(in.Result); len(r) > 0 && !bytes.Equal(r, []byte("null")) {
 		res.Result = r

@@ -53,8 +53,8 @@ func (s *server) funcs() template.FuncMap {
 		"resolvable": once.Status.Resolvable,
 		"payload":    showPayload,
 		"prettyJSON": prettyJSON,
-		"form": func(csrf string, key once.Key, next string) formView {
-			return formView{Key: key, CSRF: csrf, Next: next}
+		"form": func(csrf string, a once.Action, next string) formView {
+			return formView{Key: a.Key, Attempt: a.Attempt, CSRF: csrf, Next: next}
 		},
 		"withCSRF": func(f formView, csrf string) formView { f.CSRF = csrf; return f },
 	}

@@ -104,10 +104,15 @@ func (m *Metrics) SetStats(stats StatsSource) {
 }
 
 // ObservePass takes a reaper pass's report, as once.ReaperConfig.OnPass:
-// it sets once_released_waiting.
+// it sets once_released_waiting from a pass that did not fail.
 //
 //	once.NewReaper(c, once.ReaperConfig{OnPass: m.ObservePass})
 func (m *Metrics) ObservePass(rep once.ReapReport, err error) {
+	if err != nil {
+		// A failed pass may not have counted the released actions: keep
+		// the last count rather than clear an alert during an outage.
+		return
+	}
 	m.waiting.Set(float64(rep.Waiting))
 }
 

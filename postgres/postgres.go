@@ -173,7 +173,7 @@ func rejected(err error) bool {
 		pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
 }
 
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_us, retain_until`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_us, retain_until, redrive_after_us, redrive`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
@@ -193,8 +193,9 @@ func buildQueries(table, events string) queries {
 		// flush.
 		claim: r.Replace(`
 WITH claimed AS (
-    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9, $10, $11)
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
+        redrive_after_us, redrive)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
@@ -210,7 +211,8 @@ SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM cla
 WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL
+        hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
+        redrive_after_us = $7, redrive = $8
     WHERE key = $1 AND status = 'released' AND fingerprint = $2
     RETURNING $C
 ), ev AS (
@@ -306,10 +308,11 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	var result []byte
 	var lease, completed, resolved, retain *time.Time
 	var recovery string
-	var retention *int64
+	var retention, redriveAfter *int64
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain,
+		&redriveAfter, &a.Redrive}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -333,6 +336,9 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	if retain != nil {
 		a.RetainUntil = *retain
 	}
+	if redriveAfter != nil {
+		a.RedriveAfter = time.Duration(*redriveAfter) * time.Microsecond
+	}
 	return nil
 }
 
@@ -341,7 +347,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	var res once.ClaimResult
 	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
 		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		recoveryText(req.Recovery), optMicros(req.Retention)),
+		recoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
 		&res.Action, &res.Claimed, &res.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
@@ -356,7 +362,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
-		recoveryText(req.Recovery), optMicros(req.Retention)),
+		recoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -543,9 +549,15 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	clause, args := sqlrows.ListClause(f,
-		func(n int) string { return "$" + strconv.Itoa(n) },
-		func(t time.Time) any { return t })
+	clause, args := sqlrows.ListClause(f, sqlrows.Dialect{
+		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
+		Time:        func(t time.Time) any { return t },
+		Waiting: func(def string) string {
+			return `status = 'released' AND updated_at < now() - coalesce(redrive_after_us, ` + def + `::bigint)::float8 * interval '1 microsecond'`
+		},
+		Duration: func(d time.Duration) any { return d.Microseconds() },
+		Now:      "now()",
+	})
 	return query(ctx, s, scanOne, s.q.list+clause, args...)
 }
 

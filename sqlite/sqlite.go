@@ -254,7 +254,7 @@ const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
 
 // columns is the row as scanAction reads it. The last column tells a NULL
 // payload from an empty one, which the driver returns alike.
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_ms, retain_until, payload IS NULL`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_ms, retain_until, redrive_after_ms, redrive, payload IS NULL`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
 
@@ -275,13 +275,14 @@ func buildQueries(table, events string) queries {
 		// write transaction with selectRow, its fallback when the key is
 		// held, so the standing row it reads is the one the claim lost to.
 		claim: r.Replace(`
-INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11)
+INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
+    redrive_after_ms, redrive)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13)
 ON CONFLICT (key) DO UPDATE
     SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
         claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
         hold_token = NULL, token = excluded.token, recovery = excluded.recovery, retention_ms = excluded.retention_ms,
-        retain_until = NULL
+        retain_until = NULL, redrive_after_ms = excluded.redrive_after_ms, redrive = excluded.redrive
     WHERE status = 'released' AND fingerprint = excluded.fingerprint
 RETURNING $C, $NOW`),
 		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
@@ -354,13 +355,13 @@ func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r
 func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
 	var key, fp, status string
 	var result []byte
-	var lease, completed, resolved, retention, retain sql.NullInt64
+	var lease, completed, resolved, retention, retain, redriveAfter sql.NullInt64
 	var recovery string
 	var created, claimed, updated int64
 	var payloadNull bool
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &created, &claimed, &updated, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain, &payloadNull}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain, &redriveAfter, &a.Redrive, &payloadNull}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
@@ -387,6 +388,9 @@ func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...an
 	}
 	if retain.Valid {
 		a.RetainUntil = msTime(retain.Int64)
+	}
+	if redriveAfter.Valid {
+		a.RedriveAfter = time.Duration(redriveAfter.Int64) * time.Millisecond
 	}
 	return nil
 }
@@ -467,7 +471,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		var now int64
 		err := scanAction(db.QueryRowContext(ctx, s.q.claim,
 			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-			recoveryText(req.Recovery), optMillis(req.Retention)),
+			recoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive),
 			&res.Action, &now)
 		res.Claimed = err == nil
 		if res.Claimed {
@@ -739,9 +743,9 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	clause, args := sqlrows.ListClause(f,
-		func(int) string { return "?" },
-		func(t time.Time) any {
+	clause, args := sqlrows.ListClause(f, sqlrows.Dialect{
+		Placeholder: func(int) string { return "?" },
+		Time: func(t time.Time) any {
 			// Rows hold whole milliseconds: one at or after Since is at
 			// or after Since rounded up to the millisecond.
 			since := t.UnixMilli()
@@ -749,7 +753,13 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 				since++
 			}
 			return since
-		})
+		},
+		Waiting: func(def string) string {
+			return `status = 'released' AND updated_at < ` + nowMS + ` - coalesce(redrive_after_ms, ` + def + `)`
+		},
+		Duration: func(d time.Duration) any { return d.Milliseconds() },
+		Now:      nowMS,
+	})
 	return query(ctx, s, scanOne, s.q.list+clause, args...)
 }
 

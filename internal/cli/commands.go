@@ -10,9 +10,12 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
@@ -125,6 +128,11 @@ func defineLs(fs *flagSet) func(env, []string) error {
 		if *limit <= 0 || *since < 0 {
 			return usagef("--limit must be positive and --since not negative")
 		}
+		for name, v := range map[string]string{"--kind": *kind, "--run": *run} {
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				return usagef("%s is not text (invalid UTF-8 or NUL); no action has such a %s", name, strings.TrimPrefix(name, "--"))
+			}
+		}
 		d, err := open(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
@@ -148,17 +156,40 @@ func defineLs(fs *flagSet) func(env, []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED")
 		for _, a := range acts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", view.ShortKey(a.Key), a.Status, a.Kind, clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", view.ShortKey(a.Key), a.Status, safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt))
 		}
 		return tw.Flush()
 	}
 }
 
+// clip shortens s to n runes, made safe for a terminal.
 func clip(s string, n int) string {
+	s = safe(s)
 	if len([]rune(s)) <= n {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// safe makes stored text fit for a terminal line: a provider's error, a
+// note, a target may hold line breaks, tabs and escape sequences, which
+// would forge lines of a trail or drive the terminal. Control characters
+// are written as Go escapes (\n, \t, \x1b); the JSON output is
+// untouched.
+func safe(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // findKey accepts a full key or an unambiguous prefix of at least 8
@@ -206,7 +237,7 @@ func defineShow(fs *flagSet) func(env, []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		row := func(k, v string) {
 			if v != "" {
-				fmt.Fprintf(tw, "%s\t%s\n", k, v)
+				fmt.Fprintf(tw, "%s\t%s\n", k, safe(v))
 			}
 		}
 		row("key", string(a.Key))
@@ -233,7 +264,7 @@ func defineShow(fs *flagSet) func(env, []string) error {
 			if ev.From != "" {
 				move = string(ev.From) + " → " + move
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), ev.Type, ev.Attempt, move, ev.Actor, ev.Note)
+			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), ev.Type, ev.Attempt, move, safe(ev.Actor), safe(ev.Note))
 		}
 		return tw.Flush()
 	}
@@ -247,10 +278,11 @@ func defineResolve(fs *flagSet) func(env, []string) error {
 	result := fs.String("result", "", "with --done: the result to store, as `JSON`")
 	note := fs.String("note", "", "a `TEXT` saying why: what you checked, for the next person who reads the trail")
 	by := fs.String("by", "", "who decides: a `NAME` (default $USER, or cli)")
+	attempt := fs.Int("attempt", 0, "decide only if the action is still at attempt `N`, the one you looked at (`once show` prints it); zero decides whatever attempt stands")
 	fs.exactlyOne("done", "retry", "abandon")
 	fs.require("note")
 	return func(e env, args []string) error {
-		r := once.Resolution{Note: *note, By: *by}
+		r := once.Resolution{Note: *note, By: *by, Attempt: *attempt}
 		switch {
 		case *done:
 			r.Decision = once.DecisionDone
@@ -286,7 +318,7 @@ func defineResolve(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s is now %s (resolved by %s)\n", a.Key, a.Status, a.ResolvedBy)
+		fmt.Fprintf(e.stdout, "%s is now %s (resolved by %s)\n", a.Key, a.Status, safe(a.ResolvedBy))
 		return nil
 	}
 }
@@ -309,10 +341,16 @@ func defineReap(fs *flagSet) func(env, []string) error {
 				view.Encode(e.stdout, rep)
 				return
 			}
-			fmt.Fprintf(e.stdout, "%s examined %d: review %d, released %d, verified %d, deferred %d, moved on %d\n",
-				time.Now().UTC().Format(time.TimeOnly), rep.Examined, rep.Review, rep.Released, rep.Verified, rep.Deferred, rep.Changed)
+			fmt.Fprintf(e.stdout, "%s examined %d: review %d, released %d, verified %d, deferred %d, moved on %d; re-driven %d, waiting %d\n",
+				time.Now().UTC().Format(time.TimeOnly), rep.Examined, rep.Review, rep.Released, rep.Verified, rep.Deferred, rep.Changed, rep.Redriven, rep.Waiting)
 			for _, k := range slices.Sorted(maps.Keys(rep.ByKind)) {
 				fmt.Fprintf(e.stdout, "  %s: %d\n", k, rep.ByKind[k])
+			}
+			if rep.Waiting > 0 {
+				fmt.Fprintf(e.stdout, "  %d released actions wait for a delivery nobody will make (this command has no Redrive hooks, nor did their application): publish their jobs again, or run a reaper in the application; `once ls --status released` lists them\n", rep.Waiting)
+			}
+			if rep.AwaitingVerifier > 0 {
+				fmt.Fprintf(e.stdout, "  %d actions due for recovery under verify_then_decide were left alone: only a process that holds their kind's verifier decides them; run a reaper in the application\n", rep.AwaitingVerifier)
 			}
 		}
 		if *every == 0 {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,7 +75,17 @@ func serve(e env, url, addr, token string, reapEvery time.Duration) error {
 			return err
 		}
 	}
-	h, err := console.New(console.Config{Client: d.client, Registry: reg, Token: token, Logger: log, Reaper: status})
+	var hosts []string
+	if token == "" {
+		// Without a token the console answers only to its own loopback
+		// names: a web page that rebinds a DNS name to 127.0.0.1 must not
+		// read it or post to it.
+		hosts = []string{"127.0.0.1", "::1", "localhost"}
+		if host != "" && !slices.Contains(hosts, host) {
+			hosts = append(hosts, host)
+		}
+	}
+	h, err := console.New(console.Config{Client: d.client, Registry: reg, Token: token, Logger: log, Reaper: status, AllowedHosts: hosts})
 	if err != nil {
 		return err
 	}

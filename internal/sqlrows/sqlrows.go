@@ -68,11 +68,27 @@ func Event[A any](at func(A) time.Time) func(Rows) (once.Event, error) {
 	}
 }
 
+// Dialect is how a store writes what ListClause needs.
+type Dialect struct {
+	// Placeholder writes the n-th (from 1) parameter marker.
+	Placeholder func(n int) string
+	// Time converts Filter.Since and Filter.Before to the column's type,
+	// rounding up to its precision.
+	Time func(time.Time) any
+	// Waiting is the condition for Filter.Waiting, given the marker of
+	// a parameter that holds DefaultRedriveAfter (in Duration's form).
+	Waiting func(defaultMarker string) string
+	// Duration converts a duration to the form the store keeps them in.
+	Duration func(time.Duration) any
+	// Now is the database's clock, as an SQL expression in the form
+	// the store keeps times in.
+	Now string
+}
+
 // ListClause renders f as the WHERE, ORDER BY and LIMIT that follow the
-// list query, with its arguments. placeholder writes the n-th (from 1)
-// parameter marker; since converts Filter.Since and Filter.Before to the
-// column's type, rounding up to its precision.
-func ListClause(f once.Filter, placeholder func(n int) string, since func(time.Time) any) (string, []any) {
+// list query, with its arguments.
+func ListClause(f once.Filter, d Dialect) (string, []any) {
+	placeholder, since := d.Placeholder, d.Time
 	var where []string
 	var args []any
 	add := func(column string, v any) {
@@ -96,6 +112,16 @@ func ListClause(f once.Filter, placeholder func(n int) string, since func(time.T
 		args = append(args, since(f.Before))
 		where = append(where, "updated_at < "+placeholder(len(args)))
 	}
+	if f.Due {
+		where = append(where, "status IN ('in_flight', 'unknown') AND lease_until <= "+d.Now)
+	}
+	if f.Recovery != once.RecoveryDefault {
+		add("recovery", f.Recovery.String())
+	}
+	if f.Waiting {
+		args = append(args, d.Duration(once.DefaultRedriveAfter))
+		where = append(where, d.Waiting(placeholder(len(args))))
+	}
 	if f.KeyPrefix != "" {
 		// A range on the primary key, which both databases answer from
 		// its index: keys are lowercase hex, and "g" sorts after "f".
@@ -110,6 +136,10 @@ func ListClause(f once.Filter, placeholder func(n int) string, since func(time.T
 	if len(where) > 0 {
 		b.WriteString(" WHERE " + strings.Join(where, " AND "))
 	}
-	b.WriteString(" ORDER BY updated_at DESC, key LIMIT " + strconv.Itoa(limit))
+	order := " ORDER BY updated_at DESC, key"
+	if f.OldestFirst {
+		order = " ORDER BY updated_at, key"
+	}
+	b.WriteString(order + " LIMIT " + strconv.Itoa(limit))
 	return b.String(), args
 }

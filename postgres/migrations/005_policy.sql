@@ -5,7 +5,11 @@
 ALTER TABLE {{.Table "action"}}
     ADD COLUMN recovery     text        NOT NULL DEFAULT '',
     ADD COLUMN retention_us bigint,
-    ADD COLUMN retain_until timestamptz;
+    ADD COLUMN retain_until timestamptz,
+    -- How long a released action waits for a delivery before it counts
+    -- as waiting, and whether the application re-drives it (has a hook).
+    ADD COLUMN redrive_after_us bigint,
+    ADD COLUMN redrive boolean NOT NULL DEFAULT false;
 
 -- Rows finished before this migration keep the default retention.
 UPDATE {{.Table "action"}} SET retain_until = coalesce(completed_at, updated_at) + interval '30 days'
@@ -13,3 +17,6 @@ WHERE status IN ('succeeded', 'failed');
 
 -- Purge's query: finished actions by their own deadline.
 CREATE INDEX {{.Index "action_retain"}} ON {{.Table "action"}} (retain_until) WHERE retain_until IS NOT NULL;
+
+-- Released actions waiting for a delivery, oldest first.
+CREATE INDEX {{.Index "action_released"}} ON {{.Table "action"}} (updated_at) WHERE status = 'released';
