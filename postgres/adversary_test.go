@@ -1,0 +1,119 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
+)
+
+// A worker is cut off from the database by a half-open partition while
+// its effect runs. Its heartbeat timer stops the effect, which knows it
+// sent nothing and says RetryLater. Meanwhile its lease lapses and the
+// reaper releases the action (RetryWithProviderKey) for the next
+// delivery. The partition heals and the worker records its release: it
+// is fenced (the row is already released at its attempt), and Dispose
+// tells it to ack, because "a newer attempt, from another delivery, owns
+// it". There is no newer attempt and no other delivery: the job that
+// could run the action is acked, the action stays released, and with no
+// Redrive hook (the default) nothing ever runs it.
+func TestAdversaryFencedReleaseIsAcked(t *testing.T) {
+	t.Parallel()
+	pol := once.KindPolicy{Recovery: once.RetryWithProviderKey, Lease: 600 * time.Millisecond, MaxExecution: 30 * time.Second}
+	cut, direct, proxy, s := faultClients(t, once.Config{Default: pol, RecordTimeout: 10 * time.Second})
+	reaper, err := once.NewReaper(direct, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := once.Intent{Run: "adv-fenced-ack", Kind: "charge", Target: "cus_1"}
+	k, _, _ := once.KeyOf(in)
+	_, err = once.Do(ctx, cut, in, func(ectx context.Context, a once.Attempt) (string, error) {
+		proxy.Blackout(true)
+		<-ectx.Done() // the heartbeat's timer: no heartbeat got through for a lease
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, err := reaper.RunOnce(ctx); err != nil {
+				t.Errorf("reaper: %v", err)
+			}
+			if a, err := s.Get(ctx, k); err == nil && a.Status == once.StatusReleased {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the reaper never released the lapsed claim")
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		proxy.Blackout(false)
+		proxy.Reset()
+		return "", once.RetryLater(context.Cause(ectx))
+	})
+	a, gerr := s.Get(ctx, k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	d := once.Dispose(err)
+	t.Logf("Do = %v; Dispose = %s (%s); stored %s attempt %d", err, d.Action, d.Reason, a.Status, a.Attempt)
+	if d.Action == once.JobAck && a.Status == once.StatusReleased && a.Attempt == 1 {
+		t.Fatalf("the worker is told to ack its job while the action is released at its own attempt and no other delivery exists: nothing will run it")
+	}
+}
+
+// The reaper's calls have no deadline of their own: a connection that
+// hangs instead of failing (a half-open TCP connection, a stuck proxy)
+// holds a pass forever, and Start never makes another. Every action whose
+// worker died after that is left in flight for good.
+func TestAdversaryHungReaperCall(t *testing.T) {
+	t.Parallel()
+	pol := once.KindPolicy{Lease: 300 * time.Millisecond}
+	cut, _, proxy, s := faultClients(t, once.Config{Default: pol})
+	passes := make(chan error, 100)
+	reaper, err := once.NewReaper(cut, once.ReaperConfig{Interval: 50 * time.Millisecond, OnPass: func(_ once.ReapReport, err error) {
+		select {
+		case passes <- err:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next statement that takes due actions commits and its reply
+	// never comes.
+	hung := proxy.HangAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
+	ctx := context.Background()
+	if err := reaper.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		proxy.Close() // ends the hung call, so Stop can return
+		reaper.Stop()
+	}()
+	select {
+	case <-hung:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reaper's statement was never hung")
+	}
+	// A worker claims and dies.
+	in := once.Intent{Run: "adv-hung-reaper", Kind: "send_email", Target: "ada@example.com"}
+	k, fp, _ := once.KeyOf(in)
+	if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond, Token: "dead-worker"}); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v, %v", cr, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status != once.StatusInFlight {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after its worker died the action is still %s: the reaper's pass hung on one call and no pass ran since (%d passes completed)", a.Status, len(passes))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
