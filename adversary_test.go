@@ -135,3 +135,54 @@ func TestAdversaryPauseBeforeEffectRunsTwice(t *testing.T) {
 		t.Fatalf("effect calls %v, provider charged by attempts %v (worker 1 returned %v): worker 1's effect was called after its claim had lapsed and attempt 2 had run", calls, charged, err1)
 	}
 }
+
+// An action recorded VerifyThenDecide when it was claimed; the outcome
+// was unknown. Then the application stopped verifying that kind (a new
+// release configures it RetryWithProviderKey, or drops the verifier), so
+// no process holds its verifier any more. Recoverable leaves such a row
+// to processes that hold the verifier, so neither the worker's inline
+// recovery nor the reaper ever takes it: every redelivery is answered
+// "unknown, due now" (Dispose: retry at once), the reaper examines
+// nothing, and the action stays unknown for good without a person being
+// asked.
+func TestAdversaryRecordedVerifierNobodyHolds(t *testing.T) {
+	verifier := func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, nil }
+	v1, s := newClient(t, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide, Verifier: verifier, Lease: time.Second}})
+	in := once.Intent{Run: "adv-no-verifier", Kind: "charge", Target: "cus_1"}
+	ctx := context.Background()
+	if _, err := once.Do(ctx, v1, in, func(context.Context, once.Attempt) (string, error) {
+		return "", errors.New("provider timed out")
+	}); !errors.Is(err, once.ErrOutcomeUnknown) {
+		t.Fatalf("first delivery = %v, want an unknown outcome", err)
+	}
+	// The next release: the kind is retried with the provider's key.
+	v2, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{"charge": {Recovery: once.RetryWithProviderKey, Lease: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaper, err := once.NewReaper(v2, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	examined := 0
+	for range 20 {
+		time.Sleep(50 * time.Millisecond)
+		_, last = once.Do(ctx, v2, in, func(context.Context, once.Attempt) (string, error) { return "charged", nil })
+		rep, err := reaper.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		examined += rep.Examined
+	}
+	k := mustKey(t, in)
+	a, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status == once.StatusUnknown || a.Status == once.StatusInFlight {
+		d := once.Dispose(last)
+		t.Fatalf("after 20 deliveries and reaper passes over 1s the action is still %s (reaper examined %d); the last delivery got %v, disposed %s after %v: no process will ever take it",
+			a.Status, examined, last, d.Action, d.After)
+	}
+}
