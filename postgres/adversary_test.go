@@ -117,3 +117,68 @@ func TestAdversaryHungReaperCall(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A worker's effect is slow and its lease lapses (a partition cuts its
+// heartbeats); recovery puts it up for review, a person abandons it, and
+// an operator purges finished actions (once purge --older-than). Then the
+// partition heals and the worker's effect, which did happen, returns. Its
+// late success finds no row: recordLate reports the NotFound as a
+// *RecordError, Dispose says retry ("the next delivery finds the claim
+// and recovery decides"), and the next delivery finds no claim, claims
+// afresh and runs the effect a second time.
+func TestAdversaryLateSuccessAfterPurgeRunsAgain(t *testing.T) {
+	t.Parallel()
+	pol := once.KindPolicy{Lease: 600 * time.Millisecond, MaxExecution: 30 * time.Second}
+	cut, direct, proxy, s := faultClients(t, once.Config{Default: pol, RecordTimeout: 10 * time.Second})
+	reaper, err := once.NewReaper(direct, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := once.Intent{Run: "adv-purged", Kind: "send_email", Target: "ada@example.com"}
+	k, _, _ := once.KeyOf(in)
+	sent := 0
+	_, err = once.Do(ctx, cut, in, func(ectx context.Context, a once.Attempt) (string, error) {
+		proxy.Blackout(true)
+		<-ectx.Done()
+		sent++ // the SMTP server had already accepted the message
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, err := reaper.RunOnce(ctx); err != nil {
+				t.Errorf("reaper: %v", err)
+			}
+			if a, err := s.Get(ctx, k); err == nil && a.Status == once.StatusReview {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the reaper never put the lapsed claim up for review")
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := direct.Resolve(ctx, k, once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "customer cancelled"}); err != nil {
+			t.Errorf("resolve: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		if n, err := direct.Purge(ctx, once.PurgeOptions{OlderThan: time.Millisecond}); err != nil || n != 1 {
+			t.Errorf("purge = %d, %v", n, err)
+		}
+		proxy.Blackout(false)
+		proxy.Reset()
+		return "250 OK", nil
+	})
+	d := once.Dispose(err)
+	t.Logf("late worker: Do = %v; Dispose = %s (%s)", err, d.Action, d.Reason)
+	if d.Action == once.JobRetry {
+		// The queue delivers the job again.
+		if _, err := once.Do(ctx, direct, in, func(context.Context, once.Attempt) (string, error) {
+			sent++
+			return "250 OK", nil
+		}); err != nil {
+			t.Logf("redelivery: %v", err)
+		}
+	}
+	if sent != 1 {
+		t.Fatalf("the message was sent %d times: the late success of a purged action was reported unrecorded and retried", sent)
+	}
+}
