@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -180,5 +182,62 @@ func TestAdversaryLateSuccessAfterPurgeRunsAgain(t *testing.T) {
 	}
 	if sent != 1 {
 		t.Fatalf("the message was sent %d times: the late success of a purged action was reported unrecorded and retried", sent)
+	}
+}
+
+// The worker's unknown outcome (VerifyThenDecide) commits and its reply
+// is lost; before its retry gets through, the reaper asks the verifier,
+// which finds no trace, and releases the action, writing a token of its
+// own. The retry is refused (the row is no longer in flight) and the
+// read-back compares tokens: the reaper's replaced the worker's, so the
+// worker concludes its outcome was never recorded, returns *FencedError,
+// and Dispose says ack. The trail shows the worker's outcome recorded;
+// the action is released at the worker's own attempt and no delivery
+// is left to run it.
+func TestAdversaryRecordReadBackAfterRecoveryOverwrote(t *testing.T) {
+	t.Parallel()
+	noTrace := func(context.Context, once.Action) (bool, json.RawMessage, error) { return false, nil, nil }
+	pol := once.KindPolicy{Recovery: once.VerifyThenDecide, Verifier: noTrace, Lease: 2 * time.Second, MaxExecution: 5 * time.Second}
+	cut, direct, proxy, s := faultClients(t, once.Config{Default: pol, RecordTimeout: 10 * time.Second})
+	reaper, err := once.NewReaper(direct, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := once.Intent{Run: "adv-readback", Kind: "charge", Target: "cus_1"}
+	k, _, _ := once.KeyOf(in)
+	lost := proxy.CutAfter([]byte("WITH u AS ("), faultproxy.PostgresReady)
+	go func() {
+		<-lost
+		proxy.Blackout(true) // the worker's retry waits out its deadline
+		defer func() {
+			proxy.Blackout(false)
+			proxy.Reset()
+		}()
+		time.Sleep(10 * time.Millisecond)
+		rep, err := reaper.RunOnce(ctx)
+		if err != nil || rep.Released != 1 {
+			t.Errorf("reaper = %+v, %v; want the unknown outcome released", rep, err)
+		}
+	}()
+	_, err = once.Do(ctx, cut, in, func(context.Context, once.Attempt) (string, error) {
+		return "", errors.New("provider timed out")
+	})
+	a, gerr := s.Get(ctx, k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	evs, _ := s.Events(ctx, k)
+	var trail []string
+	for _, e := range evs {
+		trail = append(trail, string(e.Type)+"/"+e.Actor)
+	}
+	d := once.Dispose(err)
+	t.Logf("Do = %v; Dispose = %s; stored %s attempt %d; trail %v", err, d.Action, a.Status, a.Attempt, trail)
+	if errors.Is(err, once.ErrFenced) {
+		t.Errorf("the worker's outcome is in the trail, yet Do says it was superseded and not recorded")
+	}
+	if d.Action == once.JobAck && a.Status == once.StatusReleased && a.Attempt == 1 {
+		t.Errorf("the worker is told to ack while the action is released at its own attempt: nothing will run it")
 	}
 }
