@@ -1,6 +1,7 @@
 package once
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,9 @@ type Config struct {
 	// a claim on a key that a caller's open transaction (DoTx) holds
 	// waits on its row lock, and after this long Do answers
 	// *InFlightError instead of holding a connection for as long as the
-	// transaction lasts. Zero means DefaultClaimTimeout (5 seconds).
+	// transaction lasts. It bounds each call recovery and Resolve make
+	// too, so one connection that hangs instead of failing cannot stop
+	// the reaper. Zero means DefaultClaimTimeout (5 seconds).
 	ClaimTimeout time.Duration
 	// RecordTimeout bounds how long Do keeps retrying to record an
 	// outcome when the database is unreachable. Zero means
@@ -69,7 +72,7 @@ type Client struct {
 	claimTimeout  time.Duration
 	log           *slog.Logger
 	hooks         Hooks
-	// verifiable names the kinds whose verifier this client holds.
+	// verifiable says which VerifyThenDecide actions this client takes.
 	verifiable Verifiable
 }
 
@@ -114,18 +117,24 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.kinds[kind] = p
 	}
+	// A process takes the VerifyThenDecide actions of the kinds it names
+	// (deciding them with their verifier, or asking a person when it
+	// configures the kind without one), and of every other kind when its
+	// Default has a verifier; the rest wait for a process that does.
 	c.verifiable.Others = c.def.Verifier != nil
-	for kind, p := range c.kinds {
-		if p.Verifier != nil {
-			c.verifiable.Kinds = append(c.verifiable.Kinds, kind)
-		} else {
-			c.verifiable.Except = append(c.verifiable.Except, kind)
-		}
+	for kind := range c.kinds {
+		c.verifiable.Kinds = append(c.verifiable.Kinds, kind)
+		c.verifiable.Except = append(c.verifiable.Except, kind)
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c, nil
+}
+
+// call bounds one store call that recovery or a resolution makes.
+func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.claimTimeout)
 }
 
 func orDefault[N int | time.Duration](v, d N) N {

@@ -54,7 +54,8 @@ type Disposition struct {
 //
 //	err == nil                               ack
 //	*FailedError (ErrFailed)                 ack: failed for good, recorded
-//	*FencedError (ErrFenced)                 ack: a newer attempt, from another delivery, owns it
+//	*FencedError, outcome succeeded/failed   ack: the effect's fate is known; the action moved on
+//	*FencedError, any other outcome          retry: the next delivery finds where the action stands
 //	*InFlightError (ErrInFlight)             retry after the lease runs out
 //	ErrRetryLater (released)                 retry: the next delivery runs it
 //	*UnknownOutcomeError, released           retry: the next delivery runs it with the same provider key
@@ -82,7 +83,16 @@ func Dispose(err error) Disposition {
 	case errors.As(err, &record):
 		return Disposition{Action: JobRetry, Reason: "the outcome could not be recorded; the next delivery finds the claim and recovery decides"}
 	case errors.As(err, &fenced):
-		return Disposition{Action: JobAck, Reason: "a newer attempt of this action, from another delivery, owns it"}
+		if fenced.Outcome == StatusSucceeded || fenced.Outcome == StatusFailed {
+			// This worker knows how the effect ended; the action moved
+			// on (a newer attempt, or it was purged): nothing to finish.
+			return Disposition{Action: JobAck, Reason: "superseded after the effect's outcome was known (" + string(fenced.Outcome) + ")"}
+		}
+		// Superseded with the outcome unknown or unrun: recovery may
+		// have released it with nobody to deliver it again. A retried
+		// delivery is harmless: it replays, meets the claim, or runs the
+		// released action.
+		return Disposition{Action: JobRetry, Reason: "superseded before its outcome was known; the next delivery finds where the action stands"}
 	case errors.As(err, &inFlight):
 		d := time.Until(inFlight.LeaseUntil)
 		if inFlight.Expired || d < 0 {

@@ -342,7 +342,9 @@ func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
 	if t.Token == "" {
 		t.Token = newToken()
 	}
-	ok, err := c.store.Transition(ctx, t)
+	cctx, cancel := c.call(ctx)
+	ok, err := c.store.Transition(cctx, t)
+	cancel()
 	if err != nil {
 		if _, mine := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
 			return true, nil
@@ -406,24 +408,15 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		// for the next delivery instead of leaving a claim nobody holds.
 		return c.releaseUnrun(ctx, pol, a, err)
 	}
-	if time.Until(sent.Add(pol.Lease-pol.margin())) < pol.Lease/3 {
-		// The claim's reply took so long (the database held it up) that
-		// this process cannot count on the lease it wrote: renew it
-		// before the effect starts, rather than start an effect its own
-		// timer would stop at once.
-		renewed := time.Now()
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pol.Lease/3)
-		_, held, err := c.store.Heartbeat(hctx, a.Key, a.Attempt, pol.storedLease())
-		cancel()
-		switch {
-		case err != nil:
-			return outcome{key: a.Key, attempt: a.Attempt, err: fmt.Errorf("once: action %s attempt %d: the claim came back too late to run on and could not be renewed: %w; nothing ran, and recovery applies when its lease expires", a.Key, a.Attempt, err)}
-		case !held:
-			return outcome{key: a.Key, attempt: a.Attempt, err: &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight}}
-		}
-		sent = renewed
-	}
 	ctx, end := c.started(ctx, a)
+	unrun := func(o outcome) outcome {
+		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Recovery: pol.Recovery}, o.err)
+		return o
+	}
+	sent, err := c.freshen(ctx, pol, a, sent)
+	if err != nil {
+		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
+	}
 	started := time.Now()
 	settle := func(value any, err error) outcome {
 		o, obs := c.settle(ctx, pol, a, value, err, time.Since(started))
@@ -435,7 +428,39 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		// happened. Record that honestly before the panic goes on.
 		settle(nil, fmt.Errorf("panic: %v", p))
 	})
+	if errors.Is(err, errLeaseSpent) {
+		// The process stalled between the claim and the effect for
+		// longer than the lease allows: recovery may already be running
+		// another attempt, so this one must not start. Nothing ran.
+		return unrun(c.releaseUnrun(ctx, pol, a, err))
+	}
 	return settle(value, err)
+}
+
+// errLeaseSpent is run's answer when the lease ran out before the effect
+// could start.
+var errLeaseSpent = errors.New("the claim's lease ran out before the effect started")
+
+// freshen renews the claim's lease before the effect starts when too
+// little of it is left to run on: the claim's reply, a verifier before a
+// takeover, or a hook held this process up. It returns when the lease
+// now counts from. A claim found lost is a *FencedError; a renewal that
+// cannot reach the database is an error, and nothing runs.
+func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (time.Time, error) {
+	if time.Until(sent.Add(pol.Lease-pol.margin())) >= pol.Lease/3 {
+		return sent, nil
+	}
+	renewed := time.Now()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pol.Lease/3)
+	_, held, err := c.store.Heartbeat(hctx, a.Key, a.Attempt, pol.storedLease())
+	cancel()
+	switch {
+	case err != nil:
+		return sent, fmt.Errorf("once: action %s attempt %d: too little of the claim's lease was left to run on, and it could not be renewed: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, err)
+	case !held:
+		return sent, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight}
+	}
+	return renewed, nil
 }
 
 // releaseUnrun releases a won claim whose effect never ran.
@@ -481,6 +506,13 @@ func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt,
 			panic(p)
 		}
 	}()
+	if time.Since(sent) >= pol.Lease-pol.margin() {
+		// Stalled since the lease was last renewed (a GC pause, a
+		// stopped process): the timer has not fired yet, but the lease
+		// is spent. Do not start.
+		returned = true
+		return nil, errLeaseSpent
+	}
 	value, err = fn(runCtx, att)
 	returned = true
 	return value, err
@@ -621,6 +653,12 @@ func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transi
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
 		cur, err := c.store.Get(gctx, a.Key)
 		cancel()
+		if errors.Is(err, ErrNotFound) {
+			// Purged since: the action is gone, and no record of this
+			// attempt can stand. The outcome is refused, not unrecorded
+			// (nothing is in flight to wait for).
+			return t, false, nil
+		}
 		if err != nil {
 			return t, false, err
 		}
@@ -666,13 +704,9 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 		ok, err := c.store.Transition(tctx, t)
 		cancelTry()
 		if err == nil {
-			if !ok && lastErr != nil {
-				// An earlier try may have committed and lost its reply:
-				// then the row carries its token (and a person's
-				// decision since would have replaced it).
-				if cur, gerr := c.store.Get(rctx, t.Key); gerr == nil && cur.Token == t.Token {
-					return t, true, nil
-				}
+			if !ok && lastErr != nil && c.recorded(rctx, t) {
+				// An earlier try committed and lost its reply.
+				return t, true, nil
 			}
 			return t, ok, nil
 		}
@@ -699,6 +733,34 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// recorded reports whether t, tried before with a lost reply, was
+// applied: the row still carries its token, or, if a decision has
+// written over the row since (recovery released it, a person resolved
+// it), the trail holds t's event, which only this attempt's worker
+// writes.
+func (c *Client) recorded(ctx context.Context, t Transition) bool {
+	cur, err := c.store.Get(ctx, t.Key)
+	if err != nil {
+		return false
+	}
+	if cur.Token == t.Token {
+		return true
+	}
+	if cur.Attempt != t.Attempt {
+		return false
+	}
+	evs, err := c.store.Events(ctx, t.Key)
+	if err != nil {
+		return false
+	}
+	for _, e := range evs {
+		if e.Attempt == t.Attempt && e.Actor == t.Event.Actor && e.Type == t.Event.Type && e.From == t.Event.From && e.To == t.To {
+			return true
+		}
+	}
+	return false
 }
 
 // placeholder is t with what the database refused taken out: its texts

@@ -131,7 +131,9 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	var dueBy time.Time
 	for taken := 0; taken < r.cfg.MaxPerPass; taken++ {
 		token := newToken()
-		got, now, err := r.c.store.Recoverable(ctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
+		cctx, cancel := r.c.call(ctx)
+		got, now, err := r.c.store.Recoverable(cctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
+		cancel()
 		if err != nil {
 			return rep, cmp.Or(firstErr, fmt.Errorf("once: reaper: %w", err))
 		}
@@ -170,7 +172,9 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 // RedriveAfter before it is re-driven again; the mark is fenced by the
 // attempt and the status, so an action claimed meanwhile is left alone.
 func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
-	acts, err := r.c.Waiting(ctx, r.cfg.MaxPerPass)
+	cctx, cancel := r.c.call(ctx)
+	acts, err := r.c.Waiting(cctx, r.cfg.MaxPerPass)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("once: reaper: listing released actions: %w", err)
 	}
@@ -208,7 +212,9 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 // reaper may not take, so an operator running one without the
 // application's verifiers is told they wait for another process.
 func (r *Reaper) countUnverifiable(ctx context.Context, rep *ReapReport) error {
-	acts, err := r.c.store.List(ctx, Filter{Due: true, Recovery: VerifyThenDecide, OldestFirst: true, Limit: r.cfg.MaxPerPass})
+	cctx, cancel := r.c.call(ctx)
+	acts, err := r.c.store.List(cctx, Filter{Due: true, Recovery: VerifyThenDecide, OldestFirst: true, Limit: r.cfg.MaxPerPass})
+	cancel()
 	if err != nil {
 		return fmt.Errorf("once: reaper: counting actions awaiting a verifier: %w", err)
 	}

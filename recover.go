@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -51,7 +52,9 @@ type recovery struct {
 // under fencing.
 func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key) (recovery, error) {
 	token := newToken()
-	got, _, err := c.store.Recoverable(ctx, RecoverRequest{Key: key, Limit: 1, Hold: pol.hold(), Token: token, Verifiable: c.verifiable})
+	cctx, cancel := c.call(ctx)
+	got, _, err := c.store.Recoverable(cctx, RecoverRequest{Key: key, Limit: 1, Hold: pol.hold(), Token: token, Verifiable: c.verifiable})
+	cancel()
 	if err != nil {
 		return recovery{}, fmt.Errorf("once: recovering action %s: %w", key, err)
 	}
@@ -87,16 +90,19 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	if a.Recovery != RecoveryDefault {
 		pol.Recovery = a.Recovery
 	}
-	if pol.Recovery == VerifyThenDecide && pol.Verifier == nil {
-		// Only a process that holds the kind's verifier decides it
-		// (Recoverable does not hand such actions to others); the hold
-		// runs out and the action is due again for one that does.
-		return decChanged, nil, nil
-	}
 	reason := a.Error
 	if a.Status == StatusInFlight {
 		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
+	}
+	if pol.Recovery == VerifyThenDecide && pol.Verifier == nil {
+		// Recorded VerifyThenDecide, taken by a process that configures
+		// the kind without a verifier (the application changed its
+		// policy): it cannot ask the provider, and must not guess, so a
+		// person decides. Processes that know nothing of the kind never
+		// take such an action (Recoverable).
+		pol.Recovery = AskPerson
+		reason = strings.TrimPrefix(reason+"; ", "; ") + fmt.Sprintf("recorded verify_then_decide, but this process configures %s without a verifier", a.Kind)
 	}
 	// Hold makes every decision conditional on the hold this caller took:
 	// a worker whose heartbeat came back, or a second recoverer after the

@@ -60,7 +60,9 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if err := c.ValidateResolution(r); err != nil {
 		return Action{}, err
 	}
-	a, err := c.store.Get(ctx, key)
+	gctx, cancel := c.call(ctx)
+	a, err := c.store.Get(gctx, key)
+	cancel()
 	if err != nil {
 		return Action{}, err
 	}

@@ -252,9 +252,9 @@ type RecoverRequest struct {
 	Token string
 }
 
-// Verifiable names the kinds whose verifier a process holds: Kinds, and,
-// when Others is true (Config.Default has a verifier), every kind not in
-// Except.
+// Verifiable names the kinds whose VerifyThenDecide actions a process
+// takes: Kinds (those it configures), and, when Others is true
+// (Config.Default has a verifier), every kind not in Except.
 type Verifiable struct {
 	Kinds  []string
 	Others bool

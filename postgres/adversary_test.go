@@ -71,7 +71,8 @@ func TestAdversaryFencedReleaseIsAcked(t *testing.T) {
 func TestAdversaryHungReaperCall(t *testing.T) {
 	t.Parallel()
 	pol := once.KindPolicy{Lease: 300 * time.Millisecond}
-	cut, _, proxy, s := faultClients(t, once.Config{Default: pol})
+	// Each of the reaper's calls is bounded by ClaimTimeout.
+	cut, _, proxy, s := faultClients(t, once.Config{Default: pol, ClaimTimeout: time.Second})
 	passes := make(chan error, 100)
 	reaper, err := once.NewReaper(cut, once.ReaperConfig{Interval: 50 * time.Millisecond, OnPass: func(_ once.ReapReport, err error) {
 		select {

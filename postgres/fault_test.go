@@ -77,3 +77,26 @@ func proxiedStore(t *testing.T, schema string) (*postgres.Store, *faultproxy.Pro
 	})
 	return s, p
 }
+
+// faultClients returns a client over a store reached through a fault
+// proxy, one over a direct store on the same schema, the proxy, and the
+// direct store.
+func faultClients(t *testing.T, cfg once.Config) (cut, direct *once.Client, proxy *faultproxy.Proxy, s once.Store) {
+	t.Helper()
+	d, schema := newStore(t)
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ps, proxy := proxiedStore(t, schema)
+	cfg.Store = ps
+	cut, err := once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = d
+	direct, err = once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cut, direct, proxy, d
+}
