@@ -132,6 +132,13 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// takesVerify reports whether this client takes the VerifyThenDecide
+// actions of kind (see Verifiable).
+func (c *Client) takesVerify(kind string) bool {
+	_, named := c.kinds[kind]
+	return named || c.def.Verifier != nil
+}
+
 // call bounds one store call that recovery or a resolution makes.
 func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.claimTimeout)

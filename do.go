@@ -380,7 +380,16 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		observe(EventConflict)
 		o.err = &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
 	case StatusUnknown:
-		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown, Due: a.LeaseUntil}
+		due := a.LeaseUntil
+		if a.Recovery == VerifyThenDecide && !c.takesVerify(a.Kind) {
+			// This process will not decide it (it knows nothing of the
+			// kind); a delivery sent back at once would only loop. Come
+			// back a lease from now.
+			if later := cr.Now.Add(c.Policy(a.Kind).Lease); later.After(due) {
+				due = later
+			}
+		}
+		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown, Due: due}
 	case StatusReleased:
 		// Released between this caller's read and now (a person chose
 		// Retry, or recovery released it): the next delivery runs it.
