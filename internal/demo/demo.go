@@ -154,6 +154,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if opts.Seed == 0 {
 		opts.Seed = mrand.Uint64()
 	}
+	if opts.SMTP != "" {
+		if err := checkSMTP(opts.SMTP); err != nil {
+			return Report{}, err
+		}
+	}
 	store, err := dburl.Open(ctx, opts.DB)
 	if err != nil {
 		return Report{}, err

@@ -3,6 +3,7 @@ package demo_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,5 +225,27 @@ func TestDemoExternalSMTPBounds(t *testing.T) {
 	}
 	if !strings.Contains(out, "≥ marks a lower bound") || !strings.Contains(out, rep.Recipients) {
 		t.Errorf("the text does not say what the marks mean or where the exact counts are:\n%s", out)
+	}
+}
+
+// TestDemoSMTPNotThere: an --smtp address where no server answers is
+// refused with a clear error before anything is written, instead of
+// workers retrying their sends until the half times out.
+func TestDemoSMTPNotThere(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	db := filepath.Join(t.TempDir(), "once.db")
+	for _, bad := range []string{addr, "no-port"} {
+		_, err := demo.Run(context.Background(), demo.Options{DB: db, SMTP: bad, Intents: 10})
+		if err == nil || !strings.Contains(err.Error(), "--smtp") {
+			t.Errorf("--smtp %s: err = %v; want an error naming --smtp", bad, err)
+		}
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Errorf("a refused demo created %s (%v)", db, err)
 	}
 }
