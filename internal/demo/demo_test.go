@@ -249,3 +249,33 @@ func TestDemoSMTPNotThere(t *testing.T) {
 		t.Errorf("a refused demo created %s (%v)", db, err)
 	}
 }
+
+// TestReportTextMarksBounds: a count that is an upper bound (silently
+// lost, when a send nobody logged may have delivered the intent) is
+// marked ≤ and spelled out, an exact one is left alone, and one unknown
+// send is one send.
+func TestReportTextMarksBounds(t *testing.T) {
+	rep := demo.Report{Intents: 10, Workers: 2, SMTP: "127.0.0.1:2525", Counted: "the workers' log of the server's replies",
+		Recipients: "{naive,once}-N-x@demo.once.localhost",
+		Naive:      demo.Naive{Delivered: 10, Duplicates: 2, Bounds: demo.Bounds{SendsAccepted: 12, DeliveredAtMost: 10, DuplicatesAtMost: 2}},
+		Once: demo.Once{Delivered: 8, Review: 1, Lost: 1, Bounds: demo.Bounds{SendsAccepted: 8, SendsUnknown: 1,
+			DeliveredAtMost: 9, LostAtLeast: 0}}}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"   check, then send        10          10            2            -               0\n",
+		"               once        10          ≥8            0            1              ≤1\n",
+		"not by the server: 1 send has\n",
+		"  once: 1 send whose reply no worker logged, so delivered ≥ 8 (up to 9), silently lost ≤ 1 (at least 0)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "check, then send: ") {
+		t.Errorf("the text gives a range for the exact naive half:\n%s", out)
+	}
+}

@@ -33,9 +33,13 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "Counted from the workers' log of the replies of %s: every send's reply was logged, so\n", r.SMTP)
 		b.WriteString("the counts are exact.\n")
 	default:
-		fmt.Fprintf(&b, "Counted from the workers' log of the replies of %s, not by the server: %d sends have\n", r.SMTP, r.Naive.SendsUnknown+r.Once.SendsUnknown)
-		b.WriteString("no logged reply (a worker was killed mid-send, or no reply came), and the server may have\n")
-		b.WriteString("accepted any of them. ≥ marks a lower bound, ≤ an upper one:\n")
+		n, have, them := r.Naive.SendsUnknown+r.Once.SendsUnknown, "have", "any of them"
+		if n == 1 {
+			have, them = "has", "it"
+		}
+		fmt.Fprintf(&b, "Counted from the workers' log of the replies of %s, not by the server: %s %s\n", r.SMTP, sends(n), have)
+		fmt.Fprintf(&b, "no logged reply (a worker was killed mid-send, or no reply came), and the server may have\n")
+		fmt.Fprintf(&b, "accepted %s. ≥ marks a lower bound, ≤ an upper one:\n", them)
 		for _, h := range []struct {
 			label string
 			n     Bounds
@@ -60,7 +64,7 @@ func (r Report) WriteText(w io.Writer) error {
 			if len(ranges) == 0 {
 				ranges = append(ranges, "no count changes")
 			}
-			fmt.Fprintf(&b, "  %s: %d sends whose reply no worker logged, so %s\n", h.label, h.n.SendsUnknown, strings.Join(ranges, ", "))
+			fmt.Fprintf(&b, "  %s: %s whose reply no worker logged, so %s\n", h.label, sends(h.n.SendsUnknown), strings.Join(ranges, ", "))
 		}
 		fmt.Fprintf(&b, "The server's own log has the exact counts: each intent went to its own recipient,\n%s.\n", r.Recipients)
 	}
@@ -83,4 +87,11 @@ func cell(n, other int) string {
 	default:
 		return strconv.Itoa(n)
 	}
+}
+
+func sends(n int) string {
+	if n == 1 {
+		return "1 send"
+	}
+	return strconv.Itoa(n) + " sends"
 }
