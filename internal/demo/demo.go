@@ -6,7 +6,6 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -43,6 +42,12 @@ type Options struct {
 	Progress func(half string, acked, total, kills int)
 	// Seed fixes the random kills; zero picks one.
 	Seed uint64
+	// KillBeforeLog places half the deliberate kills after the server's
+	// acceptance and before the worker logs it, where a random kill can
+	// land too: with SMTP, those sends are known only to the server, and
+	// the counts become ranges. The command leaves it off, so that the
+	// log misses only what random kills hide from it.
+	KillBeforeLog bool
 }
 
 // Naive is what the naive half did.
@@ -50,6 +55,7 @@ type Naive struct {
 	Delivered  int `json:"delivered"`
 	Duplicates int `json:"duplicates"`
 	Lost       int `json:"lost"`
+	Bounds
 }
 
 // Once is what the once half did.
@@ -58,11 +64,33 @@ type Once struct {
 	Duplicates int `json:"duplicates"`
 	Review     int `json:"review"`
 	Lost       int `json:"lost"`
+	Bounds
+}
+
+// Bounds say how sure a half's counts are. Delivered and Duplicates
+// count only messages the server is known to have accepted, so they are
+// lower bounds, and Lost counts intents with no such message, an upper
+// bound; the fields here are the other end of each range, had every
+// unknown send been accepted. With the demo's own server, which counts
+// what it accepts, SendsUnknown is 0 and each range is one number.
+type Bounds struct {
+	// SendsAccepted is the number of messages the server is known to
+	// have accepted.
+	SendsAccepted int `json:"sends_accepted"`
+	// SendsUnknown is the number of sends whose reply no worker logged:
+	// the worker was killed after it began the SMTP transaction and
+	// before it logged how it ended (or the reply never came). The
+	// server may or may not have accepted each of them.
+	SendsUnknown     int `json:"sends_unknown"`
+	DeliveredAtMost  int `json:"delivered_at_most"`
+	DuplicatesAtMost int `json:"duplicates_at_most"`
+	LostAtLeast      int `json:"lost_at_least"`
 }
 
 // Report is the result; its JSON is what `once demo --json` prints.
 type Report struct {
 	Intents int     `json:"intents"`
+	Workers int     `json:"workers"`
 	Kills   int     `json:"kills"`
 	Naive   Naive   `json:"naive"`
 	Once    Once    `json:"once"`
@@ -71,8 +99,44 @@ type Report struct {
 	SMTP    string  `json:"smtp"`
 	Seconds float64 `json:"seconds"`
 	// Counted says where delivery counts come from: the demo's own SMTP
-	// server, or the workers' log of accepted messages with --smtp.
+	// server, or, with --smtp, the workers' log of the server's replies.
 	Counted string `json:"counted"`
+	// Exact is true when every count is exact: always with the demo's
+	// own server; with --smtp, when every send's reply was logged. When
+	// it is false, see each half's Bounds.
+	Exact bool `json:"exact"`
+	// Recipients is the pattern of the recipients, one per intent, by
+	// which the server's own log can be searched.
+	Recipients string `json:"recipients"`
+}
+
+// Report.Counted's values.
+const (
+	countedByServer = "the demo's SMTP server"
+	countedByLog    = "the workers' log of the server's replies"
+)
+
+// count makes a half's counts from its tally. reviewed reports whether
+// a job's action waits for a person, which is not a loss.
+func count(t tally, reviewed func(job int) bool) (delivered, duplicates, lost int, b Bounds) {
+	for i, a := range t.accepted {
+		most := a + t.unknown[i]
+		b.SendsAccepted += a
+		b.SendsUnknown += t.unknown[i]
+		if a > 0 {
+			delivered++
+			duplicates += a - 1
+		} else if !reviewed(i) {
+			lost++
+		}
+		if most > 0 {
+			b.DeliveredAtMost++
+			b.DuplicatesAtMost += most - 1
+		} else if !reviewed(i) {
+			b.LostAtLeast++
+		}
+	}
+	return delivered, duplicates, lost, b
 }
 
 // Run runs both halves and reports.
@@ -90,6 +154,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if opts.Seed == 0 {
 		opts.Seed = mrand.Uint64()
 	}
+	if opts.SMTP != "" {
+		if err := checkSMTP(opts.SMTP); err != nil {
+			return Report{}, err
+		}
+	}
 	store, err := dburl.Open(ctx, opts.DB)
 	if err != nil {
 		return Report{}, err
@@ -104,18 +173,19 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	rep := Report{Intents: opts.Intents, DB: store.Name, Run: newRunID()}
+	rep := Report{Intents: opts.Intents, Workers: opts.Workers, DB: store.Name, Run: newRunID()}
+	rep.Recipients = fmt.Sprintf("{naive,once}-N-%s@demo.once.localhost", rep.Run[5:13])
 	var mail *mailServer
-	sentLog := ""
+	sendLog := ""
 	if opts.SMTP == "" {
 		if mail, err = startMailServer(); err != nil {
 			return Report{}, err
 		}
 		defer mail.close()
-		rep.SMTP, rep.Counted = mail.addr(), "the demo's SMTP server"
+		rep.SMTP, rep.Counted = mail.addr(), countedByServer
 	} else {
-		rep.SMTP, rep.Counted = opts.SMTP, "the workers' log of messages the server accepted"
-		sentLog = filepath.Join(tmp, "sent.log")
+		rep.SMTP, rep.Counted = opts.SMTP, countedByLog
+		sendLog = filepath.Join(tmp, "sends.log")
 	}
 
 	naiveDB := filepath.Join(tmp, "naive.db")
@@ -125,32 +195,24 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	for _, half := range []string{"naive", "once"} {
 		jobs := make([]Job, opts.Intents)
 		for i := range jobs {
+			unlogged := opts.KillBeforeLog && i%16 == 3
 			jobs[i] = Job{ID: i, Run: rep.Run, Rcpt: fmt.Sprintf("%s-%d-%s@demo.once.localhost", half, i, rep.Run[5:13]),
-				Subject: fmt.Sprintf("Your report #%d", i), PauseAfterSend: i%8 == 3}
+				Subject: fmt.Sprintf("Your report #%d", i), PauseAfterSend: i%8 == 3 && !unlogged, PauseBeforeLog: unlogged}
 		}
-		cfg := workerConfig{Mode: half, SMTP: rep.SMTP, DB: opts.DB, NaiveDB: naiveDB, SentLog: sentLog, Lease: "1s"}
-		if sentLog != "" {
-			cfg.SentLog = sentLog + "." + half
-		}
+		cfg := workerConfig{Mode: half, SMTP: rep.SMTP, DB: opts.DB, NaiveDB: naiveDB, SendLog: sendLog, Lease: "1s"}
 		kills, err := runHalf(ctx, jobs, cfg, opts, opts.Seed)
 		rep.Kills += kills
 		if err != nil {
 			return rep, err
 		}
-		counts, err := countSent(mail, cfg.SentLog, jobs)
-		if err != nil {
+		var t tally
+		if mail != nil {
+			t = tallyServer(mail, jobs)
+		} else if t, err = tallyLog(sendLog, half, jobs); err != nil {
 			return rep, err
 		}
 		if half == "naive" {
-			for _, n := range counts {
-				switch {
-				case n == 0:
-					rep.Naive.Lost++
-				default:
-					rep.Naive.Delivered++
-					rep.Naive.Duplicates += n - 1
-				}
-			}
+			rep.Naive.Delivered, rep.Naive.Duplicates, rep.Naive.Lost, rep.Naive.Bounds = count(t, func(int) bool { return false })
 			continue
 		}
 		review, err := store.List(ctx, once.Filter{Run: rep.Run, Status: once.StatusReview, Limit: opts.Intents + 1})
@@ -162,16 +224,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			inReview[a.Target] = true
 		}
 		rep.Once.Review = len(review)
-		for i, n := range counts {
-			switch {
-			case n > 0:
-				rep.Once.Delivered++
-				rep.Once.Duplicates += n - 1
-			case !inReview[jobs[i].Rcpt]:
-				rep.Once.Lost++
-			}
-		}
+		rep.Once.Delivered, rep.Once.Duplicates, rep.Once.Lost, rep.Once.Bounds = count(t, func(i int) bool { return inReview[jobs[i].Rcpt] })
 	}
+	rep.Exact = rep.Naive.SendsUnknown == 0 && rep.Once.SendsUnknown == 0
 	rep.Seconds = math.Round(time.Since(started).Seconds()*100) / 100
 	return rep, nil
 }
@@ -190,34 +245,6 @@ func createNaive(path string) error {
 	defer db.Close()
 	_, err = db.Exec(`CREATE TABLE sent (rcpt TEXT PRIMARY KEY)`)
 	return err
-}
-
-// countSent returns how many messages each job's recipient got.
-func countSent(mail *mailServer, sentLog string, jobs []Job) ([]int, error) {
-	counts := make([]int, len(jobs))
-	if mail != nil {
-		for i, j := range jobs {
-			counts[i] = mail.count(j.Rcpt)
-		}
-		return counts, nil
-	}
-	f, err := os.Open(sentLog)
-	if errors.Is(err, os.ErrNotExist) {
-		return counts, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	byRcpt := map[string]int{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		byRcpt[strings.TrimSpace(sc.Text())]++
-	}
-	for i, j := range jobs {
-		counts[i] = byRcpt[j.Rcpt]
-	}
-	return counts, sc.Err()
 }
 
 // supervisor keeps the worker processes running and kills them.

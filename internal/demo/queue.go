@@ -22,6 +22,9 @@ type Job struct {
 	// accepted the message and before anything is recorded, so that it is
 	// killed exactly there.
 	PauseAfterSend bool `json:"pause_after_send"`
+	// PauseBeforeLog stops the worker at the same point, before it logs
+	// the server's acceptance too (see Options.KillBeforeLog).
+	PauseBeforeLog bool `json:"pause_before_log"`
 }
 
 type slot struct {
@@ -90,7 +93,7 @@ func (q *queue) next(w http.ResponseWriter, r *http.Request) {
 		s.job.Delivery++
 		s.leasedBy, s.visibleAt = worker, now.Add(q.visibility)
 		json.NewEncoder(w).Encode(s.job)
-		s.job.PauseAfterSend = false // only ever on the first delivery
+		s.job.PauseAfterSend, s.job.PauseBeforeLog = false, false // only ever on the first delivery
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

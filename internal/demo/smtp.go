@@ -1,11 +1,13 @@
 package demo
 
 import (
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/emersion/go-smtp"
 )
@@ -71,5 +73,26 @@ func (s *session) Data(r io.Reader) error {
 		s.m.counts[strings.ToLower(to)]++
 	}
 	s.m.mu.Unlock()
+	return nil
+}
+
+// checkSMTP makes sure an SMTP server answers at addr before the demo
+// starts: without one, the naive workers would retry their sends until
+// the half timed out.
+func checkSMTP(addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("--smtp %q is not HOST:PORT (%v)", addr, err)
+	}
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("--smtp %s: nothing answers there (%v); start an SMTP server, or leave --smtp out to use the demo's own", addr, err)
+	}
+	c := smtp.NewClient(conn)
+	c.CommandTimeout = 5 * time.Second
+	defer c.Close()
+	if err := c.Noop(); err != nil {
+		return fmt.Errorf("--smtp %s: the server there does not speak SMTP as the demo needs (%v); the demo sends plain SMTP, without TLS or authentication", addr, err)
+	}
+	c.Quit()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -33,7 +33,7 @@ type workerConfig struct {
 	SMTP    string `json:"smtp"`
 	DB      string `json:"db"`       // once mode: the action log
 	NaiveDB string `json:"naive_db"` // naive mode: its own "sent" table
-	SentLog string `json:"sent_log"` // every accepted message, for --smtp
+	SendLog string `json:"send_log"` // the workers' account of their sends, for --smtp
 	Lease   string `json:"lease"`
 }
 
@@ -57,6 +57,14 @@ func WorkerMain(stderr io.Writer) int {
 
 func work(ctx context.Context, cfg workerConfig) error {
 	w := &worker{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+	if cfg.SendLog != "" {
+		l, err := openSendLog(cfg.SendLog)
+		if err != nil {
+			return err
+		}
+		defer l.close()
+		w.log = l
+	}
 	switch cfg.Mode {
 	case "naive":
 		db, err := sql.Open("sqlite", cfg.NaiveDB+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
@@ -107,7 +115,13 @@ type worker struct {
 	http  *http.Client
 	naive *sql.DB
 	once  *once.Client
+	log   *sendLog // nil when the demo's own server counts
 }
+
+// errNoLog stops a worker that could not log a send before making it:
+// a send the log does not know of would make the counts wrong, not
+// merely uncertain.
+var errNoLog = errors.New("cannot log the send, so it was not made")
 
 func (w *worker) post(path string, v url.Values) (*http.Response, error) {
 	v.Set("worker", strconv.Itoa(w.cfg.Slot))
@@ -152,40 +166,79 @@ func (w *worker) nack(j Job, delay time.Duration) error {
 	return err
 }
 
-// afterSend runs between the SMTP server's acceptance and any record of
-// it: where the seed's story has the process killed. When the job asks,
-// the worker tells the supervisor and waits to be killed.
-func (w *worker) afterSend(j Job) {
-	if w.cfg.SentLog != "" {
-		f, err := os.OpenFile(w.cfg.SentLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err == nil {
-			fmt.Fprintln(f, j.Rcpt)
-			f.Sync()
-			f.Close()
-		}
+// pause stops the worker dead, between the SMTP server's acceptance and
+// any record of it: where the seed's story has the process killed. It
+// tells the supervisor, which kills it.
+func (w *worker) pause() {
+	if resp, err := w.post("/pause", url.Values{}); err == nil {
+		resp.Body.Close()
 	}
-	if j.PauseAfterSend {
-		if resp, err := w.post("/pause", url.Values{}); err == nil {
-			resp.Body.Close()
-		}
-		select {} // SIGKILL arrives here
-	}
+	select {} // SIGKILL arrives here
 }
 
+// send runs one SMTP transaction. With a send log, an attempt line goes
+// before it and an outcome line after: accepted as soon as the server
+// replies 250 to the message (before QUIT, whose failure changes
+// nothing), not_accepted when the message certainly was not taken (no
+// connection, a refusal, or a failure before its end was sent), unsure
+// when the end was sent and no reply came back.
 func (w *worker) send(j Job, messageID string) error {
+	line, err := w.log.begin(w.cfg.Mode, j, messageID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNoLog, err)
+	}
+	reply, err := w.transact(j, messageID)
+	switch {
+	case err == nil:
+		if j.PauseBeforeLog {
+			w.pause()
+		}
+		w.log.end(line, logAccepted, reply)
+	case errors.Is(err, errUnsure):
+		w.log.end(line, logUnsure, err.Error())
+	default:
+		w.log.end(line, logNotAccepted, err.Error())
+	}
+	return err
+}
+
+// errUnsure marks a transaction whose message was sent whole and whose
+// reply never came: the server may have accepted it.
+var errUnsure = errors.New("no reply to the message")
+
+func (w *worker) transact(j Job, messageID string) (reply string, err error) {
 	msg := fmt.Sprintf("From: demo@once.localhost\r\nTo: %s\r\nSubject: %s\r\nMessage-ID: <%s@once.localhost>\r\n\r\nHello from once.\r\n", j.Rcpt, j.Subject, messageID)
 	// Plain SMTP on loopback: no STARTTLS, which smtp.SendMail insists on.
 	conn, err := net.DialTimeout("tcp", w.cfg.SMTP, 5*time.Second)
 	if err != nil {
-		return err
+		return "", err
 	}
 	c := smtp.NewClient(conn)
 	c.CommandTimeout, c.SubmissionTimeout = 5*time.Second, 5*time.Second
 	defer c.Close()
-	if err := c.SendMail("demo@once.localhost", []string{j.Rcpt}, strings.NewReader(msg)); err != nil {
-		return err
+	if err := c.Mail("demo@once.localhost", nil); err != nil {
+		return "", err
 	}
-	return c.Quit()
+	if err := c.Rcpt(j.Rcpt, nil); err != nil {
+		return "", err
+	}
+	wc, err := c.Data()
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(wc, msg); err != nil {
+		return "", err // the message's end was never sent
+	}
+	resp, err := wc.CloseWithResponse()
+	if err != nil {
+		var refused *smtp.SMTPError
+		if errors.As(err, &refused) {
+			return "", err // a reply, and not 250: the server did not take it
+		}
+		return "", fmt.Errorf("%w: %v", errUnsure, err)
+	}
+	c.Quit() // the server has the message; how QUIT goes changes nothing
+	return "250 " + resp.StatusText, nil
 }
 
 func (w *worker) handle(ctx context.Context, j Job) error {
@@ -204,10 +257,14 @@ func (w *worker) handleNaive(ctx context.Context, j Job) error {
 	if n > 0 {
 		return w.ack(j)
 	}
-	if err := w.send(j, fmt.Sprintf("naive-%d-%d", j.ID, j.Delivery)); err != nil {
+	if err := w.send(j, fmt.Sprintf("naive-%d-%d", j.ID, j.Delivery)); errors.Is(err, errNoLog) {
+		return err
+	} else if err != nil {
 		return w.nack(j, 100*time.Millisecond)
 	}
-	w.afterSend(j)
+	if j.PauseAfterSend {
+		w.pause()
+	}
 	if _, err := w.naive.ExecContext(ctx, `INSERT OR IGNORE INTO sent (rcpt) VALUES (?)`, j.Rcpt); err != nil {
 		return w.nack(j, 100*time.Millisecond)
 	}
@@ -220,12 +277,19 @@ func (w *worker) handleOnce(ctx context.Context, j Job) error {
 	_, err := once.Do(ctx, w.once, in, func(ctx context.Context, a once.Attempt) (string, error) {
 		// The provider key doubles as the Message-ID: the same on every
 		// attempt, so a receiving system could spot a duplicate too.
-		if err := w.send(j, a.ProviderKey); err != nil {
+		if err := w.send(j, a.ProviderKey); errors.Is(err, errNoLog) {
+			return "", once.RetryLater(err) // nothing was sent
+		} else if err != nil {
 			return "", err // after a failed SMTP exchange, we cannot know
 		}
-		w.afterSend(j)
+		if j.PauseAfterSend {
+			w.pause()
+		}
 		return "250 accepted", nil
 	})
+	if errors.Is(err, errNoLog) {
+		return err
+	}
 	// once.Dispose knows the error matrix: ack what is finished, put
 	// back what a later delivery must finish (an action awaiting its
 	// verifier among them), and drop what a person decides. The demo's
