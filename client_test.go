@@ -40,16 +40,7 @@ func TestClient(t *testing.T) { storetest.RunClient(t, testdb.SQLite()) }
 // own, and the store, for tests that arrange or inspect rows directly.
 func newClient(t *testing.T, cfg once.Config) (*once.Client, *sqlite.Store) {
 	t.Helper()
-	s, _ := testdb.NewSQLite(t)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store = s
-	c, err := once.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, s
+	return testdb.SQLiteClient(t, cfg)
 }
 
 // deadClaim leaves an action claimed by a worker that is gone: a claim

@@ -4,30 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/sqlite"
 )
 
 // Each verifier failure reaches the hooks once, with the verifier's
 // duration: metrics count recoveries and verifier latency from it.
 func TestVerifyFailureObservedOnce(t *testing.T) {
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var seen []once.Observation
-	c, err := once.New(once.Config{Store: s,
+	c, _ := newClient(t, once.Config{
 		Default: once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Millisecond,
 			Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
 				time.Sleep(2 * time.Millisecond)
@@ -40,9 +30,6 @@ func TestVerifyFailureObservedOnce(t *testing.T) {
 				seen = append(seen, o)
 			}
 		}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	in := once.Intent{Run: "r", Kind: "post_message"}
 	if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("timeout") }); !errors.Is(err, once.ErrOutcomeUnknown) {
 		t.Fatalf("Do = %v", err)
@@ -68,26 +55,15 @@ func TestVerifyFailureObservedOnce(t *testing.T) {
 // A panicking effect's outcome reaches the hooks like any other: with
 // its key, attempt and status (metrics count it by status).
 func TestPanicObservation(t *testing.T) {
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var seen []once.Observation
 	var ended []error
-	c, err := once.New(once.Config{Store: s, Hooks: once.Hooks{
+	c, _ := newClient(t, once.Config{Hooks: once.Hooks{
 		OnEvent: func(_ context.Context, o once.Observation) { seen = append(seen, o) },
 		OnExecute: func(ctx context.Context, _ once.Observation) (context.Context, func(once.Observation, error)) {
 			return ctx, func(o once.Observation, err error) { ended = append(ended, err) }
 		},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	in := once.Intent{Run: "r", Kind: "send_email"}
 	func() {
 		defer func() {

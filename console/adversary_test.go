@@ -287,18 +287,7 @@ func sqlOpen(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
 // for a person is not on the page at all.
 func TestAdversaryReviewQueueHidesOldest(t *testing.T) {
 	ctx := context.Background()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	client, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, _ := testdb.SQLiteClient(t, once.Config{})
 	var oldest once.Key
 	for i := range 501 {
 		in := once.Intent{Run: "run-q", Step: int64(i), Kind: "send_email", Target: "t"}

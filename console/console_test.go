@@ -23,6 +23,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/console"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/sqlite"
 )
 
@@ -77,18 +78,7 @@ type bundle struct {
 func setup(t *testing.T, cfg console.Config) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	client, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, store := testdb.SQLiteClient(t, once.Config{})
 	b := &bundle{store: store, client: client, runID: "run-1", payload: "Your invoice is attached"}
 	do := func(step int64, target string, effect func() (string, error)) once.Key {
 		in := once.Intent{Run: b.runID, Step: step, Kind: "send_email", Target: target,
@@ -853,18 +843,7 @@ func TestResolveResultTooLarge(t *testing.T) {
 // again.
 func TestOverviewListsWaitingReleased(t *testing.T) {
 	ctx := context.Background()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	client, err := once.New(once.Config{Store: store, Default: once.KindPolicy{RedriveAfter: 30 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, _ := testdb.SQLiteClient(t, once.Config{Default: once.KindPolicy{RedriveAfter: 30 * time.Millisecond}})
 	in := once.Intent{Run: "run-9", Kind: "send_email", Target: "ada@example.com"}
 	once.Do(ctx, client, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("reset after DATA") })
 	k, _, _ := once.KeyOf(in)

@@ -3,15 +3,14 @@ package metrics_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/metrics"
-	"github.com/oncehq/once/sqlite"
 )
 
 // TestAdversaryWaitingGaugeZeroedByFailedPass: once_released_waiting is
@@ -22,18 +21,7 @@ import (
 // the action still waits.
 func TestAdversaryWaitingGaugeZeroedByFailedPass(t *testing.T) {
 	ctx := context.Background()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := once.New(once.Config{Store: store, Default: once.KindPolicy{RedriveAfter: 30 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, store := testdb.SQLiteClient(t, once.Config{Default: once.KindPolicy{RedriveAfter: 30 * time.Millisecond}})
 	in := once.Intent{Run: "r", Kind: "send_email", Target: "ada"}
 	once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) { return 0, errors.New("reset after DATA") })
 	k, _, _ := once.KeyOf(in)

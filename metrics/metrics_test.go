@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/metrics"
 	"github.com/oncehq/once/postgres"
-	"github.com/oncehq/once/sqlite"
 )
 
 func TestMetricsCountTransitions(t *testing.T) {
@@ -112,18 +110,7 @@ once_released_waiting 3
 // shows as once_store_scrape_error 1 instead of stale gauges.
 func TestMetricsGaugesFromClient(t *testing.T) {
 	ctx := context.Background()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, store := testdb.SQLiteClient(t, once.Config{})
 	for i := range 3 {
 		in := once.Intent{Run: "r", Step: int64(i), Kind: "charge"}
 		if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (int, error) { return i, nil }); err != nil {

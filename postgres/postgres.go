@@ -347,7 +347,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	var res once.ClaimResult
 	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
 		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		recoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
+		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
 		&res.Action, &res.Claimed, &res.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
@@ -362,7 +362,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
-		recoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
+		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -518,15 +518,6 @@ func nonNil(ss []string) []string {
 		return []string{}
 	}
 	return ss
-}
-
-// recoveryText is a recovery mode as the schema stores it; the zero mode
-// (not recorded) is ”.
-func recoveryText(r once.Recovery) string {
-	if r == once.RecoveryDefault {
-		return ""
-	}
-	return r.String()
 }
 
 // optMicros is a duration in microseconds, zero as NULL.

@@ -471,7 +471,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		var now int64
 		err := scanAction(db.QueryRowContext(ctx, s.q.claim,
 			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-			recoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive),
+			sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive),
 			&res.Action, &now)
 		res.Claimed = err == nil
 		if res.Claimed {
@@ -712,15 +712,6 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 	})
 	n := len(keys)
 	return int(n), s.wrap(err)
-}
-
-// recoveryText is a recovery mode as the schema stores it; the zero mode
-// (not recorded) is ”.
-func recoveryText(r once.Recovery) string {
-	if r == once.RecoveryDefault {
-		return ""
-	}
-	return r.String()
 }
 
 // optMillis is a duration in milliseconds, zero as NULL.

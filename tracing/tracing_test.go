@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/sqlite"
 	"github.com/oncehq/once/tracing"
 )
@@ -26,20 +26,9 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	c, err := once.New(once.Config{Store: s, Hooks: tracing.Hooks(tp)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s := testdb.SQLiteClient(t, once.Config{Hooks: tracing.Hooks(tp)})
 	return bundle{rec: rec, tp: tp, client: c, store: s}
 }
 

@@ -143,3 +143,12 @@ func ListClause(f once.Filter, d Dialect) (string, []any) {
 	b.WriteString(order + " LIMIT " + strconv.Itoa(limit))
 	return b.String(), args
 }
+
+// RecoveryText is a recovery mode as the schemas store it: its name, or
+// the empty string for the zero mode (not recorded).
+func RecoveryText(r once.Recovery) string {
+	if r == once.RecoveryDefault {
+		return ""
+	}
+	return r.String()
+}

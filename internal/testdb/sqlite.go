@@ -46,6 +46,23 @@ func NewSQLite(t testing.TB) (*sqlite.Store, string) {
 	return s, path
 }
 
+// SQLiteClient returns a client over a new, migrated SQLite store in
+// the test's temporary directory, made with cfg (its Store is set here),
+// and the store. Both are closed when the test ends.
+func SQLiteClient(t testing.TB, cfg once.Config) (*once.Client, *sqlite.Store) {
+	t.Helper()
+	s, _ := NewSQLite(t)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = s
+	c, err := once.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s
+}
+
 // sqliteTx gives the DoTx tests transactions on the store's database,
 // and an application table in the same file for the effect to write.
 func sqliteTx(t *testing.T, st once.Store, _ string) storetest.TxHarness {
