@@ -205,7 +205,7 @@ func TestOnExecuteDoTx(t *testing.T) {
 	tr := &tracer{}
 	c, s := newClient(t, once.Config{Hooks: tr.hooks(), MaxResultBytes: 64})
 	ctx := context.Background()
-	run := func(step int64, fn func(context.Context, *sql.Tx, once.Attempt) (string, error)) (error, []traced, string) {
+	run := func(step int64, fn func(context.Context, *sql.Tx, once.Attempt) (string, error)) ([]traced, string, error) {
 		t.Helper()
 		tx, err := s.DB().BeginTx(ctx, nil)
 		if err != nil {
@@ -222,11 +222,11 @@ func TestOnExecuteDoTx(t *testing.T) {
 		if len(starts) != 1 || starts[0].Type != once.EventClaimed {
 			t.Fatalf("OnExecute saw %+v", starts)
 		}
-		return err, ends, events
+		return ends, events, err
 	}
 
 	var effectSpan string
-	err, ends, events := run(0, func(ctx context.Context, _ *sql.Tx, _ once.Attempt) (string, error) {
+	ends, events, err := run(0, func(ctx context.Context, _ *sql.Tx, _ once.Attempt) (string, error) {
 		effectSpan, _ = ctx.Value(spanKey{}).(string)
 		return "ok", nil
 	})
@@ -234,11 +234,11 @@ func TestOnExecuteDoTx(t *testing.T) {
 		t.Fatalf("DoTx = %v; ends %+v, events %s, effect span %q", err, ends, events, effectSpan)
 	}
 	cause := errors.New("constraint violated")
-	err, ends, events = run(1, func(context.Context, *sql.Tx, once.Attempt) (string, error) { return "", cause })
+	ends, events, err = run(1, func(context.Context, *sql.Tx, once.Attempt) (string, error) { return "", cause })
 	if !errors.Is(err, cause) || len(ends) != 1 || ends[0].err != err || events != "claimed@span-2" {
 		t.Fatalf("DoTx = %v; ends %+v, events %s; want the effect's error reported to end, no outcome event", err, ends, events)
 	}
-	err, ends, _ = run(2, func(context.Context, *sql.Tx, once.Attempt) (string, error) { return strings.Repeat("x", 100), nil })
+	ends, _, err = run(2, func(context.Context, *sql.Tx, once.Attempt) (string, error) { return strings.Repeat("x", 100), nil })
 	if !errors.Is(err, once.ErrResultTooLarge) || len(ends) != 1 || ends[0].err != err {
 		t.Fatalf("DoTx = %v; ends %+v", err, ends)
 	}
