@@ -18,10 +18,15 @@
 //  4. A claim whose worker died stays in flight: it is never re-executed
 //     by guesswork. Its lease, kept alive by a heartbeat while the effect
 //     runs and measured by the database's clock, tells recovery when the
-//     worker is gone.
+//     worker is gone. The lease is written a fifth longer than the kind's
+//     Lease, and a worker that cannot renew it stops its effect a fifth
+//     short of it, so two attempts never overlap.
 //
 // Every write after the claim is fenced by the attempt number, so a
-// worker presumed dead can never overwrite a newer attempt.
+// worker presumed dead can never overwrite a newer attempt, and carries a
+// random token, so a writer whose reply was lost reads the row back and
+// knows whether its write applied. Dispose tells a worker, for every
+// error Do returns, whether to ack its job, retry it, or drop it.
 //
 // # When the outcome is unknown
 //
@@ -33,9 +38,16 @@
 // Attempt.ProviderKey; the provider absorbs the duplicate), or
 // VerifyThenDecide (a Verifier asks the provider whether it landed). Do
 // applies it inline when it meets a lapsed claim; a Reaper applies it to
-// the ones nobody comes back for. A person's decision is recorded with
-// Client.Resolve, and every transition is appended to the action's trail
-// (Client.Events).
+// the ones nobody comes back for, and hands released actions that no
+// delivery claimed to the kind's Redrive hook. Each action records its
+// kind's recovery and retention when it is claimed, so every process that
+// recovers or purges it applies what the application configured; only a
+// process that holds a kind's verifier decides its VerifyThenDecide
+// actions. A person's decision is recorded with Client.Resolve (fenced to
+// the attempt the person looked at, Resolution.Attempt), and every
+// transition is appended to the action's trail (Client.Events). A slow
+// worker's success or permanent failure is still recorded after recovery
+// or a person decided, as long as no newer attempt claimed the action.
 //
 // # Statuses
 //
