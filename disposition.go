@@ -94,10 +94,13 @@ func Dispose(err error) Disposition {
 		// released action.
 		return Disposition{Action: JobRetry, Reason: "superseded before its outcome was known; the next delivery finds where the action stands"}
 	case errors.As(err, &inFlight):
-		d := time.Until(inFlight.LeaseUntil)
-		if inFlight.Expired || d < 0 {
-			d = 0
+		if inFlight.Expired {
+			// Recovery is due (inline on the next delivery, or by a
+			// process that holds the kind's verifier): come back soon,
+			// not at once.
+			return Disposition{Action: JobRetry, After: time.Second, Reason: "the claim's lease ran out; recovery decides on a later delivery"}
 		}
+		d := max(time.Until(inFlight.LeaseUntil), 0)
 		return Disposition{Action: JobRetry, After: d, Reason: "another attempt holds the claim until its lease runs out"}
 	case errors.As(err, &unknown):
 		switch unknown.Status {
@@ -116,8 +119,10 @@ func Dispose(err error) Disposition {
 		return Disposition{Action: JobAck, Reason: "failed for good; recorded"}
 	case errors.Is(err, ErrRetryLater):
 		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
-	case errors.Is(err, ErrReview), errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):
+	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
+	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):
+		return Disposition{Action: JobDrop, Reason: "the result cannot be stored: a person decides (in DoTx, nothing was recorded; roll back)"}
 	case errors.Is(err, ErrFingerprintMismatch), errors.Is(err, ErrInvalidIntent):
 		return Disposition{Action: JobDrop, Reason: "the job is wrong; delivering it again changes nothing"}
 	default:

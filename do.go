@@ -475,6 +475,9 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 // releaseUnrun releases a won claim whose effect never ran.
 func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
 	note := "the caller's context ended before the effect ran: " + cause.Error()
+	if errors.Is(cause, errLeaseSpent) {
+		note = "the process stalled between the claim and the effect for longer than the lease; nothing ran"
+	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
 	o := outcome{key: a.Key, attempt: a.Attempt}

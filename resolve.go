@@ -87,7 +87,9 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if err != nil {
 		return a, fmt.Errorf("once: resolving action %s: %w", key, err)
 	}
-	cur, gerr := c.store.Get(ctx, key)
+	gctx, cancel = c.call(ctx)
+	cur, gerr := c.store.Get(gctx, key)
+	cancel()
 	if gerr != nil {
 		return cur, gerr
 	}
@@ -107,7 +109,9 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 	if r.Attempt != 0 && r.Attempt != cur.Attempt {
 		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)
 	}
-	if err := c.store.AppendEvent(ctx, storableEvent(refused)); err != nil {
+	actx, cancel := c.call(ctx)
+	defer cancel()
+	if err := c.store.AppendEvent(actx, storableEvent(refused)); err != nil {
 		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
 	}
 	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
