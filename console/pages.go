@@ -18,7 +18,7 @@ import (
 // what the reaper, the verifiers and people did with unknown outcomes.
 var recoveryEvents = []once.EventType{
 	once.EventReview, once.EventReleased, once.EventTakenOver, once.EventVerified,
-	once.EventVerifyFailed, once.EventResolved, once.EventRefused,
+	once.EventVerifyFailed, once.EventResolved, once.EventRefused, once.EventRedriven,
 }
 
 const (
