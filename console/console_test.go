@@ -313,7 +313,7 @@ func TestCSRF(t *testing.T) {
 				return b.postForm(path, url.Values{"decision": {"retry"}, "note": {"x"}}, cookie)
 			}},
 			{"wrong token", func() *http.Request {
-				return b.postForm(path, url.Values{"decision": {"retry"}, "note": {"x"}, "csrf": {token[:len(token)-2] + "AA"}}, cookie)
+				return b.postForm(path, url.Values{"decision": {"retry"}, "note": {"x"}, "csrf": {wrongToken(token)}}, cookie)
 			}},
 			{"another browser's token", func() *http.Request {
 				other, _ := b.form(t, "/review")
@@ -353,6 +353,24 @@ func TestCSRF(t *testing.T) {
 			t.Fatalf("same-origin POST: %d, want 303\n%s", w.Code, w.Body)
 		}
 	})
+}
+
+// wrongToken is tok with its last character changed: always a different
+// token, whatever tok ends with.
+func wrongToken(tok string) string {
+	last := byte('A')
+	if tok[len(tok)-1] == last {
+		last = 'B'
+	}
+	return tok[:len(tok)-1] + string(last)
+}
+
+func TestWrongTokenDiffers(t *testing.T) {
+	for _, tok := range []string{"abcAA", "abcAB", "xyzBA", "A", "B"} {
+		if w := wrongToken(tok); w == tok || len(w) != len(tok) {
+			t.Errorf("wrongToken(%q) = %q, want a different token of the same length", tok, w)
+		}
+	}
 }
 
 func TestResolveForm(t *testing.T) {
