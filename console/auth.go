@@ -99,16 +99,25 @@ func (s *server) unauthorizedMsg() string {
 // checkOrigin refuses a write whose Origin header names another host. A
 // browser sends Origin on every cross-site POST, so a forged form from
 // another site stops here even before its missing CSRF token is noticed.
-func checkOrigin(r *http.Request) error {
+//
+// With Config.AllowedHosts, the Origin's host must be one of them: not
+// merely the request's own Host, which a page on a DNS name rebound to
+// this machine sends as well, and which a proxy may have rewritten.
+// Without it, the Origin must name the request's Host.
+func (s *server) checkOrigin(r *http.Request) error {
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return nil
 	}
 	u, err := url.Parse(o)
-	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-		return errors.New("cross-origin request refused: Origin " + o + " is not this console (" + r.Host + ")")
+	switch {
+	case err != nil || u.Host == "":
+	case s.hosts != nil && s.hosts[strings.ToLower(u.Hostname())]:
+		return nil
+	case s.hosts == nil && strings.EqualFold(u.Host, r.Host):
+		return nil
 	}
-	return nil
+	return errors.New("cross-origin request refused: Origin " + o + " is not this console (" + r.Host + ")")
 }
 
 // The CSRF token is an HMAC, under a per-process secret, of a random value

@@ -79,10 +79,13 @@ type Config struct {
 	// pass: pass its OnPass to once.ReaperConfig. Nil hides the pass.
 	Reaper *ReaperStatus
 	// AllowedHosts, if not empty, are the only host names (the Host
-	// header, without its port) the console answers; any other gets 421.
-	// A console without a Token bound to loopback should name its own
-	// (127.0.0.1, localhost), so a web page that rebinds a DNS name to
-	// 127.0.0.1 cannot read it or post to it. Empty answers any host.
+	// header, without its port) the console answers, on every route;
+	// any other gets 421. A write's Origin must name one of them too.
+	// Name the names browsers use for the console (127.0.0.1 and
+	// localhost on loopback), so that a web page whose DNS name an
+	// attacker rebinds to the console's address can neither read it nor
+	// post to it. Empty answers any host, and holds a write's Origin to
+	// the request's own Host; only a Token then keeps a rebound page out.
 	AllowedHosts []string
 }
 
@@ -325,7 +328,7 @@ func (s *server) guardWrites(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if err := checkOrigin(r); err != nil {
+		if err := s.checkOrigin(r); err != nil {
 			s.forbidden(w, r, err.Error())
 			return
 		}

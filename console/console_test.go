@@ -956,3 +956,62 @@ func TestKindsPage(t *testing.T) {
 		}
 	}
 }
+
+// TestOriginAgainstAllowedHosts: with Config.AllowedHosts, a write's
+// Origin is held to those names, not to the request's own Host: behind
+// a proxy that sends the console 127.0.0.1, a form from an allowed name
+// goes through, and one from any other name does not.
+func TestOriginAgainstAllowedHosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{AllowedHosts: []string{"127.0.0.1", "console.example"}})
+	page := httptest.NewRequest(http.MethodGet, "/actions/"+string(b.review), nil)
+	page.Host = "127.0.0.1:7070"
+	w := b.serve(page)
+	m := csrfField.FindStringSubmatch(w.Body.String())
+	var cookie *http.Cookie
+	for _, c := range w.Result().Cookies() {
+		if c.Name == "once_csrf" {
+			cookie = c
+		}
+	}
+	if w.Code != http.StatusOK || m == nil || cookie == nil {
+		t.Fatalf("GET the action: %d, csrf field %v, cookie %v", w.Code, m != nil, cookie)
+	}
+	post := func(origin string) int {
+		r := b.postForm("/actions/"+string(b.review)+"/resolve", url.Values{"decision": {"retry"}, "note": {"checked"}, "csrf": {m[1]}}, cookie)
+		r.Host = "127.0.0.1:7070"
+		r.Header.Set("Origin", origin)
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		return b.serve(r).Code
+	}
+	for _, origin := range []string{"https://evil.example", "https://console.example.evil.example", "null", "http://rebind.attacker.example:7070"} {
+		if code := post(origin); code != http.StatusForbidden {
+			t.Errorf("POST with Origin %s: %d, want 403", origin, code)
+		}
+	}
+	if got := b.status(t, b.review); got != once.StatusReview {
+		t.Fatalf("after refused POSTs the action is %s, want review", got)
+	}
+	if code := post("https://console.example"); code != http.StatusSeeOther {
+		t.Errorf("POST with Origin https://console.example, an allowed name: %d, want 303", code)
+	}
+}
+
+// TestHostCheckedWithToken: AllowedHosts holds with a token too, for
+// every route, /healthz included.
+func TestHostCheckedWithToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{Token: "tok", AllowedHosts: []string{"localhost"}})
+	for _, p := range []string{"/", "/review", "/api/stats", "/healthz", "/static/console.css"} {
+		r := httptest.NewRequest(http.MethodGet, p, nil)
+		r.Host = "rebind.attacker.example"
+		r.Header.Set("Authorization", "Bearer tok")
+		if w := b.serve(r); w.Code != http.StatusMisdirectedRequest {
+			t.Errorf("GET %s with a foreign Host and the token: %d, want 421", p, w.Code)
+		}
+		r.Host = "localhost:7070"
+		if w := b.serve(r); w.Code != http.StatusOK {
+			t.Errorf("GET %s with Host localhost and the token: %d, want 200", p, w.Code)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,19 +25,71 @@ func defineServe(fs *flagSet) func(env, []string) error {
 	addr := fs.String("addr", "127.0.0.1:7070", "the `HOST:PORT` to listen on")
 	token := fs.String("token", "", "the access `TOKEN` every request but /healthz must carry; required when --addr is not loopback (default $ONCE_TOKEN)")
 	reapEvery := fs.Duration("reap-every", 30*time.Second, "run a reaper pass every `INTERVAL`; zero turns the reaper off")
+	var allow hostList
+	fs.Var(&allow, "allow-host", "also answer requests for the host `NAME` (the name a browser or proxy uses for the console); repeatable. Other names get 421, except that --addr 0.0.0.0 with a token and no --allow-host answers any name")
 	return func(e env, _ []string) error {
 		if *token == "" {
 			// Read here, not as the flag's default, so -h never prints it.
 			*token = os.Getenv("ONCE_TOKEN")
 		}
-		return serve(e, dbURL(*db), *addr, *token, *reapEvery)
+		return serve(e, dbURL(*db), *addr, *token, allow, *reapEvery)
 	}
+}
+
+// hostList is a repeatable flag's values.
+type hostList []string
+
+func (l *hostList) String() string { return strings.Join(*l, ",") }
+
+func (l *hostList) Set(v string) error {
+	v = strings.ToLower(strings.Trim(strings.TrimSpace(v), "[]"))
+	if v == "" || strings.ContainsAny(v, "/ ") || net.ParseIP(v) == nil && strings.Contains(v, ":") {
+		return fmt.Errorf("%q is not a host name; give a name or address without scheme or port, such as console.example.com", v)
+	}
+	*l = append(*l, v)
+	return nil
+}
+
+// loopbackNames are the names a browser on this machine uses for a
+// console bound to loopback.
+var loopbackNames = []string{"127.0.0.1", "::1", "localhost"}
+
+// allowedHosts is the console's Config.AllowedHosts for a server bound to
+// host: the names a browser may use to reach it, so that a web page whose
+// DNS name an attacker rebinds to this machine is answered 421, token or
+// not.
+//
+// Bound to loopback, they are the loopback names; bound to one address or
+// name, that one; bound to every interface (0.0.0.0, ::, or no host),
+// the loopback names and whatever --allow-host adds. A wildcard bind
+// without --allow-host returns nil, which answers any name: serve allows
+// that only with a token, which a rebound page lacks (the browser keeps
+// the token's cookie for the name it was set on, and the page cannot
+// read it), so every request it makes gets 401.
+func allowedHosts(host string, extra []string) []string {
+	var hosts []string
+	switch ip := net.ParseIP(host); {
+	case host == "" || ip != nil && ip.IsUnspecified():
+		if len(extra) == 0 {
+			return nil
+		}
+		hosts = slices.Clone(loopbackNames)
+	case loopback(host):
+		hosts = slices.Clone(loopbackNames)
+	}
+	for _, h := range append([]string{strings.ToLower(host)}, extra...) {
+		if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() || slices.Contains(hosts, h) {
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts
 }
 
 // serve runs the console package as an application would: the process's
 // client (with the metrics' hooks), the library's reaper reporting each
 // pass to the console, and the console at the root of its own server.
-func serve(e env, url, addr, token string, reapEvery time.Duration) error {
+func serve(e env, url, addr, token string, allow []string, reapEvery time.Duration) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return usagef("--addr %q is not host:port (%v)", addr, err)
@@ -75,17 +128,7 @@ func serve(e env, url, addr, token string, reapEvery time.Duration) error {
 			return err
 		}
 	}
-	var hosts []string
-	if token == "" {
-		// Without a token the console answers only to its own loopback
-		// names: a web page that rebinds a DNS name to 127.0.0.1 must not
-		// read it or post to it.
-		hosts = []string{"127.0.0.1", "::1", "localhost"}
-		if host != "" && !slices.Contains(hosts, host) {
-			hosts = append(hosts, host)
-		}
-	}
-	h, err := console.New(console.Config{Client: d.client, Registry: reg, Token: token, Logger: log, Reaper: status, AllowedHosts: hosts})
+	h, err := console.New(console.Config{Client: d.client, Registry: reg, Token: token, Logger: log, Reaper: status, AllowedHosts: allowedHosts(host, allow)})
 	if err != nil {
 		return err
 	}

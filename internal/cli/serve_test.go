@@ -157,3 +157,71 @@ func TestReapEvery(t *testing.T) {
 		t.Errorf("after the pass, show said:\n%s", show)
 	}
 }
+
+// startServe runs `once serve` with args and returns the console's base
+// URL (http://127.0.0.1:PORT/) once it listens.
+func startServe(t *testing.T, args ...string) (base string, stop func() int) {
+	t.Helper()
+	out, errOut, stop := background(t, append([]string{"serve"}, args...)...)
+	eventually(t, "console address", func() bool {
+		m := servingOn.FindStringSubmatch(out.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil || strings.Contains(errOut.String(), "once serve:")
+	})
+	if base == "" {
+		t.Fatalf("serve failed: %s", errOut)
+	}
+	return base, stop
+}
+
+// hostGet loads base+path with the Host header set to host and, if
+// token is not empty, the bearer token.
+func hostGet(t *testing.T, base, path, host, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestServeAllowedHosts: with a token, `once serve` on loopback still
+// answers only its loopback names and those given with --allow-host. A
+// page on a name rebound to 127.0.0.1 gets 421 even when the request
+// carries the token (a proxy or a script that holds it).
+func TestServeAllowedHosts(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	const token = "t0ken-for-hosts"
+	base, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token,
+		"--allow-host", "console.test", "--allow-host", "Ops.Example", "--db", db)
+	port := base[strings.LastIndex(base, ":")+1 : len(base)-1]
+	for host, want := range map[string]int{
+		"127.0.0.1:" + port:               http.StatusOK,
+		"localhost:" + port:               http.StatusOK,
+		"[::1]:" + port:                   http.StatusOK,
+		"console.test:" + port:            http.StatusOK,
+		"ops.example":                     http.StatusOK,
+		"rebind.attacker.example:" + port: http.StatusMisdirectedRequest,
+		"console.test.attacker.example":   http.StatusMisdirectedRequest,
+	} {
+		if got := hostGet(t, base, "review", host, token); got != want {
+			t.Errorf("GET /review with Host %s and the token: %d, want %d", host, got, want)
+		}
+	}
+	// /healthz needs no token but still only answers the console's names.
+	if got := hostGet(t, base, "healthz", "rebind.attacker.example:"+port, ""); got != http.StatusMisdirectedRequest {
+		t.Errorf("GET /healthz with a foreign Host: %d, want 421", got)
+	}
+}
