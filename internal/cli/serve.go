@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,7 +137,7 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := newServer(h, ln, limits)
 	if reaper != nil {
 		if err := reaper.Start(e.ctx); err != nil {
 			ln.Close()
@@ -166,4 +167,89 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// serveLimits bound what a client can hold of the console's server: a
+// connection that sends nothing, sends slowly, reads slowly or sits idle
+// after a request is closed, and connections beyond maxConns wait in the
+// kernel's backlog until one closes, so they cannot exhaust the
+// process's file descriptors.
+type serveLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxConns                      int
+}
+
+// limits are the server's. A console page is a few queries and a few
+// hundred kilobytes at most, and a resolution's body is capped at 4 MiB,
+// so a minute to read or write one is generous; an operator's browser
+// reopens an idle connection it lost without notice.
+var limits = serveLimits{
+	readHeader: 10 * time.Second,
+	read:       time.Minute,
+	write:      time.Minute,
+	idle:       2 * time.Minute,
+	maxConns:   256,
+}
+
+// newServer makes the console's server and the listener it serves.
+func newServer(h http.Handler, ln net.Listener, l serveLimits) (*http.Server, net.Listener) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.readHeader,
+		ReadTimeout:       l.read,
+		WriteTimeout:      l.write,
+		IdleTimeout:       l.idle,
+	}
+	return srv, limitListener(ln, l.maxConns)
+}
+
+// limitListener accepts at most n connections open at once: Accept
+// waits for one to close before taking the next from the backlog. Zero
+// or less means no cap.
+func limitListener(ln net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return ln
+	}
+	return &limitedListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limitedListener struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// Close also ends an Accept waiting for a slot, so a server's Shutdown
+// does not wait on a full listener.
+func (l *limitedListener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -1,10 +1,13 @@
 package cli_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -223,5 +226,57 @@ func TestServeAllowedHosts(t *testing.T) {
 	// /healthz needs no token but still only answers the console's names.
 	if got := hostGet(t, base, "healthz", "rebind.attacker.example:"+port, ""); got != http.StatusMisdirectedRequest {
 		t.Errorf("GET /healthz with a foreign Host: %d, want 421", got)
+	}
+}
+
+// TestServeConnectionLimits: connections that say nothing, or made a
+// request and went quiet, cannot hold `once serve` forever. With its
+// connection cap lowered to 4 and its timeouts to a second, sixteen
+// such connections are all closed by the server, and an authenticated
+// request made behind them is answered.
+func TestServeConnectionLimits(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	t.Cleanup(cli.SetServeLimits(4, time.Second))
+	const token = "t0ken-for-limits"
+	base, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
+
+	var quiet []net.Conn
+	t.Cleanup(func() {
+		for _, c := range quiet {
+			c.Close()
+		}
+	})
+	for i := range 16 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quiet = append(quiet, c)
+		if i >= 4 {
+			continue // says nothing at all
+		}
+		// One request on a keep-alive connection, then silence.
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Close {
+			t.Fatalf("keep-alive /healthz: %d, close %v", resp.StatusCode, resp.Close)
+		}
+	}
+	if code := hostGet(t, base, "review", "127.0.0.1", token); code != http.StatusOK {
+		t.Errorf("GET /review with the token behind 16 quiet connections: %d, want 200", code)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i, c := range quiet {
+		c.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			t.Errorf("quiet connection %d: %v; the server did not close it", i, err)
+		}
 	}
 }
