@@ -25,7 +25,8 @@
 // Writes are guarded twice: every POST is checked for a cross-origin
 // Origin (and Sec-Fetch-Site), and page forms carry a CSRF token bound to
 // a per-browser cookie. With Config.Token set, every request but /healthz
-// must also carry the token.
+// must also carry the token; /healthz then answers only "ok" or
+// "unavailable".
 package console
 
 import (
@@ -67,7 +68,8 @@ type Config struct {
 	Prefix string
 	// Registry, if not nil, is served at /metrics. Nil means no /metrics.
 	Registry prometheus.Gatherer
-	// Token, if not empty, must accompany every request except /healthz:
+	// Token, if not empty, must accompany every request except /healthz
+	// (which then tells only "ok" or "unavailable", never why):
 	// as "Authorization: Bearer TOKEN", or as the once_token cookie that
 	// opening any page with ?token=TOKEN sets. Empty means no
 	// authentication: bind the console to a trusted address, or guard
@@ -355,23 +357,44 @@ func isAPI(r *http.Request) bool {
 
 // healthz answers whether the store answers and its schema is in place:
 // 200 if Version returns a migrated schema within healthTimeout, 503
-// with the reason otherwise. Version is a cheap schema check, unlike
-// Stats, which scans the action table. It never needs the token, so load
-// balancers and orchestrators can probe it.
+// otherwise. Version is a cheap schema check, unlike Stats, which scans
+// the action table. It never needs the token, so load balancers and
+// orchestrators can probe it; for that reason it tells the reason for a
+// 503 (which names the database, its user and its server) only to a
+// caller on this machine of a console without a token. Everyone else
+// reads "unavailable", and the reason goes to the log.
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	v, err := s.client.SchemaVersion(ctx)
+	var why string
 	switch {
 	case err != nil:
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "store unavailable: %v\n", err)
+		why = fmt.Sprintf("store unavailable: %v", err)
 	case v <= 0:
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, "store not migrated: the schema is missing; run `once migrate`\n")
+		why = "store not migrated: the schema is missing; run `once migrate`"
 	default:
 		io.WriteString(w, "ok\n")
+		return
 	}
+	s.log.Warn("console: health check failed", "remote", r.RemoteAddr, "err", why)
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if s.hasToken || !fromLoopback(r) {
+		io.WriteString(w, "unavailable\n")
+		return
+	}
+	io.WriteString(w, why+"\n")
+}
+
+// fromLoopback says whether the request came from this machine's
+// loopback interface.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -18,12 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/console"
 	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
 )
 
@@ -630,6 +633,18 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// healthz asks h for /healthz from remote (host:port).
+func healthz(h http.Handler, remote string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+	r.RemoteAddr = remote
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestHealthzNotMigrated: an unmigrated store is 503; the reason, with
+// what to do, goes to a caller on this machine of a console without a
+// token, and to the log.
 func TestHealthzNotMigrated(t *testing.T) {
 	t.Parallel()
 	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
@@ -641,14 +656,22 @@ func TestHealthzNotMigrated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := console.New(console.Config{Client: client, Token: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "once migrate") {
-		t.Errorf("/healthz on an unmigrated store: %d %q, want 503 saying to run once migrate", w.Code, w.Body)
+	for _, token := range []string{"", "t"} {
+		var log bytes.Buffer
+		h, err := console.New(console.Config{Client: client, Token: token, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := healthz(h, "127.0.0.1:40000")
+		if token == "" && (w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "once migrate")) {
+			t.Errorf("/healthz on an unmigrated store, no token: %d %q, want 503 saying to run once migrate", w.Code, w.Body)
+		}
+		if token != "" && (w.Code != http.StatusServiceUnavailable || w.Body.String() != "unavailable\n") {
+			t.Errorf("/healthz on an unmigrated store, with a token: %d %q, want 503 unavailable", w.Code, w.Body)
+		}
+		if !strings.Contains(log.String(), "once migrate") {
+			t.Errorf("token %q: the log lacks the reason:\n%s", token, log.String())
+		}
 	}
 }
 
@@ -657,8 +680,66 @@ func TestHealthzStoreDown(t *testing.T) {
 	b := setup(t, console.Config{Token: "t"})
 	b.store.Close()
 	w := b.get("/healthz")
-	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "store unavailable") {
-		t.Errorf("/healthz with the store closed: %d %q", w.Code, w.Body)
+	if w.Code != http.StatusServiceUnavailable || w.Body.String() != "unavailable\n" {
+		t.Errorf("/healthz with the store closed: %d %q, want 503 unavailable", w.Code, w.Body)
+	}
+}
+
+// TestHealthzHidesStoreDetail: /healthz needs no token, so it must not
+// tell whoever asks which database, user and server the console uses.
+// With a token, or asked from another machine, it says only
+// "unavailable"; the reason goes to the log. A PostgreSQL store whose
+// database does not exist has all three in its error.
+func TestHealthzHidesStoreDetail(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const db = "once_healthz_no_such_db"
+	u.Path = "/" + db
+	pool, err := pgxpool.New(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := postgres.New(pool, postgres.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		token, remote string
+		detail        bool
+	}{
+		{"tok", "127.0.0.1:40000", false},
+		{"tok", "192.0.2.1:40000", false},
+		{"", "192.0.2.1:40000", false},
+		{"", "[::1]:40000", true},
+	}
+	for _, tt := range tests {
+		var log bytes.Buffer
+		h, err := console.New(console.Config{Client: client, Token: tt.token, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := healthz(h, tt.remote)
+		body := w.Body.String()
+		if w.Code != http.StatusServiceUnavailable {
+			t.Errorf("token %q from %s: %d, want 503", tt.token, tt.remote, w.Code)
+		}
+		if tt.detail && !strings.Contains(body, db) {
+			t.Errorf("no token, from %s: %q, want the store's error", tt.remote, body)
+		}
+		if !tt.detail && body != "unavailable\n" {
+			t.Errorf("token %q from %s: %q, want only \"unavailable\"", tt.token, tt.remote, body)
+		}
+		if !strings.Contains(log.String(), db) {
+			t.Errorf("token %q from %s: the log lacks the store's error:\n%s", tt.token, tt.remote, log.String())
+		}
 	}
 }
 
