@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -1095,4 +1098,90 @@ func TestHostCheckedWithToken(t *testing.T) {
 			t.Errorf("GET %s with Host localhost and the token: %d, want 200", p, w.Code)
 		}
 	}
+}
+
+var (
+	reviewItem = regexp.MustCompile(`<tr id="item-([0-9a-f]+)">`)
+	nextPage   = regexp.MustCompile(`<a href="([^"]+)"[^>]*>Next page`)
+)
+
+// TestReviewPages: the review queue pages through a backlog oldest
+// first, a page at a time, each page linking to the next under the
+// console's prefix, and says how many wait in all. Eight actions in
+// review share two timestamps, so the pages must also order (and resume)
+// by key.
+func TestReviewPages(t *testing.T) {
+	t.Parallel()
+	forMounts(t, func(t *testing.T, m mount) {
+		ctx := context.Background()
+		store, path := testdb.NewSQLite(t)
+		if err := store.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		client, err := once.New(once.Config{Store: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := range int64(8) {
+			in := once.Intent{Run: "run-p", Step: step, Kind: "send_email", Target: fmt.Sprintf("u%d@example.com", step)}
+			once.Do(ctx, client, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("connection reset") })
+		}
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = db.Exec(`UPDATE once_action SET updated_at = 1700000000000 + (rowid % 2)`)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := client.List(ctx, once.Filter{Status: once.StatusReview, OldestFirst: true})
+		if err != nil || len(want) != 8 {
+			t.Fatalf("setup: %d actions in review, %v", len(want), err)
+		}
+		b := &bundle{client: client}
+		b.mount(t, console.Config{Client: client, Prefix: m.prefix})
+
+		var got []string
+		link := b.url("/review?limit=3")
+		for pages := 0; link != ""; pages++ {
+			if pages == 4 {
+				t.Fatalf("more than 3 pages of 3 for 8 actions; seen %d", len(got))
+			}
+			w := b.serve(httptest.NewRequest(http.MethodGet, link, nil))
+			body := w.Body.String()
+			if w.Code != http.StatusOK {
+				t.Fatalf("GET %s: %d\n%s", link, w.Code, body)
+			}
+			if !strings.Contains(body, "8 in all") {
+				t.Errorf("GET %s does not say 8 in all", link)
+			}
+			items := reviewItem.FindAllStringSubmatch(body, -1)
+			if len(items) == 0 || len(items) > 3 {
+				t.Errorf("GET %s: %d items, want 1 to 3", link, len(items))
+			}
+			for _, it := range items {
+				got = append(got, it[1])
+			}
+			link = ""
+			if n := nextPage.FindStringSubmatch(body); n != nil {
+				link = html.UnescapeString(n[1])
+				if !strings.HasPrefix(link, b.url("/review?")) {
+					t.Fatalf("the next page link %q is not the console's review page", link)
+				}
+			}
+		}
+		var keys []string
+		for _, a := range want {
+			keys = append(keys, string(a.Key))
+		}
+		if !slices.Equal(got, keys) {
+			t.Errorf("the pages listed\n%q\nwant, oldest first then by key,\n%q", got, keys)
+		}
+		for _, bad := range []string{"/review?after=x", "/review?after=12-zz", "/review?limit=0", "/review?limit=501"} {
+			if w := b.get(bad); w.Code != http.StatusBadRequest {
+				t.Errorf("GET %s: %d, want 400", bad, w.Code)
+			}
+		}
+	})
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/view"
@@ -24,8 +26,9 @@ var recoveryEvents = []once.EventType{
 const (
 	defaultLimit = 100
 	maxLimit     = 10000
-	// reviewLimit bounds each status the review queue reads. A backlog
-	// larger than this is a problem the overview's count already shows.
+	// reviewPage is how many actions a review page shows, unless its
+	// limit says otherwise; reviewLimit is the most it may say.
+	reviewPage  = 100
 	reviewLimit = 500
 	// waitingLimit bounds the overview's list of released actions that
 	// wait for a delivery.
@@ -204,25 +207,137 @@ func (s *server) run(w http.ResponseWriter, r *http.Request) {
 }
 
 type reviewData struct {
-	Items   []once.Action
-	Limited bool
+	Items []once.Action
+	// Total is how many wait in all, and InReview and Unknown how many of
+	// each, from the store's counts.
+	Total, InReview, Unknown int64
+	// Self is this page's URL, where a decision returns; First is the
+	// first page's when this is a later one; Next is the next page's when
+	// there are more.
+	Self, First, Next string
 }
 
-// review lists what waits for a person, oldest first: actions in review,
-// and those with an unknown outcome, which a person may also settle.
+// reviewCursor is where a review page starts: after the action last
+// updated at at with key key, in the order (updated_at, key) the store
+// lists by. The zero cursor is the start of the queue.
+type reviewCursor struct {
+	at  time.Time
+	key once.Key
+}
+
+func (c reviewCursor) String() string {
+	return strconv.FormatInt(c.at.UnixNano(), 10) + "-" + string(c.key)
+}
+
+func parseCursor(v string) (reviewCursor, error) {
+	ns, key, ok := strings.Cut(v, "-")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || key == "" || strings.Trim(key, "0123456789abcdef") != "" {
+		return reviewCursor{}, fmt.Errorf("after %q is not a review page's cursor; start again from the first page", v)
+	}
+	return reviewCursor{at: time.Unix(0, n), key: once.Key(key)}, nil
+}
+
+// before says whether a comes after the cursor.
+func (c reviewCursor) before(a once.Action) bool {
+	if c.at.IsZero() {
+		return true
+	}
+	if d := cmp.Compare(a.UpdatedAt.UnixNano(), c.at.UnixNano()); d != 0 {
+		return d > 0
+	}
+	return a.Key > c.key
+}
+
+func compareReview(a, b once.Action) int {
+	return cmp.Or(cmp.Compare(a.UpdatedAt.UnixNano(), b.UpdatedAt.UnixNano()), cmp.Compare(a.Key, b.Key))
+}
+
+// review lists what waits for a person, oldest first, a page at a time:
+// actions in review, and those with an unknown outcome, which a person
+// may also settle. A page starts after the cursor its link carries, so
+// a decision taken meanwhile neither skips nor repeats an action.
 func (s *server) review(w http.ResponseWriter, r *http.Request) {
-	var d reviewData
-	for _, st := range []once.Status{once.StatusReview, once.StatusUnknown} {
-		acts, err := s.client.List(r.Context(), once.Filter{Status: st, Limit: reviewLimit, OldestFirst: true})
+	q := r.URL.Query()
+	d := reviewData{First: s.path("/review")}
+	fail := func(msg string) {
+		s.render(w, r, http.StatusBadRequest, "review", page{Title: "Review queue", Nav: "review", Error: msg, Data: d})
+	}
+	size := reviewPage
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > reviewLimit {
+			fail(fmt.Sprintf("limit %q must be a whole number from 1 to %d", l, reviewLimit))
+			return
+		}
+		size = n
+	}
+	var after reviewCursor
+	if v := q.Get("after"); v != "" {
+		var err error
+		if after, err = parseCursor(v); err != nil {
+			fail(err.Error())
+			return
+		}
+	}
+	st, err := s.client.Stats(r.Context())
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
+		return
+	}
+	c := tally(st)
+	d.InReview, d.Unknown = c.ByStatus[once.StatusReview], c.ByStatus[once.StatusUnknown]
+	d.Total = d.InReview + d.Unknown
+	for _, status := range []once.Status{once.StatusReview, once.StatusUnknown} {
+		acts, err := s.reviewAfter(r.Context(), status, after, size+1)
 		if err != nil {
 			s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the review queue failed: "+err.Error())
 			return
 		}
 		d.Items = append(d.Items, acts...)
-		d.Limited = d.Limited || len(acts) >= reviewLimit
 	}
-	slices.SortStableFunc(d.Items, func(a, b once.Action) int { return cmp.Compare(a.UpdatedAt.UnixNano(), b.UpdatedAt.UnixNano()) })
+	slices.SortFunc(d.Items, compareReview)
+	link := func(c reviewCursor) string {
+		v := url.Values{}
+		if !c.at.IsZero() {
+			v.Set("after", c.String())
+		}
+		if size != reviewPage {
+			v.Set("limit", strconv.Itoa(size))
+		}
+		if len(v) == 0 {
+			return s.path("/review")
+		}
+		return s.path("/review?" + v.Encode())
+	}
+	d.Self, d.First = link(after), ""
+	if !after.at.IsZero() {
+		d.First = link(reviewCursor{})
+	}
+	if len(d.Items) > size {
+		d.Items = d.Items[:size]
+		last := d.Items[size-1]
+		d.Next = link(reviewCursor{at: last.UpdatedAt, key: last.Key})
+	}
 	s.render(w, r, http.StatusOK, "review", page{Title: "Review queue", Nav: "review", Data: d})
+}
+
+// reviewAfter lists up to n actions with status that come after the
+// cursor, oldest first. The store filters by time only (Since is
+// inclusive), so the actions at the cursor's own instant up to its key
+// are read and dropped: the read grows until n remain or the store runs
+// out, up to maxLimit rows.
+func (s *server) reviewAfter(ctx context.Context, status once.Status, after reviewCursor, n int) ([]once.Action, error) {
+	for limit := n; ; limit = min(limit*4, maxLimit) {
+		acts, err := s.client.List(ctx, once.Filter{Status: status, OldestFirst: true, Since: after.at, Limit: limit})
+		if err != nil {
+			return nil, err
+		}
+		out := slices.DeleteFunc(acts, func(a once.Action) bool { return !after.before(a) })
+		if len(out) >= n || len(acts) < limit || limit >= maxLimit {
+			return out[:min(n, len(out))], nil
+		}
+	}
 }
 
 // resolveForm takes a decision from a page form. On success it redirects
