@@ -67,6 +67,10 @@ type Config struct {
 	// a trailing "/" is dropped. Empty means the root of the host.
 	Prefix string
 	// Registry, if not nil, is served at /metrics. Nil means no /metrics.
+	// The console serves whatever the registry holds: the metrics
+	// package's counters there count only what this process did (its
+	// reaper's passes, the decisions made here), while its once_actions
+	// gauges are read from the store and cover every process.
 	Registry prometheus.Gatherer
 	// Token, if not empty, must accompany every request except /healthz
 	// (which then tells only "ok" or "unavailable", never why):
