@@ -466,6 +466,26 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, s.q.recent, ts, max(limit, 1))
 }
 
+// Versions returns every migration version the schema records, in
+// order, none if it has no migration table: a build refuses a schema
+// migrated by a newer one, or one whose record has a gap.
+func (s *Store) Versions(ctx context.Context) ([]int, error) {
+	var exists bool
+	mt := s.names.Table("migration")
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&exists); err != nil {
+		return nil, s.wrap(err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT version FROM `+mt+` ORDER BY version`)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	return vs, s.wrap(err)
+}
+
 // Version implements once.Store.
 func (s *Store) Version(ctx context.Context) (int, error) {
 	var exists bool

@@ -647,6 +647,26 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, s.q.recent, js, max(limit, 1))
 }
 
+// Versions returns every migration version the schema records, in
+// order, none if it has no migration table: a build refuses a schema
+// migrated by a newer one, or one whose record has a gap.
+func (s *Store) Versions(ctx context.Context) ([]int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`, s.names.Prefix+"migration").Scan(&n); err != nil {
+		return nil, s.wrap(err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT version FROM `+s.names.Table("migration")+` ORDER BY version`)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	vs, err := sqlrows.Collect(rows, sqlrows.Int)
+	return vs, s.wrap(err)
+}
+
 // Version implements once.Store.
 func (s *Store) Version(ctx context.Context) (int, error) {
 	mt := s.names.Table("migration")

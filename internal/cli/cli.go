@@ -24,6 +24,7 @@ import (
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
 	"github.com/oncehq/once/internal/demo"
+	"github.com/oncehq/once/internal/migrate"
 )
 
 // DefaultDatabase is the embedded SQLite file used when neither --db nor
@@ -251,19 +252,25 @@ func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
 	return d, nil
 }
 
-// checkSchema refuses a schema older than this build's.
+// checkSchema refuses a schema older than this build's, one a newer
+// once migrated (whose rows this build may misread or write wrongly), and
+// one whose record of versions has a gap.
 func (d *database) checkSchema(ctx context.Context, url string) error {
 	ms, err := d.store.Migrations()
 	if err != nil {
 		return err
 	}
-	v, err := d.client.SchemaVersion(ctx)
+	vs, err := d.store.Versions(ctx)
 	switch {
 	case err != nil:
 		return err
-	case v == 0:
+	case len(vs) == 0:
 		return fmt.Errorf("%s has no once schema; run 'once migrate --db %s' first", d.name, url)
-	case v < len(ms):
+	}
+	if err := migrate.Check(vs, len(ms)); err != nil {
+		return fmt.Errorf("%s: %w", d.name, err)
+	}
+	if v := vs[len(vs)-1]; v < len(ms) {
 		return fmt.Errorf("%s has schema version %d and this once needs %d; run 'once migrate --db %s'", d.name, v, len(ms), url)
 	}
 	return nil

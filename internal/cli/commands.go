@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
+	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/internal/view"
 )
 
@@ -47,6 +48,19 @@ func defineMigrate(fs *flagSet) func(env, []string) error {
 		c, err := once.New(once.Config{Store: s.Store})
 		if err != nil {
 			return err
+		}
+		// Migrate refuses these too, under its lock; checked first, the
+		// refusal is one plain line.
+		ms, err := s.Migrations()
+		if err != nil {
+			return err
+		}
+		vs, err := s.Versions(e.ctx)
+		if err != nil {
+			return err
+		}
+		if err := migrate.Check(vs, len(ms)); err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
 		}
 		before, err := c.SchemaVersion(e.ctx)
 		if err != nil {

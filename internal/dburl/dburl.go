@@ -22,6 +22,18 @@ type Store struct {
 	Name string
 }
 
+// Versions returns the migration versions the schema records (see
+// postgres.Store.Versions and sqlite.Store.Versions).
+func (s *Store) Versions(ctx context.Context) ([]int, error) {
+	v, ok := s.Store.(interface {
+		Versions(context.Context) ([]int, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%s cannot list its schema's versions", s.Name)
+	}
+	return v.Versions(ctx)
+}
+
 // IsPostgres reports whether url names a PostgreSQL database.
 func IsPostgres(url string) bool {
 	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")
