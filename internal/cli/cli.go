@@ -112,8 +112,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		// One line: drivers' messages may span several.
-		msg := strings.Join(strings.Fields(err.Error()), " ")
+		// One line: drivers' messages may span several. A password in
+		// the database URL, quoted by a hint or by a driver, is elided.
+		msg := dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))
 		fmt.Fprintln(stderr, "once "+c.name+": "+msg)
 		var ue usageError
 		if errors.As(err, &ue) {

@@ -383,7 +383,7 @@ func defineReap(fs *flagSet) func(env, []string) error {
 		// comes at the interval, as in any long-running reaper.
 		r, err := once.NewReaper(d.client, once.ReaperConfig{Interval: *every, OnPass: func(rep once.ReapReport, err error) {
 			if err != nil {
-				fmt.Fprintf(e.stderr, "once reap: pass failed: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+				fmt.Fprintf(e.stderr, "once reap: pass failed: %s\n", dburl.Redact(strings.Join(strings.Fields(err.Error()), " ")))
 				return
 			}
 			report(rep)

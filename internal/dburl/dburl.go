@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	neturl "net/url"
+	"regexp"
 	"strings"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
 )
@@ -49,18 +51,45 @@ func SQLitePath(url string) (string, bool) {
 }
 
 // postgresConfig takes the store's own parameters, once_schema and
-// once_prefix, out of a PostgreSQL URL; the rest go to the driver.
+// once_prefix, out of a PostgreSQL URL; the rest go to the driver. A
+// query that does not parse, or a schema or prefix the store cannot use,
+// is an error: dropping it would put the tables somewhere else.
 func postgresConfig(raw string) (string, postgres.Config, error) {
 	u, err := neturl.Parse(raw)
 	if err != nil {
 		return "", postgres.Config{}, errors.New("postgres store: the URL is not valid; expected postgres://user@host:5432/dbname")
 	}
-	q := u.Query()
+	q, err := neturl.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", postgres.Config{}, fmt.Errorf("postgres store: the URL's query does not parse (%v); write its parameters as name=value joined by &, with %%, & and ; in a value percent-encoded (%%25, %%26, %%3B)", err)
+	}
 	cfg := postgres.Config{Schema: q.Get("once_schema"), Prefix: q.Get("once_prefix")}
+	if err := migrate.CheckIdent("once_schema", cfg.Schema, !q.Has("once_schema")); err != nil {
+		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
+	}
+	if err := migrate.CheckIdent("once_prefix", cfg.Prefix, !q.Has("once_prefix")); err != nil {
+		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
+	}
 	q.Del("once_schema")
 	q.Del("once_prefix")
 	u.RawQuery = q.Encode()
 	return u.String(), cfg, nil
+}
+
+var (
+	// userinfoRE finds the password of a URL's user:password@.
+	userinfoRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/?#@\s]*):[^@/?#\s]*@`)
+	// passwordRE finds a password= parameter, in a URL's query or a
+	// key=value connection string.
+	passwordRE = regexp.MustCompile(`(?i)(\bpassword=)('[^']*'|[^&\s']*)`)
+)
+
+// Redact elides the passwords of any database URL in s (user:password@
+// becomes user:…@, password=secret becomes password=…), so a message
+// that quotes the URL, or a driver's error that does, can be printed.
+func Redact(s string) string {
+	s = userinfoRE.ReplaceAllString(s, "$1:…@")
+	return passwordRE.ReplaceAllString(s, "${1}…")
 }
 
 // Open opens the store url names. A PostgreSQL URL may carry
