@@ -20,6 +20,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +43,15 @@ var migrationFS embed.FS
 type Config struct {
 	// Prefix starts every table and index name. Empty means "once_".
 	Prefix string
+	// ReadOnly opens an existing file for reading only, for tools that
+	// only look: it takes no lock a writer would wait for, and it
+	// creates no file. When no process has the database open (it has no
+	// -wal file), SQLite would create the -wal and -shm files even to
+	// read, and could not remove them after, so the file is then read as
+	// immutable: a process that opens it for writing meanwhile is not
+	// seen, and a read that meets its checkpoint may fail; read again.
+	// A write through a read-only store fails.
+	ReadOnly bool
 }
 
 // busyTimeout is how long a statement waits for another connection or
@@ -111,6 +123,12 @@ func Open(path string, cfg Config) (*Store, error) {
 		// The driver splits its parameters off at the first '?'.
 		return nil, fmt.Errorf("sqlite store: the path %q contains '?', which the driver reads as the start of its parameters; rename the file", path)
 	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlite store: %s is a directory; pass a database file, such as %s", path, filepath.Join(path, "once.db"))
+	}
+	if cfg.ReadOnly {
+		return openReadOnly(path, cfg)
+	}
 	db, err := sql.Open("sqlite", path+"?"+dsnParams)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store at %s: %w", path, err)
@@ -133,6 +151,10 @@ func Open(path string, cfg Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
 	}
+	return newStore(db, path, cfg), nil
+}
+
+func newStore(db *sql.DB, path string, cfg Config) *Store {
 	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	return &Store{
 		db:     db,
@@ -141,7 +163,30 @@ func Open(path string, cfg Config) (*Store, error) {
 		names:  names,
 		q:      buildQueries(names.Table("action"), names.Table("event")),
 		writer: make(chan struct{}, 1),
-	}, nil
+	}
+}
+
+// openReadOnly opens path for Config.ReadOnly.
+func openReadOnly(path string, cfg Config) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sqlite store: %w; a read-only store opens an existing file", err)
+	}
+	params := "mode=ro"
+	if _, err := os.Stat(path + "-wal"); errors.Is(err, os.ErrNotExist) {
+		params += "&immutable=1"
+	}
+	params += "&_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")"
+	db, err := sql.Open("sqlite", "file:"+neturl.PathEscape(path)+"?"+params)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store at %s: %w", path, err)
+	}
+	// A file that is not a database fails at the first read.
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
+	}
+	return newStore(db, path, cfg), nil
 }
 
 // openRetryDelay spaces Open's attempts while the file is being switched

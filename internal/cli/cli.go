@@ -220,8 +220,24 @@ func (d *database) Close() error { return d.store.Close() }
 // file or schema is one clear line saying to run `once migrate`, and
 // nothing is written.
 func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
+	return openDB(ctx, url, cfg, false)
+}
+
+// openReadOnly is open for commands that only read: a SQLite file is
+// read without a lock a writer would wait for, and without creating its
+// -wal and -shm files, which would be left owned by whoever ran the
+// command.
+func openReadOnly(ctx context.Context, url string, cfg once.Config) (*database, error) {
+	return openDB(ctx, url, cfg, true)
+}
+
+func openDB(ctx context.Context, url string, cfg once.Config, readOnly bool) (*database, error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
+	openStore := dburl.Open
+	if readOnly {
+		openStore = dburl.OpenReadOnly
+	}
 	if path, ok := dburl.SQLitePath(url); ok && path != "" {
 		// Look before opening: opening a SQLite file for writing changes
 		// it, and a command that fails must leave it as it was.
@@ -229,15 +245,17 @@ func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("no database at %s; run 'once migrate' to create one (or 'once demo' to fill one), or pass --db", abs)
 		}
-		has, err := dburl.HasSQLiteSchema(ctx, path)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite store at %s: %w", abs, err)
-		}
-		if !has {
-			return nil, fmt.Errorf("sqlite store at %s has no once schema; run 'once migrate --db %s' first", abs, url)
+		if !readOnly {
+			has, err := dburl.HasSQLiteSchema(ctx, path)
+			if err != nil {
+				return nil, err
+			}
+			if !has {
+				return nil, fmt.Errorf("sqlite store at %s has no once schema; run 'once migrate --db %s' first", abs, url)
+			}
 		}
 	}
-	s, err := dburl.Open(ctx, url)
+	s, err := openStore(ctx, url)
 	if err != nil {
 		return nil, err
 	}

@@ -147,7 +147,7 @@ func defineLs(fs *flagSet) func(env, []string) error {
 				return usagef("%s is not text (invalid UTF-8 or NUL); no action has such a %s", name, strings.TrimPrefix(name, "--"))
 			}
 		}
-		d, err := open(e.ctx, dbURL(*db), once.Config{})
+		d, err := openReadOnly(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
 		}
@@ -232,7 +232,7 @@ func defineShow(fs *flagSet) func(env, []string) error {
 	db := fs.db()
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(e env, args []string) error {
-		d, err := open(e.ctx, dbURL(*db), once.Config{})
+		d, err := openReadOnly(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ package dburl
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	neturl "net/url"
@@ -96,6 +95,18 @@ func Redact(s string) string {
 // once_schema and once_prefix to place the tables. It checks the connection, so an
 // unreachable server is reported here, by address.
 func Open(ctx context.Context, url string) (*Store, error) {
+	return open(ctx, url, false)
+}
+
+// OpenReadOnly opens the store url names for commands that only read: a
+// SQLite file is opened read-only (sqlite.Config.ReadOnly), so reading it
+// takes no lock and leaves no file behind. A PostgreSQL store is opened
+// as by Open.
+func OpenReadOnly(ctx context.Context, url string) (*Store, error) {
+	return open(ctx, url, true)
+}
+
+func open(ctx context.Context, url string, readOnly bool) (*Store, error) {
 	if IsPostgres(url) {
 		url, cfg, err := postgresConfig(url)
 		if err != nil {
@@ -115,25 +126,21 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("the SQLite path is empty; pass --db ./once.db")
 	}
-	s, err := sqlite.Open(path, sqlite.Config{})
+	s, err := sqlite.Open(path, sqlite.Config{ReadOnly: readOnly})
 	if err != nil {
 		return nil, err
 	}
 	return &Store{Store: s, Name: s.String()}, nil
 }
 
-// HasSQLiteSchema reports, through a read-only connection that changes
+// HasSQLiteSchema reports, through a read-only store that changes
 // nothing, whether the SQLite file at path holds once's tables.
 func HasSQLiteSchema(ctx context.Context, path string) (bool, error) {
-	db, err := sql.Open("sqlite", "file:"+neturl.PathEscape(path)+"?mode=ro")
+	s, err := sqlite.Open(path, sqlite.Config{ReadOnly: true})
 	if err != nil {
 		return false, err
 	}
-	defer db.Close()
-	var n int
-	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'once_migration'`).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("%w; is it an SQLite database?", err)
-	}
-	return n > 0, nil
+	defer s.Close()
+	vs, err := s.Versions(ctx)
+	return len(vs) > 0, err
 }
