@@ -60,11 +60,8 @@ var (
 	_ once.TxBinder[pgx.Tx] = (*Store)(nil)
 )
 
-// New returns a store over an existing pool. It does no I/O.
-func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	if pool == nil {
-		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
-	}
+// names fills in cfg's defaults and checks it.
+func (cfg Config) names() (Config, migrate.Names, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "public"
 	}
@@ -72,13 +69,35 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg.Prefix = "once_"
 	}
 	if err := migrate.CheckIdent("postgres: Config.Schema", cfg.Schema, false); err != nil {
-		return nil, err
+		return cfg, migrate.Names{}, err
 	}
 	if err := migrate.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
+		return cfg, migrate.Names{}, err
+	}
+	return cfg, migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}, nil
+}
+
+// Migrations returns the schema migrations rendered for cfg's schema and
+// prefix, without a database: what a store's Migrations returns, for
+// users who run their own migration tool.
+func Migrations(cfg Config) ([]once.Migration, error) {
+	_, names, err := cfg.names()
+	if err != nil {
+		return nil, err
+	}
+	return migrate.Load(migrationFS, "migrations", names)
+}
+
+// New returns a store over an existing pool. It does no I/O.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
+	}
+	cfg, names, err := cfg.names()
+	if err != nil {
 		return nil, err
 	}
 	cc := pool.Config().ConnConfig
-	names := migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}
 	return &Store{
 		db:     pool,
 		pool:   pool,

@@ -54,6 +54,25 @@ type Config struct {
 	ReadOnly bool
 }
 
+// check fills in cfg's defaults and checks it.
+func (cfg Config) check() (Config, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "once_"
+	}
+	return cfg, migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false)
+}
+
+// Migrations returns the schema migrations rendered for cfg's prefix,
+// without a database: what a store's Migrations returns, for users who
+// run their own migration tool.
+func Migrations(cfg Config) ([]once.Migration, error) {
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	return migrate.Load(migrationFS, "migrations", migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent})
+}
+
 // busyTimeout is how long a statement waits for another connection or
 // process to release the database's write lock before it fails. Claims
 // are short, so the wait is only long under a pile-up; it is generous
@@ -104,10 +123,8 @@ var (
 // or a file that is not a database is reported here, by path, rather than
 // by the first claim.
 func Open(path string, cfg Config) (*Store, error) {
-	if cfg.Prefix == "" {
-		cfg.Prefix = "once_"
-	}
-	if err := migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false); err != nil {
+	cfg, err := cfg.check()
+	if err != nil {
 		return nil, err
 	}
 	switch {

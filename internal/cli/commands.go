@@ -25,17 +25,12 @@ import (
 
 func defineMigrate(fs *flagSet) func(env, []string) error {
 	db := fs.db()
-	print := fs.Bool("print", false, "print the SQL for your own migration tool instead of running it")
+	print := fs.Bool("print", false, "print the SQL, for the URL's schema and prefix, for your own migration tool instead of running it; connects to nothing")
 	return func(e env, _ []string) error {
-		ctx, cancel := context.WithTimeout(e.ctx, openTimeout)
-		s, err := dburl.Open(ctx, dbURL(*db))
-		cancel()
-		if err != nil {
-			return err
-		}
-		defer s.Close()
 		if *print {
-			ms, err := s.Migrations()
+			// Rendered for the URL's schema and prefix; the database is
+			// not needed, nor touched.
+			ms, err := dburl.Migrations(dbURL(*db))
 			if err != nil {
 				return err
 			}
@@ -44,6 +39,13 @@ func defineMigrate(fs *flagSet) func(env, []string) error {
 			}
 			return nil
 		}
+		ctx, cancel := context.WithTimeout(e.ctx, openTimeout)
+		s, err := dburl.Open(ctx, dbURL(*db))
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer s.Close()
 		// The versions are read through a client, like every other read.
 		c, err := once.New(once.Config{Store: s.Store})
 		if err != nil {

@@ -133,6 +133,24 @@ func open(ctx context.Context, url string, readOnly bool) (*Store, error) {
 	return &Store{Store: s, Name: s.String()}, nil
 }
 
+// Migrations returns the schema migrations rendered for the store url
+// names (its once_schema and once_prefix), without connecting to it or
+// creating anything.
+func Migrations(url string) ([]once.Migration, error) {
+	if IsPostgres(url) {
+		_, cfg, err := postgresConfig(url)
+		if err != nil {
+			return nil, err
+		}
+		return postgres.Migrations(cfg)
+	}
+	if _, ok := SQLitePath(url); !ok {
+		scheme, _, _ := strings.Cut(url, "://")
+		return nil, fmt.Errorf("database URL scheme %q is not supported; use postgres://user@host:5432/db, or a SQLite file path", scheme)
+	}
+	return sqlite.Migrations(sqlite.Config{})
+}
+
 // HasSQLiteSchema reports, through a read-only store that changes
 // nothing, whether the SQLite file at path holds once's tables.
 func HasSQLiteSchema(ctx context.Context, path string) (bool, error) {
