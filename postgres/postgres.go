@@ -605,33 +605,40 @@ func (s *Store) Migrations() ([]once.Migration, error) {
 // each version in the migration table in the same transaction as the
 // change.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, and returns the migrations this call ran:
+// none when another migrator ran them first.
+func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
-		return errors.New("postgres store: Migrate cannot run inside a caller's transaction")
+		return nil, errors.New("postgres store: Migrate cannot run inside a caller's transaction")
 	}
 	ms, err := s.Migrations()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	defer tx.Rollback(ctx)
 	h := fnv.New64a()
 	h.Write([]byte("once.migrate:" + s.names.Table("migration")))
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+quoteIdent(s.schema)); err != nil {
-			return s.wrap(err)
+			return nil, s.wrap(err)
 		}
 	}
-	err = migrate.Apply(ctx, migrate.Tx{
+	ran, err := migrate.Apply(ctx, migrate.Tx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.Exec(ctx, sql, args...)
 			return err
@@ -653,7 +660,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 	}, ms)
 	if err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
-	return s.wrap(tx.Commit(ctx))
+	if err := tx.Commit(ctx); err != nil {
+		return nil, s.wrap(err)
+	}
+	return ran, nil
 }

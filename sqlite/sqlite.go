@@ -848,18 +848,34 @@ func (s *Store) Migrations() ([]once.Migration, error) {
 // the first. SQLite's DDL is transactional: a failed migration leaves
 // nothing behind.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, and returns the migrations this call ran:
+// none when another migrator ran them first.
+func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
-		return errors.New("sqlite store: Migrate cannot run inside a caller's transaction")
+		return nil, errors.New("sqlite store: Migrate cannot run inside a caller's transaction")
 	}
 	ms, err := s.Migrations()
 	if err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
-	return s.wrap(s.inWriteTx(ctx, func(tx dbtx) error { return s.apply(ctx, tx, ms) }))
+	var ran []once.Migration
+	err = s.inWriteTx(ctx, func(tx dbtx) (err error) {
+		ran, err = s.apply(ctx, tx, ms)
+		return err
+	})
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	return ran, nil
 }
 
-// apply records and runs the migrations tx has not seen.
-func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) error {
+// apply records and runs the migrations tx has not seen, and returns
+// those it ran.
+func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once.Migration, error) {
 	return migrate.Apply(ctx, migrate.Tx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)

@@ -46,11 +46,6 @@ func defineMigrate(fs *flagSet) func(env, []string) error {
 			return err
 		}
 		defer s.Close()
-		// The versions are read through a client, like every other read.
-		c, err := once.New(once.Config{Store: s.Store})
-		if err != nil {
-			return err
-		}
 		// Migrate refuses these too, under its lock; checked first, the
 		// refusal is one plain line.
 		ms, err := s.Migrations()
@@ -64,21 +59,17 @@ func defineMigrate(fs *flagSet) func(env, []string) error {
 		if err := migrate.Check(vs, len(ms)); err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
-		before, err := c.SchemaVersion(e.ctx)
+		// What this run applied is known only under the migration lock:
+		// a version read before it may be stale by the time it is taken.
+		ran, err := s.MigrateApplied(e.ctx)
 		if err != nil {
 			return err
 		}
-		if err := s.Migrate(e.ctx); err != nil {
-			return err
-		}
-		after, err := c.SchemaVersion(e.ctx)
-		if err != nil {
-			return err
-		}
-		if before == after {
+		after := ms[len(ms)-1].Version
+		if len(ran) == 0 {
 			fmt.Fprintf(e.stdout, "%s: schema already at version %d\n", s.Name, after)
 		} else {
-			fmt.Fprintf(e.stdout, "%s: schema migrated from version %d to %d\n", s.Name, before, after)
+			fmt.Fprintf(e.stdout, "%s: schema migrated from version %d to %d\n", s.Name, ran[0].Version-1, ran[len(ran)-1].Version)
 		}
 		return nil
 	}
@@ -117,6 +108,14 @@ func defineKey(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			var ie *once.IntentError
 			if errors.As(err, &ie) {
+				if ie.Field == "Payload" {
+					// The payload comes from --payload-file.
+					hint := ""
+					if !*raw {
+						hint = "; or pass --raw to hash the file's bytes as they are"
+					}
+					return usagef("--payload-file %s%s", ie.Reason, hint)
+				}
 				return usagef("--%s %s", strings.ToLower(ie.Field), ie.Reason)
 			}
 			return err
@@ -211,11 +210,13 @@ func safe(s string) string {
 // findKey accepts a full key or an unambiguous prefix of at least 8
 // characters, as `once ls` prints them.
 func findKey(ctx context.Context, c *once.Client, k string) (once.Action, error) {
-	if len(k) == 64 {
+	// Keys are hex, which people copy in either case.
+	k = strings.ToLower(k)
+	if len(k) == 64 && strings.Trim(k, "0123456789abcdef") == "" {
 		return c.Get(ctx, once.Key(k))
 	}
 	if len(k) < 8 || len(k) > 64 || strings.Trim(k, "0123456789abcdef") != "" {
-		return once.Action{}, usagef("%q is not a key; give the key, or at least 8 of its first characters (lowercase hex)", k)
+		return once.Action{}, usagef("%q is not a key; give the key, or at least 8 of its first characters (hex)", k)
 	}
 	found, err := c.List(ctx, once.Filter{KeyPrefix: k, Limit: 2})
 	if err != nil {

@@ -35,6 +35,19 @@ func (s *Store) Versions(ctx context.Context) ([]int, error) {
 	return v.Versions(ctx)
 }
 
+// MigrateApplied migrates the schema and returns the migrations this
+// call ran, none when another migrator ran them first (see
+// postgres.Store.MigrateApplied and sqlite.Store.MigrateApplied).
+func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
+	m, ok := s.Store.(interface {
+		MigrateApplied(context.Context) ([]once.Migration, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%s cannot say which migrations it applied", s.Name)
+	}
+	return m.MigrateApplied(ctx)
+}
+
 // IsPostgres reports whether url names a PostgreSQL database.
 func IsPostgres(url string) bool {
 	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")

@@ -23,7 +23,7 @@ func sqliteTx(t *testing.T, db *sql.DB, ms []Migration) error {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	err = Apply(ctx, Tx{
+	_, err = Apply(ctx, Tx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
