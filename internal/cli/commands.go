@@ -169,9 +169,11 @@ func defineLs(fs *flagSet) func(env, []string) error {
 			return nil
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED")
+		// REASON, the action's error, is last: it is the longest, and
+		// `once show` prints it whole.
+		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED\tREASON")
 		for _, a := range acts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", view.ShortKey(a.Key), a.Status, safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", view.ShortKey(a.Key), a.Status, safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt), clip(a.Error, 60))
 		}
 		return tw.Flush()
 	}
