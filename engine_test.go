@@ -46,7 +46,7 @@ func TestValidateResolution(t *testing.T) {
 		{"name too long", func(r *once.Resolution) { r.By = strings.Repeat("a", once.MaxIDBytes+1) }, "By", "over the limit of 255"},
 		{"note too long", func(r *once.Resolution) { r.Note = strings.Repeat("n", 4097) }, "Note", "over the limit of 4096"},
 		{"name not UTF-8", func(r *once.Resolution) { r.By = "a\xff" }, "By", "not valid UTF-8"},
-		{"NUL in note", func(r *once.Resolution) { r.Note = "a\x00b" }, "Note", "not valid UTF-8"},
+		{"NUL in note", func(r *once.Resolution) { r.Note = "a\x00b" }, "Note", "contains a NUL byte"},
 		{"result not JSON", func(r *once.Resolution) { r.Result = json.RawMessage(`{`) }, "Result", "not valid JSON"},
 		{"result too large", func(r *once.Resolution) { r.Result = json.RawMessage(`"` + strings.Repeat("x", 20) + `"`) }, "Result", "over Config.MaxResultBytes (16)"},
 		{"result with retry", func(r *once.Resolution) { r.Decision = once.DecisionRetry }, "Result", "only stored with Done"},

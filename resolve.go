@@ -143,8 +143,10 @@ func (c *Client) ValidateResolution(r Resolution) error {
 			return bad(f.name, "is empty; "+f.why)
 		case len(f.v) > f.max:
 			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), f.max))
-		case !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0:
+		case !utf8.ValidString(f.v):
 			return bad(f.name, "is not valid UTF-8 text")
+		case strings.IndexByte(f.v, 0) >= 0:
+			return bad(f.name, "contains a NUL byte, which PostgreSQL text cannot hold; remove it")
 		}
 	}
 	if len(r.Result) > 0 {

@@ -60,11 +60,8 @@ var (
 	_ once.TxBinder[pgx.Tx] = (*Store)(nil)
 )
 
-// New returns a store over an existing pool. It does no I/O.
-func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	if pool == nil {
-		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
-	}
+// names fills in cfg's defaults and checks it.
+func (cfg Config) names() (Config, migrate.Names, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "public"
 	}
@@ -72,13 +69,35 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg.Prefix = "once_"
 	}
 	if err := migrate.CheckIdent("postgres: Config.Schema", cfg.Schema, false); err != nil {
-		return nil, err
+		return cfg, migrate.Names{}, err
 	}
 	if err := migrate.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
+		return cfg, migrate.Names{}, err
+	}
+	return cfg, migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}, nil
+}
+
+// Migrations returns the schema migrations rendered for cfg's schema and
+// prefix, without a database: what a store's Migrations returns, for
+// users who run their own migration tool.
+func Migrations(cfg Config) ([]once.Migration, error) {
+	_, names, err := cfg.names()
+	if err != nil {
+		return nil, err
+	}
+	return migrate.Load(migrationFS, "migrations", names)
+}
+
+// New returns a store over an existing pool. It does no I/O.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
+	}
+	cfg, names, err := cfg.names()
+	if err != nil {
 		return nil, err
 	}
 	cc := pool.Config().ConnConfig
-	names := migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}
 	return &Store{
 		db:     pool,
 		pool:   pool,
@@ -466,6 +485,26 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, s.q.recent, ts, max(limit, 1))
 }
 
+// Versions returns every migration version the schema records, in
+// order, none if it has no migration table: a build refuses a schema
+// migrated by a newer one, or one whose record has a gap.
+func (s *Store) Versions(ctx context.Context) ([]int, error) {
+	var exists bool
+	mt := s.names.Table("migration")
+	if err := s.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&exists); err != nil {
+		return nil, s.wrap(err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT version FROM `+mt+` ORDER BY version`)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	return vs, s.wrap(err)
+}
+
 // Version implements once.Store.
 func (s *Store) Version(ctx context.Context) (int, error) {
 	var exists bool
@@ -566,33 +605,40 @@ func (s *Store) Migrations() ([]once.Migration, error) {
 // each version in the migration table in the same transaction as the
 // change.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, and returns the migrations this call ran:
+// none when another migrator ran them first.
+func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
-		return errors.New("postgres store: Migrate cannot run inside a caller's transaction")
+		return nil, errors.New("postgres store: Migrate cannot run inside a caller's transaction")
 	}
 	ms, err := s.Migrations()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	defer tx.Rollback(ctx)
 	h := fnv.New64a()
 	h.Write([]byte("once.migrate:" + s.names.Table("migration")))
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+quoteIdent(s.schema)); err != nil {
-			return s.wrap(err)
+			return nil, s.wrap(err)
 		}
 	}
-	err = migrate.Apply(ctx, migrate.Tx{
+	ran, err := migrate.Apply(ctx, migrate.Tx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.Exec(ctx, sql, args...)
 			return err
@@ -614,7 +660,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 	}, ms)
 	if err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
-	return s.wrap(tx.Commit(ctx))
+	if err := tx.Commit(ctx); err != nil {
+		return nil, s.wrap(err)
+	}
+	return ran, nil
 }

@@ -39,10 +39,28 @@ func TestMain(m *testing.M) {
 }
 
 // A spec is a schema name; worker processes open the same schema. The
-// server is shared, so opening waits out its connection limit.
+// server is shared, so opening waits out its connection limit, and takes
+// the few connections a worker uses then: a connection refused later
+// would fail the worker halfway and leave its test waiting for it.
 func openSpec(ctx context.Context, schema string) (once.Store, error) {
-	return testdb.RetryTooManyClients(ctx, func() (once.Store, error) {
-		return postgres.Open(ctx, testdb.PostgresURL(), postgres.Config{Schema: schema})
+	return openSpecAt(ctx, testdb.PostgresURL(), schema)
+}
+
+func openSpecAt(ctx context.Context, url, schema string) (*postgres.Store, error) {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return testdb.RetryTooManyClients(ctx, func() (*postgres.Store, error) {
+		s, err := postgres.Open(ctx, url+sep+"pool_max_conns=2", postgres.Config{Schema: schema})
+		if err != nil {
+			return nil, err
+		}
+		if err := testdb.Warm(ctx, s.Pool()); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
 	})
 }
 
@@ -286,5 +304,82 @@ func TestDatabaseGoesAway(t *testing.T) {
 		return "", nil
 	}); !errors.Is(err, once.ErrInFlight) {
 		t.Fatalf("redelivery = %v, want ErrInFlight", err)
+	}
+}
+
+// TestOpenSpecHoldsItsConnections: a worker process opened by the
+// harness while the server is at its connection limit waits for a slot,
+// and once open is not refused a connection when it runs two queries at
+// once, though another client has taken the last slot meanwhile. The
+// limit is a role's CONNECTION LIMIT, which the server enforces with the
+// same SQLSTATE 53300 as max_connections, without crowding other tests.
+func TestOpenSpecHoldsItsConnections(t *testing.T) {
+	p := sharedPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var b [6]byte
+	rand.Read(b[:])
+	role := "once_limited_" + hex.EncodeToString(b[:])
+	if _, err := p.Exec(ctx, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN CONNECTION LIMIT 2`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Exec(context.Background(), `DROP ROLE IF EXISTS `+pgx.Identifier{role}.Sanitize()) })
+	cfg, err := pgx.ParseConfig(testdb.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", role, net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), cfg.Database)
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	// The role is at its limit while the worker opens.
+	busy := []*pgx.Conn{connect(), connect()}
+	time.AfterFunc(200*time.Millisecond, func() {
+		for _, c := range busy {
+			c.Close(context.Background())
+		}
+	})
+	s, err := openSpecAt(ctx, url, "public")
+	if err != nil {
+		t.Fatalf("opening at the connection limit: %v", err)
+	}
+	defer s.Close()
+
+	// Another client takes what the worker does not hold.
+	var others []*pgx.Conn
+	defer func() {
+		for _, c := range others {
+			c.Close(context.Background())
+		}
+	}()
+	for {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			if !testdb.TooManyClients(err) {
+				t.Fatal(err)
+			}
+			break
+		}
+		others = append(others, c)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		wg.Go(func() {
+			_, err := s.Pool().Exec(ctx, `SELECT pg_sleep(0.1)`)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a query of the opened worker's store: %v", err)
+		}
 	}
 }

@@ -20,6 +20,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +43,34 @@ var migrationFS embed.FS
 type Config struct {
 	// Prefix starts every table and index name. Empty means "once_".
 	Prefix string
+	// ReadOnly opens an existing file for reading only, for tools that
+	// only look: it takes no lock a writer would wait for, and it
+	// creates no file. When no process has the database open (it has no
+	// -wal file), SQLite would create the -wal and -shm files even to
+	// read, and could not remove them after, so the file is then read as
+	// immutable: a process that opens it for writing meanwhile is not
+	// seen, and a read that meets its checkpoint may fail; read again.
+	// A write through a read-only store fails.
+	ReadOnly bool
+}
+
+// check fills in cfg's defaults and checks it.
+func (cfg Config) check() (Config, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "once_"
+	}
+	return cfg, migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false)
+}
+
+// Migrations returns the schema migrations rendered for cfg's prefix,
+// without a database: what a store's Migrations returns, for users who
+// run their own migration tool.
+func Migrations(cfg Config) ([]once.Migration, error) {
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	return migrate.Load(migrationFS, "migrations", migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent})
 }
 
 // busyTimeout is how long a statement waits for another connection or
@@ -92,10 +123,8 @@ var (
 // or a file that is not a database is reported here, by path, rather than
 // by the first claim.
 func Open(path string, cfg Config) (*Store, error) {
-	if cfg.Prefix == "" {
-		cfg.Prefix = "once_"
-	}
-	if err := migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false); err != nil {
+	cfg, err := cfg.check()
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -110,6 +139,12 @@ func Open(path string, cfg Config) (*Store, error) {
 	case strings.Contains(path, "?"):
 		// The driver splits its parameters off at the first '?'.
 		return nil, fmt.Errorf("sqlite store: the path %q contains '?', which the driver reads as the start of its parameters; rename the file", path)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlite store: %s is a directory; pass a database file, such as %s", path, filepath.Join(path, "once.db"))
+	}
+	if cfg.ReadOnly {
+		return openReadOnly(path, cfg)
 	}
 	db, err := sql.Open("sqlite", path+"?"+dsnParams)
 	if err != nil {
@@ -133,6 +168,10 @@ func Open(path string, cfg Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
 	}
+	return newStore(db, path, cfg), nil
+}
+
+func newStore(db *sql.DB, path string, cfg Config) *Store {
 	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	return &Store{
 		db:     db,
@@ -141,7 +180,30 @@ func Open(path string, cfg Config) (*Store, error) {
 		names:  names,
 		q:      buildQueries(names.Table("action"), names.Table("event")),
 		writer: make(chan struct{}, 1),
-	}, nil
+	}
+}
+
+// openReadOnly opens path for Config.ReadOnly.
+func openReadOnly(path string, cfg Config) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sqlite store: %w; a read-only store opens an existing file", err)
+	}
+	params := "mode=ro"
+	if _, err := os.Stat(path + "-wal"); errors.Is(err, os.ErrNotExist) {
+		params += "&immutable=1"
+	}
+	params += "&_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")"
+	db, err := sql.Open("sqlite", "file:"+neturl.PathEscape(path)+"?"+params)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store at %s: %w", path, err)
+	}
+	// A file that is not a database fails at the first read.
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
+	}
+	return newStore(db, path, cfg), nil
 }
 
 // openRetryDelay spaces Open's attempts while the file is being switched
@@ -647,6 +709,26 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, s.q.recent, js, max(limit, 1))
 }
 
+// Versions returns every migration version the schema records, in
+// order, none if it has no migration table: a build refuses a schema
+// migrated by a newer one, or one whose record has a gap.
+func (s *Store) Versions(ctx context.Context) ([]int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`, s.names.Prefix+"migration").Scan(&n); err != nil {
+		return nil, s.wrap(err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT version FROM `+s.names.Table("migration")+` ORDER BY version`)
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	defer rows.Close()
+	vs, err := sqlrows.Collect(rows, sqlrows.Int)
+	return vs, s.wrap(err)
+}
+
 // Version implements once.Store.
 func (s *Store) Version(ctx context.Context) (int, error) {
 	mt := s.names.Table("migration")
@@ -766,18 +848,34 @@ func (s *Store) Migrations() ([]once.Migration, error) {
 // the first. SQLite's DDL is transactional: a failed migration leaves
 // nothing behind.
 func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.MigrateApplied(ctx)
+	return err
+}
+
+// MigrateApplied is Migrate, and returns the migrations this call ran:
+// none when another migrator ran them first.
+func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
-		return errors.New("sqlite store: Migrate cannot run inside a caller's transaction")
+		return nil, errors.New("sqlite store: Migrate cannot run inside a caller's transaction")
 	}
 	ms, err := s.Migrations()
 	if err != nil {
-		return s.wrap(err)
+		return nil, s.wrap(err)
 	}
-	return s.wrap(s.inWriteTx(ctx, func(tx dbtx) error { return s.apply(ctx, tx, ms) }))
+	var ran []once.Migration
+	err = s.inWriteTx(ctx, func(tx dbtx) (err error) {
+		ran, err = s.apply(ctx, tx, ms)
+		return err
+	})
+	if err != nil {
+		return nil, s.wrap(err)
+	}
+	return ran, nil
 }
 
-// apply records and runs the migrations tx has not seen.
-func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) error {
+// apply records and runs the migrations tx has not seen, and returns
+// those it ran.
+func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once.Migration, error) {
 	return migrate.Apply(ctx, migrate.Tx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)

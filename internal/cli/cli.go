@@ -24,6 +24,7 @@ import (
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
 	"github.com/oncehq/once/internal/demo"
+	"github.com/oncehq/once/internal/migrate"
 )
 
 // DefaultDatabase is the embedded SQLite file used when neither --db nor
@@ -111,8 +112,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		// One line: drivers' messages may span several.
-		msg := strings.Join(strings.Fields(err.Error()), " ")
+		// One line: drivers' messages may span several. A password in
+		// the database URL, quoted by a hint or by a driver, is elided.
+		msg := dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))
 		fmt.Fprintln(stderr, "once "+c.name+": "+msg)
 		var ue usageError
 		if errors.As(err, &ue) {
@@ -218,8 +220,24 @@ func (d *database) Close() error { return d.store.Close() }
 // file or schema is one clear line saying to run `once migrate`, and
 // nothing is written.
 func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
+	return openDB(ctx, url, cfg, false)
+}
+
+// openReadOnly is open for commands that only read: a SQLite file is
+// read without a lock a writer would wait for, and without creating its
+// -wal and -shm files, which would be left owned by whoever ran the
+// command.
+func openReadOnly(ctx context.Context, url string, cfg once.Config) (*database, error) {
+	return openDB(ctx, url, cfg, true)
+}
+
+func openDB(ctx context.Context, url string, cfg once.Config, readOnly bool) (*database, error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
+	openStore := dburl.Open
+	if readOnly {
+		openStore = dburl.OpenReadOnly
+	}
 	if path, ok := dburl.SQLitePath(url); ok && path != "" {
 		// Look before opening: opening a SQLite file for writing changes
 		// it, and a command that fails must leave it as it was.
@@ -227,15 +245,17 @@ func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("no database at %s; run 'once migrate' to create one (or 'once demo' to fill one), or pass --db", abs)
 		}
-		has, err := dburl.HasSQLiteSchema(ctx, path)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite store at %s: %w", abs, err)
-		}
-		if !has {
-			return nil, fmt.Errorf("sqlite store at %s has no once schema; run 'once migrate --db %s' first", abs, url)
+		if !readOnly {
+			has, err := dburl.HasSQLiteSchema(ctx, path)
+			if err != nil {
+				return nil, err
+			}
+			if !has {
+				return nil, fmt.Errorf("sqlite store at %s has no once schema; run 'once migrate --db %s' first", abs, url)
+			}
 		}
 	}
-	s, err := dburl.Open(ctx, url)
+	s, err := openStore(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -251,19 +271,25 @@ func open(ctx context.Context, url string, cfg once.Config) (*database, error) {
 	return d, nil
 }
 
-// checkSchema refuses a schema older than this build's.
+// checkSchema refuses a schema older than this build's, one a newer
+// once migrated (whose rows this build may misread or write wrongly), and
+// one whose record of versions has a gap.
 func (d *database) checkSchema(ctx context.Context, url string) error {
 	ms, err := d.store.Migrations()
 	if err != nil {
 		return err
 	}
-	v, err := d.client.SchemaVersion(ctx)
+	vs, err := d.store.Versions(ctx)
 	switch {
 	case err != nil:
 		return err
-	case v == 0:
+	case len(vs) == 0:
 		return fmt.Errorf("%s has no once schema; run 'once migrate --db %s' first", d.name, url)
-	case v < len(ms):
+	}
+	if err := migrate.Check(vs, len(ms)); err != nil {
+		return fmt.Errorf("%s: %w", d.name, err)
+	}
+	if v := vs[len(vs)-1]; v < len(ms) {
 		return fmt.Errorf("%s has schema version %d and this once needs %d; run 'once migrate --db %s'", d.name, v, len(ms), url)
 	}
 	return nil

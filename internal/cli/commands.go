@@ -19,22 +19,18 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
+	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/internal/view"
 )
 
 func defineMigrate(fs *flagSet) func(env, []string) error {
 	db := fs.db()
-	print := fs.Bool("print", false, "print the SQL for your own migration tool instead of running it")
+	print := fs.Bool("print", false, "print the SQL, for the URL's schema and prefix, for your own migration tool instead of running it; connects to nothing")
 	return func(e env, _ []string) error {
-		ctx, cancel := context.WithTimeout(e.ctx, openTimeout)
-		s, err := dburl.Open(ctx, dbURL(*db))
-		cancel()
-		if err != nil {
-			return err
-		}
-		defer s.Close()
 		if *print {
-			ms, err := s.Migrations()
+			// Rendered for the URL's schema and prefix; the database is
+			// not needed, nor touched.
+			ms, err := dburl.Migrations(dbURL(*db))
 			if err != nil {
 				return err
 			}
@@ -43,26 +39,37 @@ func defineMigrate(fs *flagSet) func(env, []string) error {
 			}
 			return nil
 		}
-		// The versions are read through a client, like every other read.
-		c, err := once.New(once.Config{Store: s.Store})
+		ctx, cancel := context.WithTimeout(e.ctx, openTimeout)
+		s, err := dburl.Open(ctx, dbURL(*db))
+		cancel()
 		if err != nil {
 			return err
 		}
-		before, err := c.SchemaVersion(e.ctx)
+		defer s.Close()
+		// Migrate refuses these too, under its lock; checked first, the
+		// refusal is one plain line.
+		ms, err := s.Migrations()
 		if err != nil {
 			return err
 		}
-		if err := s.Migrate(e.ctx); err != nil {
-			return err
-		}
-		after, err := c.SchemaVersion(e.ctx)
+		vs, err := s.Versions(e.ctx)
 		if err != nil {
 			return err
 		}
-		if before == after {
+		if err := migrate.Check(vs, len(ms)); err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		// What this run applied is known only under the migration lock:
+		// a version read before it may be stale by the time it is taken.
+		ran, err := s.MigrateApplied(e.ctx)
+		if err != nil {
+			return err
+		}
+		after := ms[len(ms)-1].Version
+		if len(ran) == 0 {
 			fmt.Fprintf(e.stdout, "%s: schema already at version %d\n", s.Name, after)
 		} else {
-			fmt.Fprintf(e.stdout, "%s: schema migrated from version %d to %d\n", s.Name, before, after)
+			fmt.Fprintf(e.stdout, "%s: schema migrated from version %d to %d\n", s.Name, ran[0].Version-1, ran[len(ran)-1].Version)
 		}
 		return nil
 	}
@@ -101,6 +108,14 @@ func defineKey(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			var ie *once.IntentError
 			if errors.As(err, &ie) {
+				if ie.Field == "Payload" {
+					// The payload comes from --payload-file.
+					hint := ""
+					if !*raw {
+						hint = "; or pass --raw to hash the file's bytes as they are"
+					}
+					return usagef("--payload-file %s%s", ie.Reason, hint)
+				}
 				return usagef("--%s %s", strings.ToLower(ie.Field), ie.Reason)
 			}
 			return err
@@ -133,7 +148,7 @@ func defineLs(fs *flagSet) func(env, []string) error {
 				return usagef("%s is not text (invalid UTF-8 or NUL); no action has such a %s", name, strings.TrimPrefix(name, "--"))
 			}
 		}
-		d, err := open(e.ctx, dbURL(*db), once.Config{})
+		d, err := openReadOnly(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
 		}
@@ -154,9 +169,11 @@ func defineLs(fs *flagSet) func(env, []string) error {
 			return nil
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED")
+		// REASON, the action's error, is last: it is the longest, and
+		// `once show` prints it whole.
+		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED\tREASON")
 		for _, a := range acts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", view.ShortKey(a.Key), a.Status, safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", view.ShortKey(a.Key), a.Status, safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt), clip(a.Error, 60))
 		}
 		return tw.Flush()
 	}
@@ -195,11 +212,13 @@ func safe(s string) string {
 // findKey accepts a full key or an unambiguous prefix of at least 8
 // characters, as `once ls` prints them.
 func findKey(ctx context.Context, c *once.Client, k string) (once.Action, error) {
-	if len(k) == 64 {
+	// Keys are hex, which people copy in either case.
+	k = strings.ToLower(k)
+	if len(k) == 64 && strings.Trim(k, "0123456789abcdef") == "" {
 		return c.Get(ctx, once.Key(k))
 	}
 	if len(k) < 8 || len(k) > 64 || strings.Trim(k, "0123456789abcdef") != "" {
-		return once.Action{}, usagef("%q is not a key; give the key, or at least 8 of its first characters (lowercase hex)", k)
+		return once.Action{}, usagef("%q is not a key; give the key, or at least 8 of its first characters (hex)", k)
 	}
 	found, err := c.List(ctx, once.Filter{KeyPrefix: k, Limit: 2})
 	if err != nil {
@@ -218,7 +237,7 @@ func defineShow(fs *flagSet) func(env, []string) error {
 	db := fs.db()
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(e env, args []string) error {
-		d, err := open(e.ctx, dbURL(*db), once.Config{})
+		d, err := openReadOnly(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
 		}
@@ -369,7 +388,7 @@ func defineReap(fs *flagSet) func(env, []string) error {
 		// comes at the interval, as in any long-running reaper.
 		r, err := once.NewReaper(d.client, once.ReaperConfig{Interval: *every, OnPass: func(rep once.ReapReport, err error) {
 			if err != nil {
-				fmt.Fprintf(e.stderr, "once reap: pass failed: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+				fmt.Fprintf(e.stderr, "once reap: pass failed: %s\n", dburl.Redact(strings.Join(strings.Fields(err.Error()), " ")))
 				return
 			}
 			report(rep)

@@ -4,13 +4,14 @@ package dburl
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	neturl "net/url"
+	"regexp"
 	"strings"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
 )
@@ -20,6 +21,31 @@ type Store struct {
 	once.Store
 	// Name says which store and where, for messages.
 	Name string
+}
+
+// Versions returns the migration versions the schema records (see
+// postgres.Store.Versions and sqlite.Store.Versions).
+func (s *Store) Versions(ctx context.Context) ([]int, error) {
+	v, ok := s.Store.(interface {
+		Versions(context.Context) ([]int, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%s cannot list its schema's versions", s.Name)
+	}
+	return v.Versions(ctx)
+}
+
+// MigrateApplied migrates the schema and returns the migrations this
+// call ran, none when another migrator ran them first (see
+// postgres.Store.MigrateApplied and sqlite.Store.MigrateApplied).
+func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
+	m, ok := s.Store.(interface {
+		MigrateApplied(context.Context) ([]once.Migration, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("%s cannot say which migrations it applied", s.Name)
+	}
+	return m.MigrateApplied(ctx)
 }
 
 // IsPostgres reports whether url names a PostgreSQL database.
@@ -37,24 +63,63 @@ func SQLitePath(url string) (string, bool) {
 }
 
 // postgresConfig takes the store's own parameters, once_schema and
-// once_prefix, out of a PostgreSQL URL; the rest go to the driver.
+// once_prefix, out of a PostgreSQL URL; the rest go to the driver. A
+// query that does not parse, or a schema or prefix the store cannot use,
+// is an error: dropping it would put the tables somewhere else.
 func postgresConfig(raw string) (string, postgres.Config, error) {
 	u, err := neturl.Parse(raw)
 	if err != nil {
 		return "", postgres.Config{}, errors.New("postgres store: the URL is not valid; expected postgres://user@host:5432/dbname")
 	}
-	q := u.Query()
+	q, err := neturl.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", postgres.Config{}, fmt.Errorf("postgres store: the URL's query does not parse (%v); write its parameters as name=value joined by &, with %%, & and ; in a value percent-encoded (%%25, %%26, %%3B)", err)
+	}
 	cfg := postgres.Config{Schema: q.Get("once_schema"), Prefix: q.Get("once_prefix")}
+	if err := migrate.CheckIdent("once_schema", cfg.Schema, !q.Has("once_schema")); err != nil {
+		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
+	}
+	if err := migrate.CheckIdent("once_prefix", cfg.Prefix, !q.Has("once_prefix")); err != nil {
+		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
+	}
 	q.Del("once_schema")
 	q.Del("once_prefix")
 	u.RawQuery = q.Encode()
 	return u.String(), cfg, nil
 }
 
+var (
+	// userinfoRE finds the password of a URL's user:password@.
+	userinfoRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/?#@\s]*):[^@/?#\s]*@`)
+	// passwordRE finds a password= parameter, in a URL's query or a
+	// key=value connection string.
+	passwordRE = regexp.MustCompile(`(?i)(\bpassword=)('[^']*'|[^&\s']*)`)
+)
+
+// Redact elides the passwords of any database URL in s (user:password@
+// becomes user:…@, password=secret becomes password=…), so a message
+// that quotes the URL, or a driver's error that does, can be printed.
+func Redact(s string) string {
+	s = userinfoRE.ReplaceAllString(s, "$1:…@")
+	return passwordRE.ReplaceAllString(s, "${1}…")
+}
+
 // Open opens the store url names. A PostgreSQL URL may carry
 // once_schema and once_prefix to place the tables. It checks the connection, so an
 // unreachable server is reported here, by address.
 func Open(ctx context.Context, url string) (*Store, error) {
+	return open(ctx, url, false)
+}
+
+// OpenReadOnly opens the store url names for commands that only read: a
+// SQLite file is opened read-only (sqlite.Config.ReadOnly), so reading it
+// takes no lock and leaves no file behind. A PostgreSQL store is opened
+// as by Open.
+func OpenReadOnly(ctx context.Context, url string) (*Store, error) {
+	return open(ctx, url, true)
+}
+
+func open(ctx context.Context, url string, readOnly bool) (*Store, error) {
 	if IsPostgres(url) {
 		url, cfg, err := postgresConfig(url)
 		if err != nil {
@@ -74,25 +139,39 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("the SQLite path is empty; pass --db ./once.db")
 	}
-	s, err := sqlite.Open(path, sqlite.Config{})
+	s, err := sqlite.Open(path, sqlite.Config{ReadOnly: readOnly})
 	if err != nil {
 		return nil, err
 	}
 	return &Store{Store: s, Name: s.String()}, nil
 }
 
-// HasSQLiteSchema reports, through a read-only connection that changes
+// Migrations returns the schema migrations rendered for the store url
+// names (its once_schema and once_prefix), without connecting to it or
+// creating anything.
+func Migrations(url string) ([]once.Migration, error) {
+	if IsPostgres(url) {
+		_, cfg, err := postgresConfig(url)
+		if err != nil {
+			return nil, err
+		}
+		return postgres.Migrations(cfg)
+	}
+	if _, ok := SQLitePath(url); !ok {
+		scheme, _, _ := strings.Cut(url, "://")
+		return nil, fmt.Errorf("database URL scheme %q is not supported; use postgres://user@host:5432/db, or a SQLite file path", scheme)
+	}
+	return sqlite.Migrations(sqlite.Config{})
+}
+
+// HasSQLiteSchema reports, through a read-only store that changes
 // nothing, whether the SQLite file at path holds once's tables.
 func HasSQLiteSchema(ctx context.Context, path string) (bool, error) {
-	db, err := sql.Open("sqlite", "file:"+neturl.PathEscape(path)+"?mode=ro")
+	s, err := sqlite.Open(path, sqlite.Config{ReadOnly: true})
 	if err != nil {
 		return false, err
 	}
-	defer db.Close()
-	var n int
-	err = db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'once_migration'`).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("%w; is it an SQLite database?", err)
-	}
-	return n > 0, nil
+	defer s.Close()
+	vs, err := s.Versions(ctx)
+	return len(vs) > 0, err
 }

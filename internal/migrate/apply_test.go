@@ -23,7 +23,7 @@ func sqliteTx(t *testing.T, db *sql.DB, ms []Migration) error {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	err = Apply(ctx, Tx{
+	_, err = Apply(ctx, Tx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
@@ -118,5 +118,33 @@ func TestApplyNamesTheFailure(t *testing.T) {
 	}
 	if got := tables(t, db); got != "" {
 		t.Fatalf("a failed Apply left tables %s", got)
+	}
+}
+
+// Apply refuses, under the store's lock and before running anything, a
+// schema a newer build migrated and one whose record has a gap.
+func TestApplyRefusesNewerOrGappedSchema(t *testing.T) {
+	ms := []Migration{
+		{Version: 1, Name: "a", SQL: "CREATE TABLE a (x INTEGER);"},
+		{Version: 2, Name: "b", SQL: "CREATE TABLE b (y INTEGER);"},
+	}
+	for _, tc := range []struct {
+		recorded string
+		want     string
+	}{
+		{"(1, 'a'), (2, 'b'), (3, 'c')", "the schema is at version 3, this once knows up to 2; upgrade once"},
+		{"(2, 'b')", "the schema records version 2 but lacks version 1"},
+	} {
+		db := openSQLite(t)
+		if _, err := db.Exec(`CREATE TABLE m_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL DEFAULT 0);
+			INSERT INTO m_migration (version, name) VALUES ` + tc.recorded); err != nil {
+			t.Fatal(err)
+		}
+		if err := sqliteTx(t, db, ms); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Apply over versions %s = %v; want %q", tc.recorded, err, tc.want)
+		}
+		if got := tables(t, db); got != "m_migration" {
+			t.Errorf("Apply over versions %s left tables %s", tc.recorded, got)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DefaultPostgresURL is the machine's PostgreSQL, as the README describes.
@@ -89,4 +90,27 @@ func TooManyClients(err error) bool {
 		return pe.Code == "53300"
 	}
 	return strings.Contains(err.Error(), "too many clients") || strings.Contains(err.Error(), "53300")
+}
+
+// Warm opens every connection pool may hold, waiting out the server's
+// connection limit (see RetryTooManyClients), and puts them back idle. A
+// process that must not fail halfway, such as a test's worker, meets the
+// limit when it starts, where waiting is harmless, and not at its first
+// concurrent query, where a refused connection fails it. The pool's
+// MaxConns should be small; its connections stay open.
+func Warm(ctx context.Context, pool *pgxpool.Pool) error {
+	var held []*pgxpool.Conn
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	for range pool.Config().MaxConns {
+		c, err := RetryTooManyClients(ctx, func() (*pgxpool.Conn, error) { return pool.Acquire(ctx) })
+		if err != nil {
+			return err
+		}
+		held = append(held, c)
+	}
+	return nil
 }
