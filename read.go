@@ -3,7 +3,10 @@ package once
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 )
 
 // The read API: what the console, the CLI, metrics and applications see
@@ -42,6 +45,39 @@ func (c *Client) Stats(ctx context.Context) ([]StatusCount, error) {
 // expects.
 func (c *Client) SchemaVersion(ctx context.Context) (int, error) {
 	return c.store.Version(ctx)
+}
+
+// Errors of Find.
+var (
+	// ErrNotAKey: what was given is neither a key nor 8 or more of its
+	// first characters (hex).
+	ErrNotAKey = errors.New("once: not a key; give the key, or at least 8 of its first characters (hex)")
+	// ErrAmbiguousKey: more than one key starts with the prefix given.
+	ErrAmbiguousKey = errors.New("once: more than one key starts with that prefix; give more of it")
+)
+
+// Find returns the action whose key is k, or whose key alone starts with
+// k, as people copy keys from a listing: 8 or more hex characters, in
+// either case. It answers ErrNotAKey, ErrNotFound or ErrAmbiguousKey.
+func (c *Client) Find(ctx context.Context, k string) (Action, error) {
+	k = strings.ToLower(k)
+	if len(k) < 8 || len(k) > 64 || strings.Trim(k, "0123456789abcdef") != "" {
+		return Action{}, fmt.Errorf("%w: %q", ErrNotAKey, k)
+	}
+	if len(k) == 64 {
+		return c.Get(ctx, Key(k))
+	}
+	found, err := c.store.List(ctx, Filter{KeyPrefix: k, Limit: 2})
+	if err != nil {
+		return Action{}, err
+	}
+	switch len(found) {
+	case 0:
+		return Action{}, fmt.Errorf("%w: no key starts with %s", ErrNotFound, k)
+	case 1:
+		return found[0], nil
+	}
+	return Action{}, fmt.Errorf("%w: %s", ErrAmbiguousKey, k)
 }
 
 // maxRunSteps bounds RunSteps: a run is a handful of external calls, and

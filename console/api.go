@@ -59,16 +59,21 @@ func (s *server) apiActions(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
 	key := once.Key(r.PathValue("key"))
-	a, err := s.client.Get(r.Context(), key)
-	if errors.Is(err, once.ErrNotFound) {
-		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("no action has the key %q", key))
+	// The key, or 8 or more of its first characters, as the command
+	// takes them.
+	a, err := s.client.Find(r.Context(), string(key))
+	switch {
+	case errors.Is(err, once.ErrNotFound), errors.Is(err, once.ErrNotAKey):
+		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("no action has the key %q; give the key, or at least 8 of its first characters", key))
 		return
-	}
-	if err != nil {
+	case errors.Is(err, once.ErrAmbiguousKey):
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("more than one key starts with %q; give more of it", key))
+		return
+	case err != nil:
 		s.apiFail(w, r, "reading the action", err)
 		return
 	}
-	events, err := s.client.Events(r.Context(), key)
+	events, err := s.client.Events(r.Context(), a.Key)
 	if err != nil {
 		s.apiFail(w, r, "reading the action's trail", err)
 		return

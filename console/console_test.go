@@ -777,7 +777,7 @@ type apiAction struct {
 	Target      string          `json:"target"`
 	Status      string          `json:"status"`
 	Attempt     int             `json:"attempt"`
-	Payload     string          `json:"payload"`
+	Payload     json.RawMessage `json:"payload"`
 	PayloadB64  []byte          `json:"payload_base64"`
 	Result      json.RawMessage `json:"result"`
 	Error       string          `json:"error"`
@@ -830,11 +830,19 @@ func testAPI(t *testing.T, b *bundle) {
 		t.Fatalf("show: %d", code)
 	}
 	if a.Status != "succeeded" || a.Run != "run-1" || a.Target != "ada@example.com" || compact(t, a.Result) != `"msg-1"` ||
-		!strings.Contains(a.Payload, b.payload) || a.PayloadB64 != nil || a.CreatedAt == "" || len(a.Events) < 2 || a.Events[0].Type != "claimed" {
+		!strings.Contains(string(a.Payload), b.payload) || len(a.Payload) == 0 || a.Payload[0] != '{' || a.PayloadB64 != nil || a.CreatedAt == "" || len(a.Events) < 2 || a.Events[0].Type != "claimed" {
 		t.Errorf("show: %+v", a)
 	}
 	if code := b.apiCall(t, "GET", "/api/actions/nope", "", &e); code != 404 || e.Error == "" {
 		t.Errorf("show unknown: %d %q", code, e.Error)
+	}
+	// A key prefix of 8 or more characters will do, as in the command.
+	var byPrefix apiAction
+	if code := b.apiCall(t, "GET", "/api/actions/"+string(b.ok[:10]), "", &byPrefix); code != 200 || byPrefix.Key != string(b.ok) {
+		t.Errorf("show by a key prefix: %d, key %q", code, byPrefix.Key)
+	}
+	if code := b.apiCall(t, "GET", "/api/actions/"+string(b.ok[:5]), "", &e); code != 404 && code != 400 {
+		t.Errorf("show by a 5-character prefix: %d; want it refused", code)
 	}
 
 	var stats struct {

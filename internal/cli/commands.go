@@ -212,25 +212,11 @@ func safe(s string) string {
 // findKey accepts a full key or an unambiguous prefix of at least 8
 // characters, as `once ls` prints them.
 func findKey(ctx context.Context, c *once.Client, k string) (once.Action, error) {
-	// Keys are hex, which people copy in either case.
-	k = strings.ToLower(k)
-	if len(k) == 64 && strings.Trim(k, "0123456789abcdef") == "" {
-		return c.Get(ctx, once.Key(k))
+	a, err := c.Find(ctx, k)
+	if errors.Is(err, once.ErrNotAKey) {
+		return a, usagef("%q is not a key; give the key, or at least 8 of its first characters (hex)", k)
 	}
-	if len(k) < 8 || len(k) > 64 || strings.Trim(k, "0123456789abcdef") != "" {
-		return once.Action{}, usagef("%q is not a key; give the key, or at least 8 of its first characters (hex)", k)
-	}
-	found, err := c.List(ctx, once.Filter{KeyPrefix: k, Limit: 2})
-	if err != nil {
-		return once.Action{}, err
-	}
-	switch len(found) {
-	case 0:
-		return once.Action{}, fmt.Errorf("%w: no key starts with %s", once.ErrNotFound, k)
-	case 1:
-		return found[0], nil
-	}
-	return once.Action{}, fmt.Errorf("more than one key starts with %s; give more of it", k)
+	return a, err
 }
 
 func defineShow(fs *flagSet) func(env, []string) error {

@@ -15,13 +15,16 @@ import (
 
 // Action is an action as JSON.
 type Action struct {
-	Key            string          `json:"key"`
-	Fingerprint    string          `json:"fingerprint"`
-	Run            string          `json:"run"`
-	Step           int64           `json:"step"`
-	Kind           string          `json:"kind"`
-	Target         string          `json:"target"`
-	Payload        string          `json:"payload,omitempty"`
+	Key         string `json:"key"`
+	Fingerprint string `json:"fingerprint"`
+	Run         string `json:"run"`
+	Step        int64  `json:"step"`
+	Kind        string `json:"kind"`
+	Target      string `json:"target"`
+	// Payload is the canonical payload when it is JSON; PayloadText
+	// holds other UTF-8 text, PayloadBase64 anything else.
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	PayloadText    string          `json:"payload_text,omitempty"`
 	PayloadBase64  []byte          `json:"payload_base64,omitempty"`
 	Status         once.Status     `json:"status"`
 	Attempt        int             `json:"attempt"`
@@ -59,8 +62,8 @@ func opt(t time.Time) *time.Time {
 	return &u
 }
 
-// FromAction converts an action; a payload that is UTF-8 text is shown
-// as text, anything else as base64.
+// FromAction converts an action; a payload that is JSON is shown as
+// JSON, other UTF-8 text as text, anything else as base64.
 func FromAction(a once.Action, events []once.Event) Action {
 	v := Action{
 		Key: string(a.Key), Fingerprint: string(a.Fingerprint), Run: a.Run, Step: a.Step, Kind: a.Kind, Target: a.Target,
@@ -69,9 +72,13 @@ func FromAction(a once.Action, events []once.Event) Action {
 		CompletedAt: opt(a.CompletedAt), VerifyFailures: a.VerifyFailures, ResolvedBy: a.ResolvedBy, ResolvedAt: opt(a.ResolvedAt),
 		ResolveNote: a.ResolveNote,
 	}
-	if utf8.Valid(a.Payload) {
-		v.Payload = string(a.Payload)
-	} else {
+	switch {
+	case len(a.Payload) == 0:
+	case json.Valid(a.Payload):
+		v.Payload = json.RawMessage(a.Payload)
+	case utf8.Valid(a.Payload):
+		v.PayloadText = string(a.Payload)
+	default:
 		v.PayloadBase64 = a.Payload
 	}
 	for _, e := range events {

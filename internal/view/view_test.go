@@ -63,6 +63,7 @@ func TestActionsJSON(t *testing.T) {
 	as := []once.Action{
 		{Key: "k1", Status: once.StatusSucceeded, Payload: []byte(`{"to":"ada"}`), CreatedAt: at},
 		{Key: "k2", Status: once.StatusReview, Payload: []byte{0xff, 0x00}, CreatedAt: at},
+		{Key: "k3", Status: once.StatusReview, Payload: []byte("plain text, not JSON"), CreatedAt: at},
 	}
 	var buf bytes.Buffer
 	if err := view.Encode(&buf, view.Actions(as)); err != nil {
@@ -72,7 +73,11 @@ func TestActionsJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatalf("%v: %s", err, buf.Bytes())
 	}
-	if len(got) != 2 || got[0]["payload"] != `{"to":"ada"}` || got[1]["payload_base64"] != "/wA=" || got[1]["payload"] != nil ||
+	// A JSON payload is JSON in the output, not a string holding JSON;
+	// other text is payload_text, other bytes payload_base64.
+	obj, _ := got[0]["payload"].(map[string]any)
+	if len(got) != 3 || obj["to"] != "ada" || got[1]["payload_base64"] != "/wA=" || got[1]["payload"] != nil ||
+		got[2]["payload_text"] != "plain text, not JSON" || got[2]["payload"] != nil ||
 		got[0]["created_at"] != "2024-03-01T14:05:09Z" || got[0]["completed_at"] != nil || got[0]["events"] != nil {
 		t.Errorf("Actions as JSON: %s", buf.Bytes())
 	}
