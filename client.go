@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults for a kind policy's zero fields.
@@ -53,6 +56,10 @@ type Config struct {
 	// outcome when the database is unreachable. Zero means
 	// DefaultRecordTimeout (30 seconds).
 	RecordTimeout time.Duration
+	// Origin names this process in every event it writes, so an
+	// operator can tell which machine claimed, recovered or decided.
+	// Empty means host:pid. At most 255 bytes.
+	Origin string
 	// Logger receives a line for every transition worth an operator's
 	// attention. Nil discards.
 	Logger *slog.Logger
@@ -74,6 +81,8 @@ type Client struct {
 	hooks         Hooks
 	// verifiable says which VerifyThenDecide actions this client takes.
 	verifiable Verifiable
+	// origin is Config.Origin, or host:pid.
+	origin string
 }
 
 // New validates cfg and returns a Client. It does no I/O: call the
@@ -126,11 +135,22 @@ func New(cfg Config) (*Client, error) {
 		c.verifiable.Kinds = append(c.verifiable.Kinds, kind)
 		c.verifiable.Except = append(c.verifiable.Except, kind)
 	}
+	c.origin = cfg.Origin
+	if c.origin == "" {
+		host, _ := os.Hostname()
+		c.origin = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if len(c.origin) > MaxIDBytes || !utf8.ValidString(c.origin) || strings.ContainsRune(c.origin, 0) {
+		return nil, errors.New("once: Config.Origin must be valid UTF-8 text of at most 255 bytes, without NUL")
+	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c, nil
 }
+
+// Origin returns the name this client writes into every event.
+func (c *Client) Origin() string { return c.origin }
 
 // takesVerify reports whether this client takes the VerifyThenDecide
 // actions of kind (see Verifiable).
@@ -171,7 +191,7 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 	return ClaimRequest{
 		Key: key, Fingerprint: fp,
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
-		Payload: payload, Lease: pol.storedLease(), Recovery: pol.Recovery, Retention: pol.Retention,
+		Payload: payload, Lease: pol.storedLease(), Origin: c.origin, Recovery: pol.Recovery, Retention: pol.Retention,
 		RedriveAfter: pol.RedriveAfter, Redrive: pol.Redrive != nil,
 	}, pol, nil
 }

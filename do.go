@@ -159,7 +159,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
 		return Result[T]{}, err
 	}
-	ok, err := s.Transition(ctx, storableTransition(t))
+	ok, err := s.Transition(ctx, storableTransition(c.stamp(t)))
 	switch {
 	case err != nil:
 		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
@@ -338,7 +338,7 @@ func (c *Client) wrote(ctx context.Context, key Key, token string, patience time
 // tell whether it applied: a decision or a resolution that committed is
 // reported applied, not failed or refused.
 func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
-	t = storableTransition(t)
+	t = storableTransition(c.stamp(t))
 	if t.Token == "" {
 		t.Token = newToken()
 	}
@@ -618,7 +618,7 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// Superseded: say so in the trail, so an operator sees the late
 		// outcome beside whatever won.
 		c.log.Warn("once: attempt superseded; outcome not recorded", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "outcome", t.To)
-		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker,
+		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker, Origin: c.origin,
 			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
 		err := c.store.AppendEvent(actx, storableEvent(obs.Event))
@@ -702,7 +702,7 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
 	defer cancel()
-	t = storableTransition(t)
+	t = storableTransition(c.stamp(t))
 	if t.Token == "" {
 		t.Token = newToken()
 	}
@@ -745,6 +745,12 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// stamp names this process as the origin of t's event.
+func (c *Client) stamp(t Transition) Transition {
+	t.Event.Origin = c.origin
+	return t
 }
 
 // recorded reports whether t, tried before with a lost reply, was

@@ -81,6 +81,9 @@ func JoinHooks(hs ...Hooks) Hooks {
 }
 
 func (c *Client) emit(ctx context.Context, o Observation) {
+	if o.Origin == "" {
+		o.Origin = c.origin
+	}
 	if c.hooks.OnEvent != nil {
 		c.hooks.OnEvent(ctx, o)
 	}

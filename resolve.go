@@ -104,7 +104,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 // refuseResolution writes the refused decision to the trail, so the
 // person's attempt stands beside whatever got there first.
 func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action) error {
-	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By,
+	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By, Origin: c.origin,
 		Note: fmt.Sprintf("%s refused: the action is %s: %s", r.Decision, cur.Status, r.Note)}
 	if r.Attempt != 0 && r.Attempt != cur.Attempt {
 		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)

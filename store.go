@@ -124,6 +124,8 @@ type ClaimRequest struct {
 	// Token is written to the row when the claim wins: a random value
 	// the claimer looks for if the claim's reply is lost.
 	Token string
+	// Origin names the claiming process in the claimed event.
+	Origin string
 	// Recovery, Retention, RedriveAfter and Redrive (whether the
 	// application has a Redrive hook for the kind) are the kind's,
 	// recorded in the row so that any process applies them.
@@ -224,6 +226,9 @@ type Event struct {
 	// name.
 	Actor string
 	Note  string
+	// Origin is the process that wrote it: Config.Origin, by default
+	// host:pid.
+	Origin string
 }
 
 // RecoverRequest asks for actions due for recovery: in flight with a

@@ -52,6 +52,7 @@ func storableTransition(t Transition) Transition {
 func storableEvent(e Event) Event {
 	e.Note = storable(e.Note)
 	e.Actor = storable(e.Actor)
+	e.Origin = storable(e.Origin)
 	return e
 }
 

@@ -194,7 +194,7 @@ func rejected(err error) bool {
 
 const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_us, retain_until, redrive_after_us, redrive`
 
-const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
+const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note, origin`
 
 type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
@@ -218,8 +218,8 @@ WITH claimed AS (
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
-    INSERT INTO $E (key, type, attempt, to_status, actor)
-    SELECT key, 'claimed', attempt, 'in_flight', 'worker' FROM claimed
+    INSERT INTO $E (key, type, attempt, to_status, actor, origin)
+    SELECT key, 'claimed', attempt, 'in_flight', 'worker', $14 FROM claimed
 )
 SELECT $C, true, now() FROM claimed
 UNION ALL
@@ -235,8 +235,8 @@ WITH claimed AS (
     WHERE key = $1 AND status = 'released' AND fingerprint = $2
     RETURNING $C
 ), ev AS (
-    INSERT INTO $E (key, type, attempt, from_status, to_status, actor)
-    SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker' FROM claimed
+    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)
+    SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker', $9 FROM claimed
 )
 SELECT $C, true, now() FROM claimed`),
 		// The fallback when the row a claim conflicted with was committed
@@ -265,8 +265,8 @@ WITH u AS (
     WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND ($12 = '' OR hold_token = $12)
     RETURNING key, attempt, status
 ), ev AS (
-    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note)
-    SELECT key, $13, attempt, $14, status, $15, $16 FROM u WHERE $13 <> ''
+    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
+    SELECT key, $13, attempt, $14, status, $15, $16, $19 FROM u WHERE $13 <> ''
 )
 SELECT count(*) FROM u`),
 		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
@@ -292,7 +292,7 @@ UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_
 WHERE key = $1 AND status IN ('in_flight', 'unknown') AND lease_until <= now()
   AND (recovery <> 'verify_then_decide' OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
 RETURNING $C, now()`),
-		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES ($1, $2, $3, $4, $5, $6, $7)`),
+		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
 		recent:      r.Replace(`SELECT $V FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1) ORDER BY at DESC, id DESC LIMIT $2`),
 		stats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
@@ -366,7 +366,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	var res once.ClaimResult
 	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
 		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
+		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
 		&res.Action, &res.Claimed, &res.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
@@ -381,7 +381,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive),
+		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -413,7 +413,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
 		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
-		once.DefaultRetention.Microseconds()).Scan(&n)
+		once.DefaultRetention.Microseconds(), t.Event.Origin).Scan(&n)
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -467,7 +467,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 
 // AppendEvent implements once.Store.
 func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
-	_, err := s.db.Exec(ctx, s.q.appendEvent, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note)
+	_, err := s.db.Exec(ctx, s.q.appendEvent, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note, e.Origin)
 	return s.wrap(err)
 }
 

@@ -318,7 +318,7 @@ const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
 // payload from an empty one, which the driver returns alike.
 const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_ms, retain_until, redrive_after_ms, redrive, payload IS NULL`
 
-const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note`
+const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note, origin`
 
 type queries struct {
 	claim, selectRow, heartbeat, transition, get, list    string
@@ -371,7 +371,7 @@ WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11))
 RETURNING attempt, status`),
 		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
 		list:  r.Replace(`SELECT $C FROM $T`),
-		event: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`),
+		event: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		recoverable: r.Replace(`
@@ -541,7 +541,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 			if res.Action.Attempt > 1 {
 				from = string(once.StatusReleased)
 			}
-			if _, err := db.ExecContext(ctx, s.q.event, string(req.Key), string(once.EventClaimed), res.Action.Attempt, from, string(once.StatusInFlight), "worker", ""); err != nil {
+			if _, err := db.ExecContext(ctx, s.q.event, string(req.Key), string(once.EventClaimed), res.Action.Attempt, from, string(once.StatusInFlight), once.ActorWorker, "", req.Origin); err != nil {
 				return err
 			}
 		}
@@ -608,7 +608,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		if t.Event.Type == "" {
 			return nil
 		}
-		_, err = db.ExecContext(ctx, s.q.event, string(t.Key), string(t.Event.Type), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note)
+		_, err = db.ExecContext(ctx, s.q.event, string(t.Key), string(t.Event.Type), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
 		return err
 	})
 	if err != nil {
@@ -686,7 +686,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 // AppendEvent implements once.Store.
 func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 	return s.wrap(s.write(ctx, func() error {
-		_, err := s.db.ExecContext(ctx, s.q.event, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note)
+		_, err := s.db.ExecContext(ctx, s.q.event, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note, e.Origin)
 		return err
 	}))
 }

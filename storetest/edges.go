@@ -28,6 +28,7 @@ func edgeTests() []namedTest {
 		{name: "OperatorReaperAppliesRowRecovery", fn: testOperatorReaperAppliesRowRecovery, needs: needProcesses},
 		{name: "OnlyAVerifierDecides", fn: testOnlyAVerifierDecides},
 		{name: "PurgeByRowDeadline", fn: testPurgeByRowDeadline},
+		{name: "EventsNameTheirOrigin", fn: testEventsNameTheirOrigin},
 	}
 }
 
@@ -436,5 +437,47 @@ func testPurgeByRowDeadline(t *testing.T, h Harness) {
 	// An explicit age overrides the deadlines.
 	if n, err := operator(t, s).Purge(ctx(t), once.PurgeOptions{OlderThan: time.Millisecond}); err != nil || n != 1 {
 		t.Fatalf("purge older than 1ms = %d, %v; want the 90-day action too", n, err)
+	}
+}
+
+// Every event names the process that wrote it (Config.Origin, by default
+// host and process id), so an operator can tell which machine claimed,
+// which recovered and from where a person decided.
+func testEventsNameTheirOrigin(t *testing.T, h Harness) {
+	s, worker, spec := setup(t, h, once.Config{Origin: "worker-host:101"})
+	other, err := h.Open(ctx(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeStore(other) })
+	console, err := once.New(once.Config{Store: other, Origin: "console-host:202"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	once.Do(ctx(t), worker, intent(1), func(context.Context, once.Attempt) (int, error) { return 0, errors.New("reset after DATA") })
+	k := keyOf(t, intent(1))
+	if _, err := console.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionDone, By: "ada", Note: "in the log"}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.Events(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[once.EventType]string{once.EventClaimed: "worker-host:101", once.EventReview: "worker-host:101", once.EventResolved: "console-host:202"}
+	if len(evs) != len(want) {
+		t.Fatalf("trail %+v", evs)
+	}
+	for _, e := range evs {
+		if e.Origin != want[e.Type] {
+			t.Errorf("%s event from %q, want %q", e.Type, e.Origin, want[e.Type])
+		}
+	}
+	// The default names this host and process.
+	c, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.Origin(); !strings.Contains(o, ":") || strings.HasPrefix(o, ":") {
+		t.Errorf("default origin %q; want host:pid", o)
 	}
 }

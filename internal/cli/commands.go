@@ -269,7 +269,11 @@ func defineShow(fs *flagSet) func(env, []string) error {
 			if ev.From != "" {
 				move = string(ev.From) + " → " + move
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), ev.Type, ev.Attempt, move, safe(ev.Actor), safe(ev.Note))
+			actor := safe(ev.Actor)
+			if ev.Origin != "" {
+				actor += "@" + safe(ev.Origin)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), ev.Type, ev.Attempt, move, actor, safe(ev.Note))
 		}
 		return tw.Flush()
 	}

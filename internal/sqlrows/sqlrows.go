@@ -55,14 +55,14 @@ func StatusCount(r Rows) (once.StatusCount, error) {
 }
 
 // Event returns a scanner for the event columns (id, key, at, type,
-// attempt, from_status, to_status, actor, note), reading at as an A and
+// attempt, from_status, to_status, actor, note, origin), reading at as an A and
 // turning it into a time with at.
 func Event[A any](at func(A) time.Time) func(Rows) (once.Event, error) {
 	return func(r Rows) (once.Event, error) {
 		var e once.Event
 		var k, typ, from, to string
 		var when A
-		err := r.Scan(&e.ID, &k, &when, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note)
+		err := r.Scan(&e.ID, &k, &when, &typ, &e.Attempt, &from, &to, &e.Actor, &e.Note, &e.Origin)
 		e.Key, e.At, e.Type, e.From, e.To = once.Key(k), at(when), once.EventType(typ), once.Status(from), once.Status(to)
 		return e, err
 	}

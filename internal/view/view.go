@@ -52,6 +52,8 @@ type Event struct {
 	To      once.Status    `json:"to,omitempty"`
 	Actor   string         `json:"actor,omitempty"`
 	Note    string         `json:"note,omitempty"`
+	// Origin is the process that wrote the event (host:pid by default).
+	Origin string `json:"origin,omitempty"`
 }
 
 func opt(t time.Time) *time.Time {
@@ -98,5 +100,5 @@ func Actions(as []once.Action) []Action {
 
 // FromEvent converts an event.
 func FromEvent(e once.Event) Event {
-	return Event{ID: e.ID, At: e.At.UTC(), Type: e.Type, Attempt: e.Attempt, From: e.From, To: e.To, Actor: e.Actor, Note: e.Note}
+	return Event{ID: e.ID, At: e.At.UTC(), Type: e.Type, Attempt: e.Attempt, From: e.From, To: e.To, Actor: e.Actor, Note: e.Note, Origin: e.Origin}
 }
