@@ -232,6 +232,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"ls", "--limit", "0", "--db", missing}, "--limit must be positive"},
 		{[]string{"ls", "--bogus"}, "flag provided but not defined"},
 		{[]string{"ls", "extra", "--db", missing}, `takes no arguments, but was given "extra"`},
+		// A stray word on a destructive command is refused, not ignored:
+		// "dry-run" without its dashes must not purge for real.
+		{[]string{"purge", "dry-run", "--older-than", "1s", "--db", migrated}, `takes no arguments, but was given "dry-run"`},
 		{[]string{"key", "--kind", "k"}, "--run is required"},
 		{[]string{"key", "--run", "", "--kind", "k"}, "--run is empty"},
 		{[]string{"key", "--run", "r", "--kind", "k", "--step", "-1"}, "--step is -1"},
