@@ -2,6 +2,8 @@ module github.com/oncehq/once
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
