@@ -80,6 +80,39 @@ func (c *Client) Find(ctx context.Context, k string) (Action, error) {
 	return Action{}, fmt.Errorf("%w: %s", ErrAmbiguousKey, k)
 }
 
+// ErrSchema: the database's schema is not the one this build of once
+// knows: missing, older (run the migrations), or newer (a newer once
+// migrated it; upgrade this one before it writes).
+var ErrSchema = errors.New("once: the database's schema does not match this once")
+
+// CheckSchema compares the schema version the database is at with the
+// newest migration this build knows, and answers an error matching
+// ErrSchema, naming both, when they differ. A health check and a
+// long-running reaper call it: a process started before a newer once
+// migrated the database must stop acting on rows it does not know.
+func (c *Client) CheckSchema(ctx context.Context) error {
+	ms, err := c.store.Migrations()
+	if err != nil {
+		return err
+	}
+	known := 0
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].Version
+	}
+	v, err := c.store.Version(ctx)
+	switch {
+	case err != nil:
+		return err
+	case v == 0:
+		return fmt.Errorf("%w: the schema is missing; run `once migrate`", ErrSchema)
+	case v < known:
+		return fmt.Errorf("%w: the schema is at version %d, this once needs %d; run `once migrate`", ErrSchema, v, known)
+	case v > known:
+		return fmt.Errorf("%w: the schema is at version %d, this once knows up to %d; upgrade once", ErrSchema, v, known)
+	}
+	return nil
+}
+
 // maxRunSteps bounds RunSteps: a run is a handful of external calls, and
 // one with more is listed in part.
 const maxRunSteps = 10000

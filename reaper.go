@@ -124,6 +124,14 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 	r.passing.Lock()
 	defer r.passing.Unlock()
 	var rep ReapReport
+	// A reaper that outlived an upgrade must not act on rows a newer
+	// once wrote.
+	cctx, cancel := r.c.call(ctx)
+	err := r.c.CheckSchema(cctx)
+	cancel()
+	if err != nil {
+		return rep, fmt.Errorf("once: reaper: %w", err)
+	}
 	var firstErr error
 	hold := r.c.longestHold()
 	// The pass takes what was due when it began: an action whose

@@ -372,13 +372,16 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	v, err := s.client.SchemaVersion(ctx)
+	err := s.client.CheckSchema(ctx)
 	var why string
 	switch {
+	case errors.Is(err, once.ErrSchema):
+		why = strings.TrimPrefix(err.Error(), once.ErrSchema.Error()+": ")
+		if strings.Contains(why, "missing") {
+			why = "store not migrated: " + why
+		}
 	case err != nil:
 		why = fmt.Sprintf("store unavailable: %v", err)
-	case v <= 0:
-		why = "store not migrated: the schema is missing; run `once migrate`"
 	default:
 		io.WriteString(w, "ok\n")
 		return

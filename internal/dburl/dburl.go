@@ -54,12 +54,25 @@ func IsPostgres(url string) bool {
 }
 
 // SQLitePath returns the file a SQLite URL names, and false for any other
-// URL.
+// URL, and for what is plainly meant for a server: a scheme, a
+// postgres: URL missing a slash, or a key=value connection string (host=…
+// user=… password=…), which must not become a file named after it.
 func SQLitePath(url string) (string, bool) {
-	if IsPostgres(url) || strings.Contains(url, "://") {
+	if IsPostgres(url) || strings.Contains(url, "://") || MeantForServer(url) {
 		return "", false
 	}
 	return strings.TrimPrefix(url, "sqlite:"), true
+}
+
+// dsnRE finds the key=value pairs of a connection string.
+var dsnRE = regexp.MustCompile(`(?i)(^|\s)(host|hostaddr|port|dbname|user|password|sslmode|service)=`)
+
+// MeantForServer reports a database argument that names a server in a
+// form the command does not take: postgres:/… with a slash missing, or a
+// key=value connection string.
+func MeantForServer(url string) bool {
+	l := strings.ToLower(url)
+	return strings.HasPrefix(l, "postgres:") || strings.HasPrefix(l, "postgresql:") || dsnRE.MatchString(url)
 }
 
 // postgresConfig takes the store's own parameters, once_schema and
@@ -89,11 +102,14 @@ func postgresConfig(raw string) (string, postgres.Config, error) {
 }
 
 var (
-	// userinfoRE finds the password of a URL's user:password@.
-	userinfoRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/?#@\s]*):[^@/?#\s]*@`)
-	// passwordRE finds a password= parameter, in a URL's query or a
-	// key=value connection string.
-	passwordRE = regexp.MustCompile(`(?i)(\bpassword=)('[^']*'|[^&\s']*)`)
+	// userinfoRE finds the password of a URL's user:password@, up to
+	// the last @ before the host (a password may hold an unencoded @),
+	// with one or two slashes after the scheme.
+	userinfoRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*:/{1,2}[^:/?#@\s]*):[^/?#\s]*@`)
+	// passwordRE finds a parameter whose name holds "password"
+	// (password=, sslpassword=, pass%77ord= once decoded), in a URL's
+	// query or a key=value connection string.
+	passwordRE = regexp.MustCompile(`(?i)(\b[a-z_]*pass(?:word|%77ord)=)('[^']*'|[^&\s']*)`)
 )
 
 // Redact elides the passwords of any database URL in s (user:password@
@@ -133,8 +149,7 @@ func open(ctx context.Context, url string, readOnly bool) (*Store, error) {
 	}
 	path, ok := SQLitePath(url)
 	if !ok {
-		scheme, _, _ := strings.Cut(url, "://")
-		return nil, fmt.Errorf("database URL scheme %q is not supported; use postgres://user@host:5432/db, or a SQLite file path", scheme)
+		return nil, unsupported(url)
 	}
 	if path == "" {
 		return nil, errors.New("the SQLite path is empty; pass --db ./once.db")
@@ -144,6 +159,16 @@ func open(ctx context.Context, url string, readOnly bool) (*Store, error) {
 		return nil, err
 	}
 	return &Store{Store: s, Name: s.String()}, nil
+}
+
+// unsupported says why url names no store the command can open, without
+// quoting what may hold a password.
+func unsupported(url string) error {
+	if MeantForServer(url) {
+		return errors.New("the database argument looks like a PostgreSQL connection string (postgres:/ with a slash missing, or host=… user=…); write it as a URL: postgres://user@host:5432/db")
+	}
+	scheme, _, _ := strings.Cut(url, "://")
+	return fmt.Errorf("database URL scheme %q is not supported; use postgres://user@host:5432/db, or a SQLite file path", scheme)
 }
 
 // Migrations returns the schema migrations rendered for the store url
@@ -158,8 +183,7 @@ func Migrations(url string) ([]once.Migration, error) {
 		return postgres.Migrations(cfg)
 	}
 	if _, ok := SQLitePath(url); !ok {
-		scheme, _, _ := strings.Cut(url, "://")
-		return nil, fmt.Errorf("database URL scheme %q is not supported; use postgres://user@host:5432/db, or a SQLite file path", scheme)
+		return nil, unsupported(url)
 	}
 	return sqlite.Migrations(sqlite.Config{})
 }
