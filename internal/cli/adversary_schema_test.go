@@ -16,18 +16,7 @@ import (
 func TestAdversaryServeOutlivesNewerSchema(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "once.db")
 	mustRun(t, "migrate", "--db", db)
-	out, errOut, _ := background(t, "serve", "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db)
-	var base string
-	eventually(t, "console address", func() bool {
-		m := servingOn.FindStringSubmatch(out.String())
-		if m != nil {
-			base = m[1]
-		}
-		return m != nil || strings.Contains(errOut.String(), "once serve:")
-	})
-	if base == "" {
-		t.Fatalf("serve failed: %s", errOut)
-	}
+	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db)
 	if code, body := get(t, base+"healthz"); code != 200 {
 		t.Fatalf("/healthz before the upgrade: %d %q", code, body)
 	}

@@ -133,18 +133,7 @@ func TestAdversaryServeAnyHost(t *testing.T) {
 	mustRun(t, "migrate", "--db", db)
 	_, review, _ := fill(t, db)
 
-	out, errOut, _ := background(t, "serve", "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db)
-	var base string
-	eventually(t, "console address", func() bool {
-		m := servingOn.FindStringSubmatch(out.String())
-		if m != nil {
-			base = m[1]
-		}
-		return m != nil || strings.Contains(errOut.String(), "once serve:")
-	})
-	if base == "" {
-		t.Fatalf("serve failed: %s", errOut)
-	}
+	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db)
 	u, _ := url.Parse(base)
 	evil := "rebind.attacker.example:" + u.Port()
 

@@ -40,6 +40,24 @@ func (s *syncBuffer) String() string {
 
 // background runs a command that runs until stopped; stop ends it and
 // returns its exit code.
+// startServe runs `once serve` with args in the background and waits
+// for the address it serves on, failing the test if it does not start.
+func startServe(t *testing.T, args ...string) (base string, stdout, stderr *syncBuffer, stop func() int) {
+	t.Helper()
+	stdout, stderr, stop = background(t, append([]string{"serve"}, args...)...)
+	eventually(t, "console address", func() bool {
+		m := servingOn.FindStringSubmatch(stdout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil || strings.Contains(stderr.String(), "once serve:")
+	})
+	if base == "" {
+		t.Fatalf("serve failed: %s", stderr)
+	}
+	return base, stdout, stderr, stop
+}
+
 func background(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,18 +113,7 @@ func TestServe(t *testing.T) {
 	_, review, dead := fill(t, db)
 	time.Sleep(20 * time.Millisecond) // past the dead claim's lease
 
-	out, errOut, stop := background(t, "serve", "--addr", "127.0.0.1:0", "--reap-every", "1h", "--db", db)
-	var base string
-	eventually(t, "console address", func() bool {
-		m := servingOn.FindStringSubmatch(out.String())
-		if m != nil {
-			base = m[1]
-		}
-		return m != nil || strings.Contains(errOut.String(), "once serve:")
-	})
-	if base == "" {
-		t.Fatalf("serve failed: %s", errOut)
-	}
+	base, _, errOut, stop := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "1h", "--db", db)
 	if code, body := get(t, base+"healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
@@ -161,24 +168,6 @@ func TestReapEvery(t *testing.T) {
 	}
 }
 
-// startServe runs `once serve` with args and returns the console's base
-// URL (http://127.0.0.1:PORT/) once it listens.
-func startServe(t *testing.T, args ...string) (base string, stop func() int) {
-	t.Helper()
-	out, errOut, stop := background(t, append([]string{"serve"}, args...)...)
-	eventually(t, "console address", func() bool {
-		m := servingOn.FindStringSubmatch(out.String())
-		if m != nil {
-			base = m[1]
-		}
-		return m != nil || strings.Contains(errOut.String(), "once serve:")
-	})
-	if base == "" {
-		t.Fatalf("serve failed: %s", errOut)
-	}
-	return base, stop
-}
-
 // hostGet loads base+path with the Host header set to host and, if
 // token is not empty, the bearer token.
 func hostGet(t *testing.T, base, path, host, token string) int {
@@ -207,7 +196,7 @@ func TestServeAllowedHosts(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "once.db")
 	mustRun(t, "migrate", "--db", db)
 	const token = "t0ken-for-hosts"
-	base, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token,
+	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token,
 		"--allow-host", "console.test", "--allow-host", "Ops.Example", "--db", db)
 	port := base[strings.LastIndex(base, ":")+1 : len(base)-1]
 	for host, want := range map[string]int{
@@ -239,7 +228,7 @@ func TestServeConnectionLimits(t *testing.T) {
 	mustRun(t, "migrate", "--db", db)
 	t.Cleanup(cli.SetServeLimits(4, time.Second))
 	const token = "t0ken-for-limits"
-	base, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
+	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
 	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
 
 	var quiet []net.Conn
