@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -83,6 +84,10 @@ type Client struct {
 	verifiable Verifiable
 	// origin is Config.Origin, or host:pid.
 	origin string
+	// schema is the newest migration the store knows (knownSchema).
+	schemaOnce sync.Once
+	schema     int
+	schemaErr  error
 }
 
 // New validates cfg and returns a Client. It does no I/O: call the

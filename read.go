@@ -91,13 +91,9 @@ var ErrSchema = errors.New("once: the database's schema does not match this once
 // long-running reaper call it: a process started before a newer once
 // migrated the database must stop acting on rows it does not know.
 func (c *Client) CheckSchema(ctx context.Context) error {
-	ms, err := c.store.Migrations()
+	known, err := c.knownSchema()
 	if err != nil {
 		return err
-	}
-	known := 0
-	if len(ms) > 0 {
-		known = ms[len(ms)-1].Version
 	}
 	v, err := c.store.Version(ctx)
 	switch {
@@ -111,6 +107,22 @@ func (c *Client) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("%w: the schema is at version %d, this once knows up to %d; upgrade once", ErrSchema, v, known)
 	}
 	return nil
+}
+
+// knownSchema is the newest migration the store's build knows, rendered
+// once: a reaper asks at every pass, a load balancer at every probe.
+func (c *Client) knownSchema() (int, error) {
+	c.schemaOnce.Do(func() {
+		ms, err := c.store.Migrations()
+		if err != nil {
+			c.schemaErr = err
+			return
+		}
+		if len(ms) > 0 {
+			c.schema = ms[len(ms)-1].Version
+		}
+	})
+	return c.schema, c.schemaErr
 }
 
 // maxRunSteps bounds RunSteps: a run is a handful of external calls, and
