@@ -1,0 +1,405 @@
+// Package idemhttp brings once to HTTP: a server middleware for the
+// Idempotency-Key header field (the IETF httpapi draft "The
+// Idempotency-Key HTTP Header Field"), and a client transport that sends a
+// once provider key as that header, so a provider that honours it absorbs
+// a retried call.
+//
+// The middleware runs a handler at most once per key and tenant and
+// replays its stored response to every repeat, through once.Do: the
+// database arbitrates concurrent requests, and a crash mid-handler is
+// recovered by the route's kind policy like any other effect.
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// DefaultMaxBodyBytes bounds a request body unless Config.MaxBodyBytes
+// says otherwise. The body is read in full before the handler runs (it
+// is fingerprinted), so it must be bounded.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Config configures Middleware. Only Scope is required.
+type Config struct {
+	// Scope names whose keys a request's key is among: the tenant, the
+	// account, the API client. It becomes the intent's Run, so the same
+	// key sent by two tenants names two actions; without it one tenant
+	// could be served another's stored response. Take it from the
+	// authenticated identity, never from anything the client merely
+	// asserts. An empty scope is refused with 400. Required.
+	Scope func(*http.Request) string
+	// Kind names the action's kind, which selects the once kind policy
+	// (lease, execution time, recovery). Nil means "http:" followed by
+	// the ServeMux pattern that matched (Request.Pattern) with its
+	// method, or the method and path when no pattern is known.
+	Kind func(*http.Request) string
+	// Fingerprint returns what must be the same on every request with a
+	// key: a repeat whose fingerprint differs is refused with 422 and
+	// the handler does not run. It becomes the intent's Payload (see
+	// once.Intent). Nil means the method, the path, the raw query and a
+	// SHA-256 of the body's bytes. Return json.RawMessage(body) instead to
+	// let JSON bodies differ in key order and whitespace.
+	Fingerprint func(r *http.Request, body []byte) any
+	// Methods are the methods the middleware acts on; any other request
+	// passes straight to the handler. Nil means POST and PATCH, the
+	// methods HTTP does not already make idempotent.
+	Methods []string
+	// Optional lets a request without a key through to the handler, run
+	// as it would be without the middleware. By default a missing key is
+	// refused with 400, because a client that forgot the key has lost the
+	// protection it needs on a route that asks for one.
+	Optional bool
+	// Keep says which handler statuses are stored and replayed. Nil
+	// keeps every status below 500: a 2xx, 3xx or 4xx is the answer to
+	// this request and the next repeat gets it too. A status it does not
+	// keep releases the key (once.RetryLater), so a retry runs the
+	// handler again: a 5xx says the server failed, not that the operation
+	// happened. Only release statuses your handler sends when it has
+	// changed nothing.
+	Keep func(status int) bool
+	// ReplayHeaders are the response headers stored and sent again on a
+	// replay. Nil means Content-Type and Location. Headers that describe
+	// one response only (Date, Set-Cookie, tracing ids) do not belong
+	// here.
+	ReplayHeaders []string
+	// MaxBodyBytes bounds a request body; a larger one is refused with
+	// 413 before anything runs. Zero means DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// RetryAfter is the Retry-After sent with a 503 when the key was
+	// released or the store could not be reached. Zero means 1 second.
+	RetryAfter time.Duration
+}
+
+// Response is a handler's response as it is stored and replayed: the
+// result of the action once.Do records.
+type Response struct {
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+	// sent is every header the handler set, for the response that goes
+	// out from the request that ran it; only Header is stored.
+	sent http.Header
+}
+
+// Middleware returns middleware that runs the handler at most once per
+// Idempotency-Key and scope, through once.Do on client:
+//
+//   - a request with a key runs the handler once; its response (status,
+//     the ReplayHeaders, body) is stored, and every repeat is answered with
+//     it, marked Idempotent-Replayed: true, without running the handler;
+//   - a repeat with a different fingerprint (another body, say): 422;
+//   - a repeat while the first is still running: 409;
+//   - no key on a route that requires one, or a malformed key: 400;
+//   - a body over MaxBodyBytes: 413;
+//   - a response Keep refuses (a 5xx by default) releases the key;
+//   - an action whose outcome is unknown (the process died mid-handler)
+//     follows its kind's recovery: a person decides (409) by default.
+//
+// Errors are application/problem+json (RFC 9457). The handler's response
+// is buffered, so it must fit in the client's MaxResultBytes to be
+// stored; handlers that stream, flush or hijack do not belong behind it.
+//
+// Middleware panics when cfg.Scope is nil: that is a wiring mistake, found
+// at startup, not a request to answer.
+func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler {
+	if client == nil {
+		panic("idemhttp: Middleware called with a nil *once.Client; build one with once.New")
+	}
+	if cfg.Scope == nil {
+		panic("idemhttp: Config.Scope is nil; pass a function that names the request's tenant (from its authenticated identity), so two tenants' keys never meet")
+	}
+	if cfg.MaxBodyBytes < 0 || cfg.RetryAfter < 0 {
+		panic("idemhttp: Config.MaxBodyBytes and RetryAfter must not be negative; zero means the default")
+	}
+	m := &middleware{client: client, cfg: cfg}
+	if m.cfg.Kind == nil {
+		m.cfg.Kind = defaultKind
+	}
+	if m.cfg.Fingerprint == nil {
+		m.cfg.Fingerprint = defaultFingerprint
+	}
+	if m.cfg.Methods == nil {
+		m.cfg.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if m.cfg.Keep == nil {
+		m.cfg.Keep = func(status int) bool { return status < 500 }
+	}
+	if m.cfg.ReplayHeaders == nil {
+		m.cfg.ReplayHeaders = []string{"Content-Type", "Location"}
+	}
+	if m.cfg.MaxBodyBytes == 0 {
+		m.cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if m.cfg.RetryAfter == 0 {
+		m.cfg.RetryAfter = time.Second
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}
+}
+
+type middleware struct {
+	client *once.Client
+	cfg    Config
+}
+
+func defaultKind(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return "http:" + r.Method + " " + r.URL.Path
+	}
+	if !strings.Contains(strings.SplitN(p, "/", 2)[0], " ") {
+		// A pattern without a method ("/orders") matches every method.
+		p = r.Method + " " + p
+	}
+	return "http:" + p
+}
+
+// fingerprint is the default payload: the body is hashed, so a 1 MiB
+// body makes a small payload, not one over the client's limit.
+type fingerprint struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Query  string `json:"query,omitempty"`
+	Body   string `json:"body_sha256"`
+}
+
+func defaultFingerprint(r *http.Request, body []byte) any {
+	sum := sha256.Sum256(body)
+	return fingerprint{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: hex.EncodeToString(sum[:])}
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.acts(r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := keyOf(r)
+	switch {
+	case errors.Is(err, errNoKey) && m.cfg.Optional:
+		next.ServeHTTP(w, r)
+		return
+	case errors.Is(err, errNoKey):
+		writeProblem(w, http.StatusBadRequest, "key-missing", "this endpoint requires an Idempotency-Key header; send a unique value, such as a random UUID, and send the same value again when you retry")
+		return
+	case err != nil:
+		writeProblem(w, http.StatusBadRequest, "key-malformed", err.Error())
+		return
+	}
+	scope := m.cfg.Scope(r)
+	if scope == "" {
+		writeProblem(w, http.StatusBadRequest, "no-scope", "the request names no tenant for its Idempotency-Key; authenticate the request")
+		return
+	}
+	body, err := readBody(w, r, m.cfg.MaxBodyBytes)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the request body is over the limit of %d bytes; send a smaller body", tooLarge.Limit))
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, "body-unreadable", "the request body could not be read: "+err.Error()+"; send the request again")
+		return
+	}
+	in := once.Intent{
+		Run:  scope,
+		Kind: m.cfg.Kind(r),
+		// The key goes in Target: it must be part of the action's
+		// identity, Run holds the scope, and Target is the field wide
+		// enough for any key. The path is in the fingerprint, so a key
+		// reused on another resource is refused, not run as a new action.
+		Target:  key,
+		Payload: m.cfg.Fingerprint(r, body),
+	}
+	// ran is the response of the handler if it ran in this request. Do
+	// returns the value with most errors, but not when the key was
+	// released; the handler's own answer still goes out then.
+	var ran atomic.Pointer[Response]
+	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (Response, error) {
+		rec := &recorder{header: make(http.Header)}
+		req := r.Clone(ctx)
+		req.Body = http.NoBody
+		if len(body) > 0 {
+			req.Body = readCloser{bytes.NewReader(body)}
+		}
+		req.ContentLength = int64(len(body))
+		next.ServeHTTP(rec, req)
+		resp := rec.response(m.cfg.ReplayHeaders)
+		ran.Store(&resp)
+		if !m.cfg.Keep(resp.Status) {
+			return resp, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		}
+		return resp, nil
+	})
+	if resp := ran.Load(); resp != nil && !res.Replayed {
+		// The handler ran in this request: its answer goes out as it
+		// is, whole, even when it was released or could not be stored
+		// (the error says what became of the key; a repeat is answered
+		// from there).
+		resp.write(w, resp.sent, false)
+		return
+	}
+	if err == nil {
+		res.Value.write(w, res.Value.Header, true)
+		return
+	}
+	m.writeError(w, err)
+}
+
+func (m *middleware) acts(method string) bool {
+	for _, x := range m.cfg.Methods {
+		if strings.EqualFold(x, method) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeError answers a request whose handler did not run here.
+func (m *middleware) writeError(w http.ResponseWriter, err error) {
+	var (
+		unknown *once.UnknownOutcomeError
+		intent  *once.IntentError
+	)
+	retryAfter := m.cfg.RetryAfter
+	switch {
+	case errors.As(err, &intent):
+		writeProblem(w, http.StatusBadRequest, "request-invalid", "the request cannot be made into an action: "+intent.Field+" "+intent.Reason)
+	case errors.Is(err, once.ErrFingerprintMismatch):
+		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", "this Idempotency-Key was first used with a different request (method, path or body); use a new key for a different request, or send the first request unchanged")
+	case errors.Is(err, once.ErrInFlight):
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeProblem(w, http.StatusConflict, "key-in-flight", "a request with this Idempotency-Key is still being processed; wait for it to finish and retry, and you will get its response")
+	case errors.As(err, &unknown) && unknown.Status == once.StatusUnknown:
+		if d := time.Until(unknown.Due); d > retryAfter {
+			retryAfter = d
+		}
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "outcome-unknown", "the first request with this Idempotency-Key stopped before its outcome was known; it is being checked, retry after the Retry-After delay")
+	case errors.Is(err, once.ErrRetryLater):
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "key-released", "the request with this Idempotency-Key did not complete and changed nothing; retry it with the same key")
+	case errors.Is(err, once.ErrReview), errors.Is(err, once.ErrOutcomeUnknown):
+		writeProblem(w, http.StatusConflict, "outcome-review", "the first request with this Idempotency-Key stopped before its outcome was known, and a person decides what became of it; retrying will not run it again. Contact the operator, quoting the key")
+	case errors.Is(err, once.ErrFailed):
+		writeProblem(w, http.StatusConflict, "key-failed", "the request with this Idempotency-Key failed for good; use a new key to try a new request")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the request ended before it was processed; retry it with the same key")
+	default:
+		// The store could not be reached, or answered what this version
+		// does not know: nothing ran here.
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the idempotency store could not be reached; retry with the same key")
+	}
+}
+
+func seconds(d time.Duration) string {
+	return strconv.Itoa(int(max((d+time.Second-1)/time.Second, 1)))
+}
+
+// readBody reads r's body up to limit; a larger body is an
+// *http.MaxBytesError.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	return buf.Bytes(), err
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// recorder captures a handler's response instead of sending it, so the
+// response can be stored before it goes out.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 && status >= 200 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(p)
+}
+
+func (r *recorder) response(keep []string) Response {
+	resp := Response{Status: r.status, Body: bytes.Clone(r.body.Bytes()), sent: r.header.Clone()}
+	if resp.Status == 0 {
+		resp.Status = http.StatusOK
+	}
+	if _, ok := r.header["Content-Type"]; !ok && len(resp.Body) > 0 {
+		// What net/http would have sniffed, so a replay says the same.
+		r.header.Set("Content-Type", http.DetectContentType(resp.Body))
+		resp.sent.Set("Content-Type", r.header.Get("Content-Type"))
+	}
+	for _, h := range keep {
+		if vs := r.header.Values(h); len(vs) > 0 {
+			if resp.Header == nil {
+				resp.Header = make(http.Header)
+			}
+			resp.Header[http.CanonicalHeaderKey(h)] = vs
+		}
+	}
+	return resp
+}
+
+// write sends resp with header.
+func (resp Response) write(w http.ResponseWriter, header http.Header, replayed bool) {
+	for k, vs := range header {
+		w.Header()[k] = vs
+	}
+	if replayed {
+		w.Header().Set(ReplayedHeader, "true")
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+}
+
+// problem is an RFC 9457 problem detail. Code names the problem for a
+// program, stable across wording changes of Detail.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
