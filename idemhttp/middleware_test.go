@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -324,5 +325,40 @@ func TestOtherMethodsPassThrough(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Fatalf("GET ran %d times, want 2", runs.Load())
+	}
+}
+
+// TestHandlerPanicGoesToReview: a handler that panics may have done its
+// work; the default recovery (AskPerson) holds the key for a person, and
+// a repeat is refused with 409 instead of running the handler again.
+func TestHandlerPanicGoesToReview(t *testing.T) {
+	var runs atomic.Int64
+	c, _ := testdb.SQLiteClient(t, once.Config{})
+	h := idemhttp.Middleware(c, idemhttp.Config{Scope: func(*http.Request) string { return "t" }})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		panic("half done")
+	}))
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k-1")
+	// A fresh connection: net/http resends a keyed request by itself
+	// when a reused one fails.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := fresh.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the panicking request was answered %d; want the connection dropped", resp.StatusCode)
+	}
+	r := post(t, srv.URL, "k-1", "a", `{}`)
+	if code := problemOf(t, r, http.StatusConflict); code != "outcome-review" {
+		t.Fatalf("code %q", code)
+	}
+	if !strings.Contains(r.body, "person decides") {
+		t.Fatalf("detail does not say a person decides: %s", r.body)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }
