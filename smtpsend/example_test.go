@@ -19,7 +19,7 @@ import (
 // for the next delivery instead of losing or doubling it.
 func Example() {
 	// A real SMTP server on loopback stands in for the mail relay.
-	srv, stop, err := newServer()
+	srv, stop, err := newServer(nil)
 	if err != nil {
 		panic(err)
 	}

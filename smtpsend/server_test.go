@@ -3,6 +3,7 @@ package smtpsend_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 )
 
@@ -26,6 +28,7 @@ type mailServer struct {
 	fail     failure
 	received []*mail.Message
 	raw      [][]byte
+	logins   []login
 }
 
 // failure says where the server fails, and with which reply.
@@ -44,9 +47,13 @@ func reply(code int, msg string) *smtp.SMTPError {
 	return &smtp.SMTPError{Code: code, EnhancedCode: smtp.EnhancedCode{code / 100, 0, 0}, Message: msg}
 }
 
-func startServer(t *testing.T) *mailServer {
+func startServer(t *testing.T) *mailServer { return startServerTLS(t, nil) }
+
+// startServerTLS starts a server that offers STARTTLS with config (none
+// when nil).
+func startServerTLS(t *testing.T, config *tls.Config) *mailServer {
 	t.Helper()
-	m, stop, err := newServer()
+	m, stop, err := newServer(config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +61,10 @@ func startServer(t *testing.T) *mailServer {
 	return m
 }
 
-// newServer starts a server on a free loopback port; stop closes it and
+// newServer starts a server on a free loopback port, offering STARTTLS
+// with config when it is set; stop closes it and
 // waits for it to finish serving.
-func newServer() (m *mailServer, stop func(), err error) {
+func newServer(config *tls.Config) (m *mailServer, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
@@ -64,6 +72,7 @@ func newServer() (m *mailServer, stop func(), err error) {
 	m = &mailServer{ln: ln}
 	m.srv = smtp.NewServer(m)
 	m.srv.Domain = "localhost"
+	m.srv.TLSConfig = config
 	m.srv.AllowInsecureAuth = true
 	m.srv.ErrorLog = log.New(io.Discard, "", 0)
 	done := make(chan struct{})
@@ -110,6 +119,35 @@ func (m *mailServer) NewSession(c *smtp.Conn) (smtp.Session, error) {
 type session struct {
 	m    *mailServer
 	conn *smtp.Conn
+}
+
+// AuthMechanisms and Auth implement smtp.AuthSession: PLAIN, for the
+// user "ada" with the password "secret". The server records each login
+// and whether it came over TLS.
+func (s *session) AuthMechanisms() []string { return []string{sasl.Plain} }
+
+func (s *session) Auth(string) (sasl.Server, error) {
+	return sasl.NewPlainServer(func(_, user, pass string) error {
+		if user != "ada" || pass != "secret" {
+			return &smtp.SMTPError{Code: 535, EnhancedCode: smtp.EnhancedCode{5, 7, 8}, Message: "authentication failed"}
+		}
+		_, secure := s.conn.TLSConnectionState()
+		s.m.mu.Lock()
+		s.m.logins = append(s.m.logins, login{user: user, tls: secure})
+		s.m.mu.Unlock()
+		return nil
+	}), nil
+}
+
+type login struct {
+	user string
+	tls  bool
+}
+
+func (m *mailServer) loggedIn() []login {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]login(nil), m.logins...)
 }
 
 func (s *session) Reset()        {}
@@ -192,6 +230,11 @@ type refusingConn struct {
 }
 
 func (c *refusingConn) Read(p []byte) (int, error) {
+	if len(c.pending) == 0 && c.m.failure().data == nil {
+		// Pass bytes through as they come: after STARTTLS they are TLS
+		// records, which need not hold a line break.
+		return c.r.Read(p)
+	}
 	for len(c.pending) == 0 {
 		line, err := c.r.ReadBytes('\n')
 		if len(line) == 0 && err != nil {
