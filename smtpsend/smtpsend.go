@@ -12,7 +12,7 @@
 //	stage                                        error             once does
 //	-------------------------------------------  ----------------  ----------------------
 //	bad Message or Sender (before dialling)       once.Permanent    stores the failure
-//	dial, greeting, EHLO, STARTTLS, AUTH          once.RetryLater   releases the claim
+//	dial, greeting, EHLO, STARTTLS, AUTH (*)      once.RetryLater   releases the claim
 //	MAIL FROM / RCPT TO: 5xx                      once.Permanent    stores the failure
 //	MAIL FROM / RCPT TO: 4xx or connection lost   once.RetryLater   releases the claim
 //	DATA command: 5xx                             once.Permanent    stores the failure
@@ -21,8 +21,13 @@
 //	final reply: 250                              nil               stores the reply text
 //	final reply: 5xx                              once.Permanent    stores the failure
 //	final reply: 4xx                              once.RetryLater   releases the claim
-//	final reply lost (dropped, timed out, ctx)    plain error       outcome unknown: recovery
+//	final dot or final reply lost (dropped,      plain error       outcome unknown: recovery
+//	timed out, context cancelled)
 //	QUIT after a 250 final reply fails            ignored           the message was accepted
+//
+// (*) Nothing was sent, whatever the reason, so the job may come back. A
+// refused login or a server without STARTTLS (when Sender.TLS is set)
+// keeps refusing until the configuration is fixed; the error says which.
 //
 // A message whose end-of-data marker reached the server may have been
 // queued even if no reply came back; only the final reply says. That one
@@ -139,11 +144,7 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	}
 	defer c.Close()
 
-	var opts *smtp.MailOptions
-	if !isASCII(msg.From) || !allASCII(msg.To) {
-		opts = &smtp.MailOptions{UTF8: true}
-	}
-	if err := c.Mail(msg.From, opts); err != nil {
+	if err := c.Mail(msg.From, nil); err != nil {
 		return "", refused(ctx, "MAIL FROM:<"+msg.From+">", err)
 	}
 	for _, to := range msg.To {
@@ -179,6 +180,12 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 func (s *Sender) open(conn net.Conn) (*smtp.Client, error) {
 	var c *smtp.Client
 	if s.TLS != nil {
+		// The client greets and starts TLS before its timeouts can be
+		// set; bound that exchange by Timeout all the same.
+		if s.Timeout > 0 {
+			t := time.AfterFunc(s.Timeout, func() { conn.Close() })
+			defer t.Stop()
+		}
 		var err error
 		if c, err = smtp.NewClientStartTLS(conn, s.TLS); err != nil {
 			return nil, fmt.Errorf("STARTTLS: %w (Sender.TLS is set, so the message is sent only over TLS; clear it to send in clear)", err)
@@ -309,8 +316,13 @@ func (s *Sender) compose(a once.Attempt, msg Message) ([]byte, error) {
 // checkAddr refuses an address that would break the envelope command or
 // the header it is written into.
 func checkAddr(field, addr string) error {
-	if addr == "" || strings.ContainsAny(addr, "\r\n<>,\" ") || !utf8.ValidString(addr) || !strings.Contains(addr, "@") {
+	if addr == "" || strings.ContainsAny(addr, "\r\n<>,\" ") || !strings.Contains(addr, "@") {
 		return fmt.Errorf("smtpsend: %s %q is not a bare address; write it as local@domain, without a display name or angle brackets", field, addr)
+	}
+	if !isASCII(addr) {
+		// It would need SMTPUTF8, which a server may not offer: that
+		// refusal would come back on every attempt.
+		return fmt.Errorf("smtpsend: %s %q is not ASCII; internationalised addresses are not supported, write the domain in its xn-- form", field, addr)
 	}
 	return nil
 }
@@ -332,15 +344,6 @@ func isAtext(s string) bool {
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
-func allASCII(ss []string) bool {
-	for _, s := range ss {
-		if !isASCII(s) {
 			return false
 		}
 	}

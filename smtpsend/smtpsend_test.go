@@ -249,6 +249,7 @@ func TestSendRefusesBadInputBeforeDialling(t *testing.T) {
 		{"bad domain", func(s *smtpsend.Sender, _ *smtpsend.Message, _ *once.Attempt) { s.MessageIDDomain = "a b" }, "MessageIDDomain"},
 		{"no from", func(_ *smtpsend.Sender, m *smtpsend.Message, _ *once.Attempt) { m.From = "" }, "Message.From"},
 		{"display name", func(_ *smtpsend.Sender, m *smtpsend.Message, _ *once.Attempt) { m.From = "Ada <ada@example.com>" }, "Message.From"},
+		{"non-ascii address", func(_ *smtpsend.Sender, m *smtpsend.Message, _ *once.Attempt) { m.To = []string{"ada@exämple.com"} }, "Message.To[0]"},
 		{"no to", func(_ *smtpsend.Sender, m *smtpsend.Message, _ *once.Attempt) { m.To = nil }, "Message.To"},
 		{"injected rcpt", func(_ *smtpsend.Sender, m *smtpsend.Message, _ *once.Attempt) {
 			m.To = []string{"ada@example.com\r\nRCPT TO:<eve@example.com>"}
