@@ -9,8 +9,8 @@
 // good, and hands everything else to the kind's recovery (by default a
 // person reviews it) instead of sending a second copy:
 //
-//	stage                                        error             once does
-//	-------------------------------------------  ----------------  ----------------------
+//	stage                                         error             once does
+//	--------------------------------------------  ----------------  -------------------------
 //	bad Message or Sender (before dialling)       once.Permanent    stores the failure
 //	dial, greeting, EHLO, STARTTLS, AUTH (*)      once.RetryLater   releases the claim
 //	MAIL FROM / RCPT TO: 5xx                      once.Permanent    stores the failure
@@ -21,8 +21,8 @@
 //	final reply: 250                              nil               stores the reply text
 //	final reply: 5xx                              once.Permanent    stores the failure
 //	final reply: 4xx                              once.RetryLater   releases the claim
-//	final dot or final reply lost (dropped,      plain error       outcome unknown: recovery
-//	timed out, context cancelled)
+//	final dot or reply lost (connection dropped,  plain error       outcome unknown: recovery
+//	  timed out, context cancelled)
 //	QUIT after a 250 final reply fails            ignored           the message was accepted
 //
 // (*) Nothing was sent, whatever the reason, so the job may come back. A
