@@ -194,14 +194,7 @@ func TestAdversaryBlindConsoleWaitingWrong(t *testing.T) {
 		t.Fatalf("the application itself counts %d waiting (%v), want 0", len(w), err)
 	}
 
-	blind, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := console.New(console.Config{Client: blind})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := blindConsole(t, store)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if body := rec.Body.String(); strings.Contains(body, "waiting for a delivery") && strings.Contains(body, string(k[:12])) {

@@ -1008,14 +1008,7 @@ func TestKindsPage(t *testing.T) {
 		once.Do(ctx, app, once.Intent{Run: "r", Step: int64(i), Kind: kind}, func(context.Context, once.Attempt) (int, error) { return 1, nil })
 	}
 	// The console of a process that knows no kinds (once serve).
-	blind, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := console.New(console.Config{Client: blind})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := blindConsole(t, store)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/kinds", nil))
 	var kinds []struct {
@@ -1192,4 +1185,19 @@ func TestReviewPages(t *testing.T) {
 			}
 		}
 	})
+}
+
+// blindConsole is the console of a process that knows none of the
+// application's kinds (as once serve's), over store.
+func blindConsole(t *testing.T, store once.Store) http.Handler {
+	t.Helper()
+	blind, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Client: blind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
