@@ -33,9 +33,10 @@ type logLine struct {
 	Job      int    `json:"job"`
 	Delivery int    `json:"delivery"`
 	Rcpt     string `json:"rcpt"`
-	// MessageID is the message's Message-ID: naive-JOB-DELIVERY in the
-	// naive half, the action's provider key through once (the same on
-	// every attempt of one action).
+	// MessageID is the message's Message-ID, angle brackets included:
+	// <naive-JOB-DELIVERY@once.localhost> in the naive half, the
+	// action's key through once (the same on every attempt of one
+	// action; see smtpsend.MessageID).
 	MessageID string `json:"message_id"`
 	// Reply is the server's reply, or the error that ended the attempt.
 	Reply string `json:"reply,omitempty"`

@@ -7,18 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"time"
 
-	"github.com/emersion/go-smtp"
 	_ "modernc.org/sqlite" // the naive worker's own table
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
+	"github.com/oncehq/once/smtpsend"
 )
 
 // A worker is this same binary, started with envWorker holding its
@@ -176,69 +175,48 @@ func (w *worker) pause() {
 	select {} // SIGKILL arrives here
 }
 
-// send runs one SMTP transaction. With a send log, an attempt line goes
-// before it and an outcome line after: accepted as soon as the server
-// replies 250 to the message (before QUIT, whose failure changes
-// nothing), not_accepted when the message certainly was not taken (no
-// connection, a refusal, or a failure before its end was sent), unsure
-// when the end was sent and no reply came back.
-func (w *worker) send(j Job, messageID string) error {
-	line, err := w.log.begin(w.cfg.Mode, j, messageID)
+// messageIDDomain is the right-hand side of every demo Message-ID.
+const messageIDDomain = "once.localhost"
+
+// sender sends the demo's messages: plain SMTP on loopback, no STARTTLS
+// or authentication, each command bounded so a hung server fails a send
+// instead of the half.
+func (w *worker) sender() *smtpsend.Sender {
+	return &smtpsend.Sender{Addr: w.cfg.SMTP, Timeout: 5 * time.Second, MessageIDDomain: messageIDDomain}
+}
+
+// send runs one SMTP transaction for the attempt a, whose key names the
+// Message-ID. With a send log, an attempt line goes before it and an
+// outcome line after, by smtpsend's classification of the failure:
+// accepted as soon as the server replies 250 to the message (before QUIT,
+// whose failure changes nothing), not_accepted when the message certainly
+// was not taken (smtpsend says retry later, or refused for good), unsure
+// when the end was sent and no reply came back (a plain error). It
+// returns the server's reply, or smtpsend's error, classified for
+// once.Do, or errNoLog.
+func (w *worker) send(ctx context.Context, j Job, a once.Attempt) (string, error) {
+	line, err := w.log.begin(w.cfg.Mode, j, smtpsend.MessageID(a.Key, messageIDDomain))
 	if err != nil {
-		return fmt.Errorf("%w: %v", errNoLog, err)
+		return "", fmt.Errorf("%w: %v", errNoLog, err)
 	}
-	reply, err := w.transact(j, messageID)
+	reply, err := w.sender().Send(ctx, a, smtpsend.Message{
+		From:    "demo@once.localhost",
+		To:      []string{j.Rcpt},
+		Subject: j.Subject,
+		Body:    []byte("Hello from once.\r\n"),
+	})
 	switch {
 	case err == nil:
 		if j.PauseBeforeLog {
 			w.pause()
 		}
 		w.log.end(line, logAccepted, reply)
-	case errors.Is(err, errUnsure):
-		w.log.end(line, logUnsure, err.Error())
-	default:
+	case errors.Is(err, once.ErrRetryLater), errors.Is(err, once.ErrPermanent):
 		w.log.end(line, logNotAccepted, err.Error())
+	default:
+		w.log.end(line, logUnsure, err.Error())
 	}
-	return err
-}
-
-// errUnsure marks a transaction whose message was sent whole and whose
-// reply never came: the server may have accepted it.
-var errUnsure = errors.New("no reply to the message")
-
-func (w *worker) transact(j Job, messageID string) (reply string, err error) {
-	msg := fmt.Sprintf("From: demo@once.localhost\r\nTo: %s\r\nSubject: %s\r\nMessage-ID: <%s@once.localhost>\r\n\r\nHello from once.\r\n", j.Rcpt, j.Subject, messageID)
-	// Plain SMTP on loopback: no STARTTLS, which smtp.SendMail insists on.
-	conn, err := net.DialTimeout("tcp", w.cfg.SMTP, 5*time.Second)
-	if err != nil {
-		return "", err
-	}
-	c := smtp.NewClient(conn)
-	c.CommandTimeout, c.SubmissionTimeout = 5*time.Second, 5*time.Second
-	defer c.Close()
-	if err := c.Mail("demo@once.localhost", nil); err != nil {
-		return "", err
-	}
-	if err := c.Rcpt(j.Rcpt, nil); err != nil {
-		return "", err
-	}
-	wc, err := c.Data()
-	if err != nil {
-		return "", err
-	}
-	if _, err := io.WriteString(wc, msg); err != nil {
-		return "", err // the message's end was never sent
-	}
-	resp, err := wc.CloseWithResponse()
-	if err != nil {
-		var refused *smtp.SMTPError
-		if errors.As(err, &refused) {
-			return "", err // a reply, and not 250: the server did not take it
-		}
-		return "", fmt.Errorf("%w: %v", errUnsure, err)
-	}
-	c.Quit() // the server has the message; how QUIT goes changes nothing
-	return "250 " + resp.StatusText, nil
+	return reply, err
 }
 
 func (w *worker) handle(ctx context.Context, j Job) error {
@@ -257,7 +235,10 @@ func (w *worker) handleNaive(ctx context.Context, j Job) error {
 	if n > 0 {
 		return w.ack(j)
 	}
-	if err := w.send(j, fmt.Sprintf("naive-%d-%d", j.ID, j.Delivery)); errors.Is(err, errNoLog) {
+	// The naive worker has no action, so it names its message after the
+	// delivery: every delivery sends a message of its own.
+	naive := once.Attempt{Key: once.Key(fmt.Sprintf("naive-%d-%d", j.ID, j.Delivery)), Number: 1}
+	if _, err := w.send(ctx, j, naive); errors.Is(err, errNoLog) {
 		return err
 	} else if err != nil {
 		return w.nack(j, 100*time.Millisecond)
@@ -275,17 +256,21 @@ func (w *worker) handleNaive(ctx context.Context, j Job) error {
 func (w *worker) handleOnce(ctx context.Context, j Job) error {
 	in := once.Intent{Run: j.Run, Step: int64(j.ID), Kind: "send_email", Target: j.Rcpt, Payload: map[string]string{"subject": j.Subject}}
 	_, err := once.Do(ctx, w.once, in, func(ctx context.Context, a once.Attempt) (string, error) {
-		// The provider key doubles as the Message-ID: the same on every
-		// attempt, so a receiving system could spot a duplicate too.
-		if err := w.send(j, a.ProviderKey); errors.Is(err, errNoLog) {
+		// smtpsend derives the Message-ID from the action's key: the
+		// same on every attempt, so a receiving system could spot a
+		// duplicate too. Its errors are classified already: released
+		// when the server certainly did not take the message, unknown
+		// (a person reviews it) when the reply to it was lost.
+		reply, err := w.send(ctx, j, a)
+		if errors.Is(err, errNoLog) {
 			return "", once.RetryLater(err) // nothing was sent
 		} else if err != nil {
-			return "", err // after a failed SMTP exchange, we cannot know
+			return "", err
 		}
 		if j.PauseAfterSend {
 			w.pause()
 		}
-		return "250 accepted", nil
+		return reply, nil
 	})
 	if errors.Is(err, errNoLog) {
 		return err
