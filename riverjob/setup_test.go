@@ -172,7 +172,9 @@ func (e *env) client(t *testing.T, cfg once.Config) *once.Client {
 // quickRetry retries a failed job after 50ms instead of River's seconds.
 type quickRetry struct{}
 
-func (quickRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(50 * time.Millisecond) }
+func (quickRetry) NextRetry(*rivertype.JobRow) time.Time {
+	return time.Now().Add(50 * time.Millisecond)
+}
 
 // start runs a River client on the env's schema with workers, and stops it
 // when the test ends. It returns the client and its job events.

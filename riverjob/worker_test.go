@@ -249,9 +249,9 @@ func TestWorkerTimeoutCoversMaxExecution(t *testing.T) {
 	}
 }
 
-// offlineClient is a client for tests that make no call to the database:
+// offlineStore is a store for tests that make no call to the database:
 // its pool connects only when used, and nothing uses it.
-func offlineClient(t *testing.T, cfg once.Config) *once.Client {
+func offlineStore(t *testing.T) *postgres.Store {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), testdb.PostgresURL())
 	if err != nil {
@@ -262,7 +262,12 @@ func offlineClient(t *testing.T, cfg once.Config) *once.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store = store
+	return store
+}
+
+func offlineClient(t *testing.T, cfg once.Config) *once.Client {
+	t.Helper()
+	cfg.Store = offlineStore(t)
 	c, err := once.New(cfg)
 	if err != nil {
 		t.Fatal(err)
