@@ -17,9 +17,11 @@
 //	drop (a person decides)      river.JobCancel: cancelled
 //
 // Another attempt holding the claim (an *once.InFlightError) snoozes the
-// job until the claim's lease runs out. River v0.51 stores a snoozed job
-// with its attempt number lowered by one, so a snooze never brings the
-// job closer to being discarded; see rivertype.JobSnoozeError.
+// job until the claim's lease runs out (the kind's Lease and a fifth, at
+// most), even when that attempt finishes sooner: the snoozed job then
+// replays. River v0.51 stores a snoozed job with its attempt number
+// lowered by one, so a snooze never brings the job closer to being
+// discarded; see river.JobSnooze.
 //
 // # Effects that are writes to the same database
 //
@@ -33,8 +35,9 @@
 // # Re-drive
 //
 // A released action runs only when its job is delivered again. When
-// River no longer will — the job ran out of attempts, was cancelled, or
-// its worker died and River's rescuer is an hour away — the reaper hands
+// River no longer will — a person chose Retry for an action whose job was
+// cancelled for review, the job ran out of attempts, or its worker died
+// and River's rescuer is an hour away — the reaper hands
 // the action to its kind's Redrive hook. Redrive builds that hook: it
 // inserts a job rebuilt from the action, marked with the action's key and
 // attempt (embed Redriven in the args) so that River's unique options
@@ -49,8 +52,10 @@
 // shorter of the two is the real limit. Keep River's the longer one, so
 // that the kind's MaxExecution is what bounds an effect wherever it runs:
 // a Worker whose WorkerConfig.Timeout is zero asks River for the kind's
-// MaxExecution plus TimeoutMargin. River's RescueStuckJobsAfter (one hour
-// by default) must exceed that timeout, as River itself requires.
+// MaxExecution plus TimeoutMargin. River's rescuer leaves a running job
+// alone for RescueStuckJobsAfter (one hour by default) and for as long as
+// that timeout; with a Timeout of -1 it never rescues the job, and once's
+// reaper with a Redrive hook is what runs a dead worker's effect again.
 //
 // The kind's Lease is shorter than both, and it is what notices a dead
 // worker: once's reaper recovers its claim after the lease, long before

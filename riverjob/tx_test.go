@@ -262,6 +262,37 @@ func TestEffectTxCommitFailureUndoesAll(t *testing.T) {
 	e.checkOneClaim(t, c, args)
 }
 
+// The connection that holds the transaction dies in the middle of the
+// effect: the server rolls everything back, and River's retry writes the
+// row once.
+func TestEffectTxConnectionKilled(t *testing.T) {
+	e := newEnv(t)
+	e.ledger(t)
+	c := e.client(t, once.Config{})
+	e.start(t, e.creditWorker(t, c, func(ctx context.Context, tx pgx.Tx, job *river.Job[creditArgs], _ once.Attempt) (int64, error) {
+		id, err := e.credit(ctx, tx, job, "")
+		if err != nil {
+			return 0, err
+		}
+		if job.Attempt == 1 {
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return 0, fmt.Errorf("after the connection was killed: %v", err)
+		}
+		return id, nil
+	}))
+	args := creditArgs{Ref: "credit-6", Account: "acct-6", Amount: 60}
+	j := e.insert(t, args)
+	done := e.waitState(t, j.ID, rivertype.JobStateCompleted)
+	if done.Attempt != 2 {
+		t.Fatalf("job completed at attempt %d with errors %v; want 2", done.Attempt, done.Errors)
+	}
+	rows := e.ledgerRows(t)
+	if len(rows) != 1 || rows[0].RiverAttempt != 2 {
+		t.Fatalf("ledger %+v; want the one row of River's attempt 2", rows)
+	}
+	e.checkOneClaim(t, c, args)
+}
+
 // A permanent failure inside the transaction records nothing (the
 // transaction rolls back) and cancels the job: retrying would change
 // nothing.
