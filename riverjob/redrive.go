@@ -93,7 +93,9 @@ func unmarked[T river.JobArgs](job *river.Job[T]) (*river.Job[T], Redriven) {
 // again every RedriveAfter until a delivery claims the action, and each
 // call after the first finds the job already there (available,
 // scheduled, running, retryable) and inserts none. A released attempt
-// whose earlier re-drive was cancelled or discarded is inserted again. If
+// whose earlier re-drive was cancelled or discarded is inserted again;
+// one whose re-drive River holds running for a worker that died before
+// it claimed the action waits for River's rescuer to retry that job. If
 // River skips the insert as a duplicate of a job that re-drives no such
 // attempt or has already finished (args whose fields are tagged
 // river:"unique" leave the mark out of River's key; UniqueOpts of your
