@@ -64,6 +64,8 @@ type Disposition struct {
 //	*ReviewError, *UnknownOutcomeError in review, ErrResultTooLarge, ErrResultNotJSON
 //	                                         drop: a person decides
 //	*FingerprintError, *IntentError          drop: the job is wrong; retrying changes nothing
+//	Permanent(err) from a DoTx effect        drop: it fails again on every delivery, and the
+//	                                         rolled-back transaction recorded nothing
 //	anything else (the database unreachable, a cancelled context)
 //	                                         retry
 //
@@ -100,6 +102,12 @@ func Dispose(err error) Disposition {
 			// not at once.
 			return Disposition{Action: JobRetry, After: time.Second, Reason: "the claim's lease ran out; recovery decides on a later delivery"}
 		}
+		if inFlight.InTransaction {
+			// An uncommitted DoTx holds the key: it commits or rolls
+			// back within its own transaction's time, with no lease to
+			// wait for.
+			return Disposition{Action: JobRetry, After: time.Second, Reason: "another transaction is claiming the key; the next delivery finds its outcome"}
+		}
 		d := max(time.Until(inFlight.LeaseUntil), 0)
 		return Disposition{Action: JobRetry, After: d, Reason: "another attempt holds the claim until its lease runs out"}
 	case errors.As(err, &unknown):
@@ -119,6 +127,11 @@ func Dispose(err error) Disposition {
 		return Disposition{Action: JobAck, Reason: "failed for good; recorded"}
 	case errors.Is(err, ErrRetryLater):
 		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
+	case errors.Is(err, ErrPermanent):
+		// Only DoTx returns an effect's Permanent error as it is: the
+		// transaction rolls back and nothing is recorded, so the
+		// dead-letter queue is the only trace of it.
+		return Disposition{Action: JobDrop, Reason: "failed for good inside the transaction; nothing was recorded (roll back)"}
 	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
 	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):

@@ -26,6 +26,8 @@ func TestDispose(t *testing.T) {
 		{"fenced, outcome unknown", &FencedError{Key: "k", Attempt: 1, Outcome: StatusReleased}, JobRetry, false},
 		{"fenced before the effect ran", &FencedError{Key: "k", Attempt: 1, Outcome: StatusInFlight}, JobRetry, false},
 		{"in flight", &InFlightError{Key: "k", LeaseUntil: now.Add(time.Minute)}, JobRetry, true},
+		{"in flight, in an uncommitted transaction", &InFlightError{Key: "k", InTransaction: true}, JobRetry, true},
+		{"permanent, from DoTx", fmt.Errorf("once: action k: the effect failed inside the transaction, roll it back: %w", Permanent(errors.New("closed"))), JobDrop, false},
 		{"in flight, lease lapsed", &InFlightError{Key: "k", LeaseUntil: now.Add(-time.Second), Expired: true}, JobRetry, true},
 		{"released by the effect", fmt.Errorf("once: action k attempt 1 released: %w", RetryLater(errors.New("429"))), JobRetry, false},
 		{"released under a provider key", &UnknownOutcomeError{Key: "k", Status: StatusReleased}, JobRetry, false},
