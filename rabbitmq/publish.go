@@ -96,9 +96,12 @@ func (q *Queue) publish(ctx context.Context, queue string, msg amqp.Publishing) 
 		return fmt.Errorf("the broker refused (nacked) the message to queue %q", queue)
 	}
 	select {
-	case r := <-pc.returns:
-		q.give(pc)
-		return fmt.Errorf("the broker could not route the message to queue %q (%d %s): the queue does not exist; run Declare", queue, r.ReplyCode, r.ReplyText)
+	case r, ok := <-pc.returns:
+		// Not ok: the channel closed after the confirm, with no return.
+		if ok {
+			q.give(pc)
+			return fmt.Errorf("the broker could not route the message to queue %q (%d %s): the queue does not exist; run Declare", queue, r.ReplyCode, r.ReplyText)
+		}
 	default:
 	}
 	q.give(pc)

@@ -25,13 +25,14 @@
 // wait ten minutes holds up every one-second copy queued behind it. So
 // there is a retry queue per band of delays, each twice as long as the
 // one before, from MinRetryDelay up to the first at least MaxRetryDelay
-// (1s, 2s, 4s, … 1h8m16s by default: 13 queues). A delay goes to the
-// shortest band at least as long; every copy in that band asked for more
-// than half of it, so the copies ahead of it have all expired by the time
-// it would have, at the latest by the band's length. A job therefore comes
-// back no sooner than it asked, and sooner than twice that. A delay longer
-// than MaxRetryDelay is cut to it: the job comes back early, once finds
-// the action still waiting, and Dispose sends it round again.
+// (1s, 2s, 4s, … 1h8m16s by default: 13 queues). A delay (raised to
+// MinRetryDelay if shorter) goes to the shortest band at least as long.
+// Every copy in a band waits more than half the band's length and at most
+// all of it, so the copies queued ahead of a copy have expired by the end
+// of the band's length after it was queued: a job comes back no sooner
+// than its delay, and sooner than twice it. A delay longer than
+// MaxRetryDelay is cut to it: the job comes back early, once finds the
+// action still waiting, and Dispose sends it round again.
 //
 // # Settling
 //
