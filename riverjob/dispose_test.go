@@ -36,7 +36,7 @@ func TestDisposeMapsOntoRiver(t *testing.T) {
 		{"superseded unknown", &once.FencedError{Key: "k", Attempt: 1, Outcome: once.StatusInFlight}, retry},
 		{"in flight", &once.InFlightError{Key: "k", Attempt: 1, LeaseUntil: lease}, snooze},
 		{"in flight, lease lapsed", &once.InFlightError{Key: "k", Attempt: 1, LeaseUntil: time.Now().Add(-time.Second), Expired: true}, snooze},
-		{"in a transaction", &once.InFlightError{Key: "k", InTransaction: true}, retry},
+		{"in a transaction", &once.InFlightError{Key: "k", InTransaction: true}, snooze},
 		{"released", &once.UnknownOutcomeError{Key: "k", Status: once.StatusReleased}, retry},
 		{"awaiting verifier", &once.UnknownOutcomeError{Key: "k", Status: once.StatusUnknown, Due: lease}, snooze},
 		{"unknown, in review", &once.UnknownOutcomeError{Key: "k", Status: once.StatusReview}, cancel},
