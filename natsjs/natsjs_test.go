@@ -170,8 +170,8 @@ func (c *consumer) stop() error {
 	return c.err
 }
 
-// signal returns a func that closes ch the first time it is called.
-func signal(ch chan struct{}) func() {
+// closer returns a func that closes ch the first time it is called.
+func closer(ch chan struct{}) func() {
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }
 }
@@ -308,7 +308,7 @@ func TestInFlightRetriedAfterLease(t *testing.T) {
 	w := b.worker(t, natsjs.Config{Concurrency: 2})
 	started := make(chan struct{})
 	release := make(chan struct{})
-	start := signal(started)
+	start := closer(started)
 	consume(t, w, b.cons, charge(b.client, b.log, func(_ context.Context, a once.Attempt) (string, error) {
 		b.log.effect(a)
 		start()
@@ -607,7 +607,7 @@ func TestConnectionLostMidEffect(t *testing.T) {
 	logA := &record{}
 	started := make(chan struct{})
 	release := make(chan struct{})
-	start := signal(started)
+	start := closer(started)
 	effect := func(_ context.Context, a once.Attempt) (string, error) {
 		b.log.effect(a)
 		start()
@@ -690,7 +690,7 @@ func TestShutdown(t *testing.T) {
 		b := setup(t, jetstream.ConsumerConfig{}, once.Config{})
 		started := make(chan struct{})
 		release := make(chan struct{})
-		start := signal(started)
+		start := closer(started)
 		c := consume(t, b.worker(t, natsjs.Config{DrainTimeout: time.Minute}), b.cons,
 			charge(b.client, b.log, func(ctx context.Context, a once.Attempt) (string, error) {
 				b.log.effect(a)

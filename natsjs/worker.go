@@ -244,10 +244,17 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d once.Dispositi
 }
 
 // termReasons reports whether the connected server takes a reason with
-// Term. Servers before 2.10.4 ignore "+TERM reason" altogether, so the
-// message would be delivered again instead of terminated.
+// Term.
 func (w *Worker) termReasons() bool {
-	v := strings.TrimPrefix(w.js.Conn().ConnectedServerVersion(), "v")
+	return termReasonSupported(w.js.Conn().ConnectedServerVersion())
+}
+
+// termReasonSupported reports whether a server of version v takes a
+// reason with Term. Servers before 2.10.4 ignore "+TERM reason"
+// altogether, so the message would be delivered again instead of
+// terminated.
+func termReasonSupported(v string) bool {
+	v = strings.TrimPrefix(v, "v")
 	v, _, _ = strings.Cut(v, "-")
 	parts := strings.Split(v, ".")
 	if len(parts) != 3 {
