@@ -23,8 +23,9 @@ import (
 // that stopped it. Each settled message is passed to Config.OnSettle, or
 // logged.
 //
+// The consumer must acknowledge explicitly (jetstream.AckExplicitPolicy).
 // opts go to cons.Consume. Unless they set PullMaxMessages or
-// PullMaxBytes, the client buffers at most Concurrency messages; a
+// PullMaxBytes, the client pulls Concurrency messages at a time; a
 // ConsumeErrHandler among them replaces the one that logs consumer
 // errors and reports what stopped the consumer.
 func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFunc, opts ...jetstream.PullConsumeOpt) error {
@@ -39,6 +40,11 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 	name := "consumer"
 	if info := cons.CachedInfo(); info != nil {
 		name = fmt.Sprintf("consumer %s of stream %s", info.Name, info.Stream)
+		if p := info.Config.AckPolicy; p != jetstream.AckExplicitPolicy {
+			// AckAll would let one finished job ack the jobs still
+			// running before it; AckNone never delivers a job again.
+			return fmt.Errorf("natsjs: %s has AckPolicy %s; jobs are settled one by one, so it needs jetstream.AckExplicitPolicy", name, p)
+		}
 		if w.cfg.Progress == 0 {
 			w.ackWaits.Store(info.Stream+"\x00"+info.Name, progressFor(info.Config))
 		}

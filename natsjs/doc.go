@@ -12,15 +12,22 @@
 //	---------------------  ----------------------------------  ---------------------------------------
 //	JobAck                 DoubleAck (confirmed)               the outcome is recorded
 //	JobRetry               NakWithDelay(max(After, backoff))   the action needs a later delivery
-//	JobDrop                TermWithReason(reason)              a person decides, or the job is wrong
+//	JobDrop                TermWithReason(reason) (*)          a person decides, or the job is wrong
 //	failed for good        TermWithReason (not Dispose's ack)  given up: a dead-letter signal
 //	(*once.FailedError,
 //	or once.Permanent
 //	from the job function)
 //
+// (*) A plain Term on servers before 2.10.4, which ignore a Term that
+// carries a reason and would deliver the message again. The backoff is
+// Config.RetryDelay doubled with every delivery of the message, so a job
+// whose disposition names no wait (released, the database unreachable)
+// does not spin.
+//
 // While the job function runs, Handle sends InProgress every third of
-// the consumer's AckWait, so a long effect is not delivered again under
-// it; it stops as soon as the function returns. A worker that dies stops
+// the consumer's AckWait (or every Config.Progress), so a long effect is
+// not delivered again under it; it stops as soon as the function
+// returns. A worker that dies stops
 // sending it: the message comes back after AckWait, and the next Do
 // meets the dead claim (once.ErrInFlight, retried when its lease runs
 // out) and applies the kind's recovery.

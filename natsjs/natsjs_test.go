@@ -788,6 +788,17 @@ func TestBadInput(t *testing.T) {
 	if err := w.Consume(context.Background(), nil, func(context.Context, jetstream.Msg) error { return nil }); err == nil {
 		t.Error("Consume(nil consumer): no error")
 	}
+	// A consumer that acks all before a message would let one job's ack
+	// settle the jobs still running before it.
+	b := setup(t, jetstream.ConsumerConfig{}, once.Config{})
+	ctx := context.Background()
+	all, err := js.CreateConsumer(ctx, b.stream, jetstream.ConsumerConfig{Durable: "all", AckPolicy: jetstream.AckAllPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Consume(ctx, all, func(context.Context, jetstream.Msg) error { return nil }); err == nil || !strings.Contains(err.Error(), "AckExplicitPolicy") {
+		t.Errorf("Consume on an AckAll consumer: %v; want an error naming AckExplicitPolicy", err)
+	}
 	var nilW *natsjs.Worker
 	if _, err := nilW.Handle(context.Background(), nil, nil); err == nil {
 		t.Error("nil worker: no error")

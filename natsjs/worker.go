@@ -58,10 +58,10 @@ type Config struct {
 	// AckTimeout bounds the wait for the server to confirm an ack
 	// (DoubleAck). Zero means DefaultAckTimeout.
 	AckTimeout time.Duration
-	// Concurrency is how many job functions Consume runs at once; it
-	// also limits how many messages Consume lets the client buffer
-	// (jetstream.PullMaxMessages), so no message waits in the buffer
-	// while its AckWait runs out. Zero means 1.
+	// Concurrency is how many job functions Consume runs at once. It
+	// also sizes the client's pulls (jetstream.PullMaxMessages), so few
+	// messages wait in the client, unseen by other workers, while their
+	// AckWait runs. Zero means 1.
 	Concurrency int
 	// DrainTimeout is how long Consume lets running jobs finish after
 	// its context ends; then their context is cancelled. Zero means
@@ -191,6 +191,9 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 		}
 	}
 	serr := w.settle(ctx, msg, d)
+	if serr == nil {
+		return d, ferr // as fn returned it
+	}
 	return d, errors.Join(ferr, serr)
 }
 
