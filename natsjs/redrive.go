@@ -17,8 +17,10 @@ import (
 // The job's original message id cannot serve: JetStream drops a message
 // whose id it saw within the stream's duplicate window (two minutes by
 // default), so the re-drive would be swallowed. A new attempt gets a new
-// id and always goes through; the same attempt re-driven twice (the
-// reaper's next pass before a worker claimed it) is absorbed.
+// id and always goes through; the same attempt re-driven again within
+// the window (the reaper trying again after a PubAck it did not get) is
+// absorbed. After the window a second copy is stored, and its delivery
+// replays or meets the claim like any duplicate.
 func RedriveMsgID(a once.Action) string {
 	return string(a.Key) + "/" + strconv.Itoa(a.Attempt)
 }
