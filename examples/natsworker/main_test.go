@@ -1,0 +1,244 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"go/format"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncehq/once/internal/smtptest"
+	"github.com/oncehq/once/internal/testdb"
+)
+
+// TestMainIsShort keeps the example what it claims to be: a worker in
+// one screen.
+func TestMainIsShort(t *testing.T) {
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(src, []byte("\n")); n >= 100 {
+		t.Errorf("main.go is %d lines; keep it under 100", n)
+	}
+	formatted, err := format.Source(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(formatted, src) {
+		t.Error("main.go is not gofmt'd")
+	}
+}
+
+// provider is a loopback payment API that honours Idempotency-Key: a
+// key's first call charges, every later call with it gets the stored
+// answer. It drops the connection instead of answering the first charge
+// it makes, as a reply lost on the network would be.
+type provider struct {
+	mu        sync.Mutex
+	stored    map[string]string
+	charges   map[string]int // per customer
+	calls     int
+	dropFirst bool
+}
+
+func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Customer string
+		Amount   int
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || key == "" || body.Customer == "" {
+		http.Error(w, "a charge needs a JSON body with a customer and an Idempotency-Key", http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	p.calls++
+	answer, seen := p.stored[key]
+	drop := false
+	if !seen {
+		p.charges[body.Customer]++
+		answer = fmt.Sprintf(`{"charge":"ch_%s_%d"}`, body.Customer, body.Amount)
+		p.stored[key] = answer
+		drop, p.dropFirst = p.dropFirst, false
+	}
+	p.mu.Unlock()
+	if drop {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	}
+	io.WriteString(w, answer)
+}
+
+func (p *provider) counts() (charges map[string]int, calls int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	charges = map[string]int{}
+	for k, v := range p.charges {
+		charges[k] = v
+	}
+	return charges, p.calls
+}
+
+// TestWorker builds the example and runs it as a process against the
+// real NATS server, a loopback SMTP server and a loopback payment API;
+// every job is published twice, and each must send one email and make
+// one charge.
+func TestWorker(t *testing.T) {
+	url := testdb.RequireNATS(t)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("building the example needs the go command: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "natsworker")
+	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	mail := smtptest.Start(t)
+	p := &provider{stored: map[string]string{}, charges: map[string]int{}, dropFirst: true}
+	api := httptest.NewServer(p)
+	defer api.Close()
+	_, js := testdb.NATS(t)
+	stream := testdb.NATSStream(t, js, jetstream.StreamConfig{}).CachedInfo().Config.Name
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"NATS_URL="+url, "SMTP_ADDR="+mail.Addr(), "PROVIDER_URL="+api.URL+"/charges",
+		"ONCE_DB="+filepath.Join(dir, "once.db"), "STREAM="+stream)
+	out := &output{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("worker output:\n%s", out.String())
+		}
+	}()
+
+	ctx := context.Background()
+	var cons jetstream.Consumer
+	waitFor(t, exited, "the worker to create its consumer", func() bool {
+		cons, err = js.Consumer(ctx, stream, "natsworker")
+		return err == nil
+	})
+	orders := []string{"ada", "grace", "edsger"}
+	publish := func() {
+		for i, who := range orders {
+			data := fmt.Sprintf(`{"id":"order-%d","email":"%s@example.com","customer":"cus_%s","amount":%d}`, i, who, who, 100*(i+1))
+			if _, err := js.Publish(ctx, stream+".orders", []byte(data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	settled := func(n uint64) func() bool {
+		return func() bool {
+			i, err := cons.Info(ctx)
+			return err == nil && i.Delivered.Stream == n && i.NumAckPending == 0 && i.NumPending == 0
+		}
+	}
+	// Each job twice: once, and again when the first copies are done,
+	// as a redelivery after a lost ack would come.
+	publish()
+	waitFor(t, exited, "the first copies done", settled(uint64(len(orders))))
+	publish()
+	waitFor(t, exited, "the second copies done", settled(uint64(2*len(orders))))
+
+	msgs := mail.Messages()
+	if len(msgs) != len(orders) {
+		t.Errorf("%d emails for %d jobs delivered twice; want one each", len(msgs), len(orders))
+	}
+	for _, who := range orders {
+		n := 0
+		for _, m := range msgs {
+			if len(m.To) == 1 && m.To[0] == who+"@example.com" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s got %d emails; want 1", who, n)
+		}
+	}
+	charges, calls := p.counts()
+	for _, who := range orders {
+		if charges["cus_"+who] != 1 {
+			t.Errorf("cus_%s charged %d times; want once (%d calls in all)", who, charges["cus_"+who], calls)
+		}
+	}
+	if calls <= len(orders) {
+		t.Errorf("%d calls to the payment API; want the dropped reply's charge retried (same key, charged once)", calls)
+	}
+
+	// A graceful stop: SIGTERM, and the worker drains and exits 0.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the worker exited with %v after SIGTERM; want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not exit within 30s of SIGTERM")
+	}
+	if strings.Contains(out.String(), "not settled") {
+		t.Errorf("a settlement failed:\n%s", out.String())
+	}
+}
+
+// waitFor polls cond until it holds, failing the test if the worker
+// exits first or a deadline passes.
+func waitFor(t *testing.T, exited <-chan error, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		select {
+		case err := <-exited:
+			t.Fatalf("the worker exited (%v) while waiting for %s", err, what)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// output collects the worker's output; the process writes it while the
+// test reads it.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}

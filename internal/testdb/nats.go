@@ -1,0 +1,139 @@
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultNATSURL is the machine's NATS server, with JetStream enabled.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// NATSURL returns ONCE_TEST_NATS_URL, or the default.
+func NATSURL() string {
+	if u := os.Getenv("ONCE_TEST_NATS_URL"); u != "" {
+		return u
+	}
+	return DefaultNATSURL
+}
+
+var (
+	natsOnce sync.Once
+	natsErr  error
+)
+
+// RequireNATS skips (or, under CI, fails) the test when NATS cannot be
+// reached or has JetStream disabled, and returns its URL.
+func RequireNATS(t testing.TB) string {
+	t.Helper()
+	url := NATSURL()
+	natsOnce.Do(func() {
+		nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+		if err != nil {
+			natsErr = err
+			return
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			natsErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := js.AccountInfo(ctx); err != nil {
+			natsErr = fmt.Errorf("JetStream is not available: %w", err)
+		}
+	})
+	if natsErr != nil {
+		msg := "NATS with JetStream is not reachable at " + url + " (" + natsErr.Error() + "); start it with " +
+			"'nats-server -a 127.0.0.1 -p 4222 -js' or set ONCE_TEST_NATS_URL"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return url
+}
+
+// NATS connects to the test server (see RequireNATS) and returns the
+// connection and its JetStream context; the connection is closed when
+// the test ends.
+func NATS(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	url := RequireNATS(t)
+	nc, err := nats.Connect(url, nats.Name(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// UniqueName returns a name for a stream, consumer or subject token made
+// from the test's name and random bytes, so parallel packages and
+// repeated runs on the shared server never meet.
+func UniqueName(t testing.TB) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, t.Name())
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return name + "_" + hex.EncodeToString(b)
+}
+
+// NATSStream creates a stream with a unique name for the test, deleted
+// when it ends. cfg's Name is set here, and its Subjects default to
+// "<name>.>".
+func NATSStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
+	cfg.Name = UniqueName(t)
+	if len(cfg.Subjects) == 0 {
+		cfg.Subjects = []string{cfg.Name + ".>"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatalf("creating stream %s: %v", cfg.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// The test's own connection may be closed by now; use a new one.
+		nc, err := nats.Connect(NATSURL())
+		if err != nil {
+			t.Errorf("deleting stream %s: %v", cfg.Name, err)
+			return
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err == nil {
+			err = js.DeleteStream(ctx, cfg.Name)
+		}
+		if err != nil {
+			t.Errorf("deleting stream %s: %v", cfg.Name, err)
+		}
+	})
+	return s
+}

@@ -1,0 +1,349 @@
+package natsjs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oncehq/once"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultProgress is the interval between InProgress signals when
+	// neither Config.Progress nor the consumer's AckWait is known: a
+	// third of JetStream's default AckWait (30 seconds).
+	DefaultProgress = 10 * time.Second
+	// DefaultRetryDelay is the first delivery's wait before a retry whose
+	// disposition names no wait of its own.
+	DefaultRetryDelay = time.Second
+	// DefaultMaxRetryDelay caps the doubling of RetryDelay.
+	DefaultMaxRetryDelay = time.Minute
+	// DefaultAckTimeout bounds the wait for the server to confirm an ack.
+	DefaultAckTimeout = 5 * time.Second
+	// DefaultDrainTimeout is how long Consume lets running jobs finish
+	// after its context ends before it cancels them.
+	DefaultDrainTimeout = 30 * time.Second
+)
+
+// jetStreamAckWait is the AckWait the server uses when a consumer sets
+// none.
+const jetStreamAckWait = 30 * time.Second
+
+// Config configures a Worker. The zero value is usable.
+type Config struct {
+	// Progress is the interval between InProgress signals while a job
+	// function runs. Zero means a third of the consumer's AckWait (or of
+	// its shortest BackOff step): read from the consumer's cached info
+	// by Consume, and asked of the server once per consumer by Handle;
+	// DefaultProgress when that fails.
+	Progress time.Duration
+	// RetryDelay is the wait before a retried job is delivered again
+	// when its disposition names none (once.Disposition.After is zero:
+	// released, the database unreachable), doubled with every delivery
+	// of the message up to MaxRetryDelay, so a job that keeps failing
+	// does not spin. A disposition's own After is used when it is
+	// longer. Zero means DefaultRetryDelay.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the doubling of RetryDelay. Zero means
+	// DefaultMaxRetryDelay.
+	MaxRetryDelay time.Duration
+	// AckTimeout bounds the wait for the server to confirm an ack
+	// (DoubleAck). Zero means DefaultAckTimeout.
+	AckTimeout time.Duration
+	// Concurrency is how many job functions Consume runs at once. It
+	// also sizes the client's pulls (jetstream.PullMaxMessages), so few
+	// messages wait in the client, unseen by other workers, while their
+	// AckWait runs. Zero means 1.
+	Concurrency int
+	// DrainTimeout is how long Consume lets running jobs finish after
+	// its context ends; then their context is cancelled. Zero means
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// OnSettle, if not nil, is called by Consume after each message was
+	// settled, with what Handle returned, in place of the log line
+	// Consume writes otherwise: count dispositions, alert on settlement
+	// errors.
+	OnSettle func(msg jetstream.Msg, d once.Disposition, err error)
+	// Logger gets Consume's line per settled message and its consumer
+	// errors. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker runs job functions for JetStream messages and settles each
+// message by what once recorded. It is safe for concurrent use.
+type Worker struct {
+	js  jetstream.JetStream
+	cfg Config
+	log *slog.Logger
+
+	// ackWaits caches, per stream and consumer, the InProgress interval
+	// derived from the consumer's AckWait.
+	ackWaits sync.Map
+}
+
+// JobFunc is the application's work for one message: decode the job,
+// call once.Do (or once.DoTx) for each of its effects, and return the
+// error Do returned (nil when every effect succeeded or was replayed).
+// The error decides how the message is settled (see the package
+// documentation). Return once.Permanent(err) for a job refused before
+// any Do (it cannot be decoded): the message is terminated, since no
+// delivery will decode it.
+type JobFunc func(ctx context.Context, msg jetstream.Msg) error
+
+// New returns a worker that settles messages of js's connection. js is
+// used to learn a consumer's AckWait and the server's version (a reason
+// travels with Term only on servers from 2.10.4, which understand it).
+func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
+	switch {
+	case js == nil:
+		return nil, errors.New("natsjs: New needs a jetstream.JetStream; make one with jetstream.New(nc)")
+	case cfg.Progress < 0, cfg.RetryDelay < 0, cfg.MaxRetryDelay < 0, cfg.AckTimeout < 0, cfg.DrainTimeout < 0:
+		return nil, errors.New("natsjs: Config.Progress, RetryDelay, MaxRetryDelay, AckTimeout and DrainTimeout must not be negative; zero means the default")
+	case cfg.Concurrency < 0:
+		return nil, fmt.Errorf("natsjs: Config.Concurrency is %d; it must be at least 1, or zero for 1", cfg.Concurrency)
+	case cfg.RetryDelay > 0 && cfg.MaxRetryDelay > 0 && cfg.MaxRetryDelay < cfg.RetryDelay:
+		return nil, fmt.Errorf("natsjs: Config.MaxRetryDelay (%v) is shorter than RetryDelay (%v)", cfg.MaxRetryDelay, cfg.RetryDelay)
+	}
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, DefaultRetryDelay)
+	cfg.MaxRetryDelay = cmp.Or(cfg.MaxRetryDelay, max(DefaultMaxRetryDelay, cfg.RetryDelay))
+	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, DefaultAckTimeout)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, DefaultDrainTimeout)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Worker{js: js, cfg: cfg, log: log}, nil
+}
+
+// ErrNotSettled matches a *SettleError.
+var ErrNotSettled = errors.New("natsjs: message not settled")
+
+// SettleError reports a settlement (ack, nak or term) that the server
+// did not take or did not confirm. Nothing is lost: what the job did is
+// recorded by once, and the message comes back after AckWait, when its
+// next delivery is settled the same way (an ack after a replay).
+type SettleError struct {
+	// Action is the settlement that failed.
+	Action once.JobAction
+	Err    error
+}
+
+func (e *SettleError) Error() string {
+	return fmt.Sprintf("natsjs: %s not settled: %v; the message comes back after AckWait and its next delivery settles it", e.Action, e.Err)
+}
+func (e *SettleError) Is(target error) bool { return target == ErrNotSettled }
+func (e *SettleError) Unwrap() error        { return e.Err }
+
+// Handle runs fn for msg and settles msg by what fn returned, and
+// returns the disposition it applied (After is the delay it asked for)
+// and an error for the log: fn's error as it returned it, joined with a
+// *SettleError when the settlement failed. Call it from any loop that
+// takes messages (Consumer.Consume, Messages, Fetch), or use Consume.
+//
+// While fn runs, msg.InProgress is sent every Config.Progress. ctx is
+// the worker's: when it has ended before fn starts, fn is not run and
+// msg is handed back (Nak); when it has ended by the time fn returns, a
+// retry is a Nak without the backoff, so another worker takes the job at
+// once. An ack is sent only when once recorded the outcome (Dispose says
+// JobAck), never because the worker stops.
+func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (once.Disposition, error) {
+	switch {
+	case w == nil:
+		return retry("not run: nil *Worker"), errors.New("natsjs: Handle called on a nil *Worker; build one with natsjs.New")
+	case msg == nil:
+		return retry("not run: no message"), errors.New("natsjs: Handle called with a nil message")
+	case fn == nil:
+		return retry("not run: no job function"), errors.New("natsjs: Handle called with a nil job function; pass the function that calls once.Do")
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return retry("not run: not a JetStream message"), fmt.Errorf("natsjs: the message on %q carries no JetStream metadata, so it cannot be acknowledged: %w; take messages from a jetstream.Consumer with explicit acks", msg.Subject(), err)
+	}
+	if ctx.Err() != nil {
+		d := retry("not run: the worker is stopping")
+		serr := w.settle(ctx, msg, d)
+		return d, errors.Join(fmt.Errorf("natsjs: job not run, the worker is stopping: %w", context.Cause(ctx)), serr)
+	}
+
+	stop := keepAlive(msg, w.progress(ctx, meta), w.log)
+	ferr := func() error {
+		defer stop()
+		return fn(ctx, msg)
+	}()
+
+	d := dispose(ferr)
+	if d.Action == once.JobRetry {
+		if ctx.Err() != nil {
+			// Stopping: hand the job to another worker now. A wait the
+			// action itself needs (a lease) still holds.
+			d.Reason += "; the worker is stopping"
+		} else {
+			d.After = max(d.After, w.backoff(meta.NumDelivered))
+		}
+	}
+	serr := w.settle(ctx, msg, d)
+	if serr == nil {
+		return d, ferr // as fn returned it
+	}
+	return d, errors.Join(ferr, serr)
+}
+
+func retry(reason string) once.Disposition {
+	return once.Disposition{Action: once.JobRetry, Reason: reason}
+}
+
+// dispose is once.Dispose, except that a job that failed for good is
+// terminated rather than acked: JetStream tells a finished message from
+// one given up on (an advisory, a dead-letter consumer), and a declined
+// card or an invalid address is the second. once.Permanent returned by
+// the job function before any Do (an undecodable job) is the same.
+func dispose(err error) once.Disposition {
+	switch {
+	case errors.Is(err, once.ErrFailed):
+		return once.Disposition{Action: once.JobDrop, Reason: "failed permanently; recorded"}
+	case errors.Is(err, once.ErrPermanent):
+		return once.Disposition{Action: once.JobDrop, Reason: "the job was refused for good before any effect"}
+	}
+	return once.Dispose(err)
+}
+
+// settle sends the settlement d names. The worker's context may have
+// ended; a settlement is sent all the same, bounded by AckTimeout.
+func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d once.Disposition) error {
+	var err error
+	switch d.Action {
+	case once.JobAck:
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.AckTimeout)
+		err = msg.DoubleAck(actx)
+		cancel()
+	case once.JobRetry:
+		if d.After > 0 {
+			err = msg.NakWithDelay(d.After)
+		} else {
+			err = msg.Nak()
+		}
+	case once.JobDrop:
+		if w.termReasons() {
+			err = msg.TermWithReason(d.Reason)
+		} else {
+			err = msg.Term()
+		}
+	default:
+		err = fmt.Errorf("unknown job action %v", d.Action)
+	}
+	if err != nil {
+		return &SettleError{Action: d.Action, Err: err}
+	}
+	return nil
+}
+
+// termReasons reports whether the connected server takes a reason with
+// Term.
+func (w *Worker) termReasons() bool {
+	return termReasonSupported(w.js.Conn().ConnectedServerVersion())
+}
+
+// termReasonSupported reports whether a server of version v takes a
+// reason with Term. Servers before 2.10.4 ignore "+TERM reason"
+// altogether, so the message would be delivered again instead of
+// terminated.
+func termReasonSupported(v string) bool {
+	v = strings.TrimPrefix(v, "v")
+	v, _, _ = strings.Cut(v, "-")
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	var n [3]int
+	for i, p := range parts {
+		x, err := strconv.Atoi(p)
+		if err != nil {
+			return false
+		}
+		n[i] = x
+	}
+	return n[0] > 2 || n[0] == 2 && (n[1] > 10 || n[1] == 10 && n[2] >= 4)
+}
+
+// backoff is the retry delay for a message delivered n times.
+func (w *Worker) backoff(n uint64) time.Duration {
+	d := w.cfg.RetryDelay
+	for i := uint64(1); i < n && d < w.cfg.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, w.cfg.MaxRetryDelay)
+}
+
+// progress is the InProgress interval for a message of meta's consumer.
+func (w *Worker) progress(ctx context.Context, meta *jetstream.MsgMetadata) time.Duration {
+	if w.cfg.Progress > 0 {
+		return w.cfg.Progress
+	}
+	id := meta.Stream + "\x00" + meta.Consumer
+	if p, ok := w.ackWaits.Load(id); ok {
+		return p.(time.Duration)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p := DefaultProgress
+	c, err := w.js.Consumer(ictx, meta.Stream, meta.Consumer)
+	switch {
+	case err == nil:
+		p = progressFor(c.CachedInfo().Config)
+	case ctx.Err() != nil:
+		return p // asked again next time
+	default:
+		w.log.Warn("natsjs: cannot read the consumer's AckWait; sending InProgress at the default interval", "stream", meta.Stream, "consumer", meta.Consumer, "interval", p, "err", err)
+	}
+	w.ackWaits.Store(id, p)
+	return p
+}
+
+// progressFor is a third of the shortest wait after which the server
+// delivers an unacknowledged message again.
+func progressFor(c jetstream.ConsumerConfig) time.Duration {
+	wait := cmp.Or(c.AckWait, jetStreamAckWait)
+	for _, b := range c.BackOff {
+		if b > 0 {
+			wait = min(wait, b)
+		}
+	}
+	return max(wait/3, time.Millisecond)
+}
+
+// keepAlive sends InProgress for msg every interval until stop is
+// called; stop returns once no more will be sent. A failed signal is
+// logged and the next one tried: if none gets through, the message comes
+// back after AckWait and the claim answers the duplicate.
+func keepAlive(msg jetstream.Msg, every time.Duration, log *slog.Logger) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					log.Debug("natsjs: InProgress not sent", "subject", msg.Subject(), "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
