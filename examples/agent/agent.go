@@ -244,6 +244,14 @@ func step[T any](ctx context.Context, a *agent, in once.Intent, show func(T) str
 			a.steps++
 			return res.Value, nil
 		case once.JobDrop:
+			if errors.Is(err, once.ErrFingerprintMismatch) || errors.Is(err, once.ErrInvalidIntent) {
+				// The step is not what it was when it first ran (the
+				// run's code changed, or it does not make its calls the
+				// same way each time): nothing a person can decide
+				// about the action; the run itself must be fixed.
+				fmt.Fprintf(a.out, "%s refused   key %.12s  %s  %v\n", head, key, call, err)
+				return zero, err
+			}
 			fmt.Fprintf(a.out, "%s review    key %.12s  %s  %s\n", head, key, call, d.Reason)
 			a.explainReview(in, key, err)
 			return zero, &needsPerson{err}
