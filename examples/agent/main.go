@@ -16,6 +16,13 @@
 // happened replays its stored result, so the run picks up where it died
 // and carries the same values (the customer id, the charge id) forward.
 //
+// A step's key is the run id, the step's number in the run (once.Run.Next
+// counts them), its kind and its target. The id a model gives a tool call
+// (call_…) is not part of it: the model makes up a new one on every turn,
+// so a key built from it would turn each resumed step into a new action
+// and do it again. The transcript prints the tool-call id beside the key
+// to show that the one changes between tries and the other does not.
+//
 // Each kind recovers in its own way when a step died with its outcome
 // unknown: the provider's calls are sent again with the same provider key
 // (RetryWithProviderKey: the provider answers from its idempotency store
