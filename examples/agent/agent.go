@@ -48,6 +48,7 @@ type agent struct {
 	steps int    // steps finished
 	ran   int    // of which ran in this process (not replayed)
 	note  string // what the running step's effect has to add to its line
+	why   string // why the running step's effect did not happen this time, for the waiting line
 }
 
 // takeOrder is the run: its calls in the same order on every try, so
@@ -179,12 +180,30 @@ func (a *agent) post(ctx context.Context, at once.Attempt, path string, body any
 		// Not taken this time (a call with this key still in progress,
 		// a rate limit): nothing new happened; try again later, with the
 		// same key.
+		a.why = fmt.Sprintf("the provider answered %s (%s); the same call goes again with the same key", resp.Status, detail(text))
 		return object{}, false, once.RetryLater(fmt.Errorf("provider POST %s: %s: %.200s", path, resp.Status, text))
 	case resp.StatusCode/100 == 4:
 		return object{}, false, once.Permanent(fmt.Errorf("provider POST %s refused the call: %s: %.200s", path, resp.Status, text))
 	default:
 		return object{}, false, fmt.Errorf("provider POST %s: %s: %.200s", path, resp.Status, text)
 	}
+}
+
+// detail is the gist of an error answer: its problem detail (RFC 9457)
+// or error field when it is JSON, else its text, cut short.
+func detail(text []byte) string {
+	var p struct {
+		Detail string `json:"detail"`
+		Error  string `json:"error"`
+	}
+	s := string(text)
+	if json.Unmarshal(text, &p) == nil && (p.Detail != "" || p.Error != "") {
+		s = p.Detail + p.Error
+	}
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return s
 }
 
 // recordOrder writes the order row with DoTx, in the same database as the
@@ -210,7 +229,7 @@ func step[T any](ctx context.Context, a *agent, in once.Intent, show func(T) str
 		return zero, err
 	}
 	call := toolCallID()
-	a.note = ""
+	a.note, a.why = "", ""
 	head := fmt.Sprintf("step %d  %-15s %-22s", in.Step, in.Kind, in.Target)
 	deadline := time.Now().Add(a.opts.stepTimeout)
 	backoff := 100 * time.Millisecond
@@ -261,7 +280,11 @@ func step[T any](ctx context.Context, a *agent, in once.Intent, show func(T) str
 			fmt.Fprintf(a.out, "%s gave up   key %.12s  after --step-timeout %v: %v\n", head, key, a.opts.stepTimeout, err)
 			return zero, fmt.Errorf("step %d did not finish within --step-timeout %v: %w", in.Step, a.opts.stepTimeout, err)
 		}
-		fmt.Fprintf(a.out, "%s waiting   key %.12s  %v: %s\n", head, key, wait.Round(10*time.Millisecond), d.Reason)
+		why := d.Reason
+		if a.why != "" {
+			why, a.why = a.why, ""
+		}
+		fmt.Fprintf(a.out, "%s waiting   key %.12s  %v: %s\n", head, key, wait.Round(10*time.Millisecond), why)
 		select {
 		case <-ctx.Done():
 			return zero, context.Cause(ctx)

@@ -420,46 +420,58 @@ func TestKillAtEveryStepBoundary(t *testing.T) {
 // TestKillInsideProviderCall kills the run while its charge is held in
 // the provider's handler, after the charge was made: the run died not
 // knowing. The resumed run waits out the dead attempt's lease, and
-// RetryWithProviderKey sends the call again with the same Idempotency-Key;
-// the provider answers it from its store. Two requests, one charge.
+// RetryWithProviderKey sends the call again with the same Idempotency-Key.
+//
+// If the provider finished the first call meanwhile, it answers the retry
+// from its store: two requests, one charge, and the step ran as attempt 2.
+// If the provider is still busy with the first call, it answers 409; the
+// run waits and sends the call again (a new attempt each time, the same
+// key), until the provider has finished and replays: more requests, still
+// one charge.
 func TestKillInsideProviderCall(t *testing.T) {
-	stores(t, func(t *testing.T, store string) {
-		held := make(chan struct{})
-		release := make(chan struct{})
-		answered := make(chan provider.Request, 10)
-		e := newEnv(t, store, hooks{
-			providerBeforeReply: func(_ *http.Request, o provider.Object) {
-				if o.Object == "charge" {
-					close(held)
-					<-release
-				}
-			},
-			providerLog: func(r provider.Request) {
-				if r.Path == "/v1/charges" {
-					answered <- r
-				}
-			},
+	for _, busy := range []bool{false, true} {
+		name := map[bool]string{false: "provider finished", true: "provider still busy"}[busy]
+		t.Run(name, func(t *testing.T) {
+			stores(t, func(t *testing.T, store string) { killInsideProviderCall(t, store, busy) })
 		})
-		t.Cleanup(func() {
-			select {
-			case <-release:
-			default:
-				close(release)
+	}
+}
+
+func killInsideProviderCall(t *testing.T, store string, busy bool) {
+	held := make(chan struct{})
+	release := make(chan struct{})
+	answered := make(chan provider.Request, 100)
+	e := newEnv(t, store, hooks{
+		providerBeforeReply: func(_ *http.Request, o provider.Object) {
+			if o.Object == "charge" {
+				close(held)
+				<-release
 			}
-		})
-		p := e.start(t)
-		select {
-		case <-held:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("the charge never reached the provider:\n%s", p.transcript())
-		}
-		p.kill(t)
-		if got := outcomes(p.transcript()); got[2] != "" {
-			t.Fatalf("the killed run finished step 2 (%q); it should have died in it:\n%s", got[2], p.transcript())
-		}
+		},
+		providerLog: func(r provider.Request) {
+			if r.Path == "/v1/charges" {
+				answered <- r
+			}
+		},
+	})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	p := e.start(t)
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the charge never reached the provider:\n%s", p.transcript())
+	}
+	p.kill(t)
+	if got := outcomes(p.transcript()); got[2] != "" {
+		t.Fatalf("the killed run finished step 2 (%q); it should have died in it:\n%s", got[2], p.transcript())
+	}
+
+	if !busy {
 		// The provider finishes the call and stores its answer, which
 		// nobody receives.
-		close(release)
+		free()
 		select {
 		case r := <-answered:
 			if r.Nth != 1 || r.Created == nil {
@@ -468,32 +480,76 @@ func TestKillInsideProviderCall(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the provider did not finish the held charge")
 		}
+	}
 
-		q := e.start(t)
-		if code := q.wait(t); code != exitOK {
-			t.Fatalf("resumed run exited %d, want 0:\n%s", code, q.transcript())
-		}
-		out := q.transcript()
-		got := outcomes(out)
-		want := map[int]string{0: "replayed", 1: "replayed", 2: "ran", 3: "ran", 4: "ran", 5: "ran"}
-		for i := range steps {
-			if got[i] != want[i] {
-				t.Errorf("resumed run: step %d %q, want %q\n%s", i, got[i], want[i], out)
+	q := e.start(t)
+	if busy {
+		// Let the provider finish only once the resumed run has been
+		// told it is still busy with the key.
+		deadline := time.After(60 * time.Second)
+	wait:
+		for {
+			select {
+			case line, ok := <-q.lines:
+				if !ok {
+					t.Fatalf("the resumed run ended before the provider was released:\n%s", q.transcript())
+				}
+				if strings.Contains(line, "waiting") && strings.Contains(line, "the provider answered 409 Conflict") {
+					break wait
+				}
+			case <-deadline:
+				t.Fatalf("the resumed run never met the busy provider:\n%s", q.transcript())
 			}
 		}
-		if !regexp.MustCompile(`(?m)^step 2 .* ran .*\(attempt 2; the provider answered the retried call from its idempotency store\)$`).MatchString(out) {
-			t.Errorf("step 2 should say it ran as attempt 2, answered from the provider's store:\n%s", out)
+		free()
+	}
+	if code := q.wait(t); code != exitOK {
+		t.Fatalf("resumed run exited %d, want 0:\n%s", code, q.transcript())
+	}
+	out := q.transcript()
+	got := outcomes(out)
+	want := map[int]string{0: "replayed", 1: "replayed", 2: "ran", 3: "ran", 4: "ran", 5: "ran"}
+	for i := range steps {
+		if got[i] != want[i] {
+			t.Errorf("resumed run: step %d %q, want %q\n%s", i, got[i], want[i], out)
 		}
-		select {
-		case r := <-answered:
-			if r.Nth != 2 || !r.Replayed || r.Created != nil {
-				t.Errorf("retried charge request: %+v; want request 2, replayed, nothing created", r)
+	}
+	attempt := "2"
+	if busy {
+		attempt = `\d+`
+	}
+	if !regexp.MustCompile(`(?m)^step 2 .* ran .*\(attempt ` + attempt + `; the provider answered the retried call from its idempotency store\)$`).MatchString(out) {
+		t.Errorf("step 2 should say it ran as attempt %s, answered from the provider's store:\n%s", attempt, out)
+	}
+
+	// What the provider saw: the first request created the charge, the
+	// last one was answered from its store, and any in between (busy)
+	// were refused with 409.
+	var reqs []provider.Request
+	for len(answered) > 0 {
+		reqs = append(reqs, <-answered)
+	}
+	last := reqs[len(reqs)-1]
+	if !last.Replayed || last.Created != nil || last.Status != 200 {
+		t.Errorf("last charge request: %+v; want one answered from the store, nothing created", last)
+	}
+	n := 2
+	if busy {
+		n = len(reqs)
+		refused := 0
+		for _, r := range reqs {
+			if r.Status == http.StatusConflict {
+				refused++
+				if r.Created != nil {
+					t.Errorf("a refused request created something: %+v", r)
+				}
 			}
-		default:
-			t.Error("the provider never saw the retried charge")
 		}
-		checkExactlyOnce(t, e, map[string]int{"charge_card": 2})
-	})
+		if refused == 0 || refused != n-2 {
+			t.Errorf("%d charge requests, %d of them refused with 409; want the first, the refused ones, and the replayed one", n, refused)
+		}
+	}
+	checkExactlyOnce(t, e, map[string]int{"charge_card": n})
 }
 
 // TestKillInsideEmail kills the run after the mail server read the first

@@ -11,10 +11,10 @@
 //	sandbox [--smtp 127.0.0.1:2525] [--http 127.0.0.1:8025]
 //	        [--hold-charge DURATION] [--hold-mail DURATION]
 //
-// --hold-charge holds the provider's answer to a new charge for that long
-// after the charge was made, and --hold-mail the mail server's reply to
-// each message after it arrived: a window to kill the agent inside the
-// call, where it cannot know what happened. Interrupt it to stop; it
+// --hold-charge holds the provider's answer to the first charge for that
+// long after the charge was made, and --hold-mail the mail server's reply
+// to the first message after it arrived: a window to kill the agent
+// inside the call, where it cannot know what happened. Interrupt it to stop; it
 // prints what it counted.
 package main
 
@@ -58,8 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	smtpAddr := fs.String("smtp", "127.0.0.1:2525", "where the mail server listens, `HOST:PORT`")
 	httpAddr := fs.String("http", "127.0.0.1:8025", "where the payment provider listens, `HOST:PORT`")
-	holdCharge := fs.Duration("hold-charge", 0, "hold the answer to each new charge for `DURATION` after making it")
-	holdMail := fs.Duration("hold-mail", 0, "hold the reply to each message for `DURATION` after it arrived")
+	holdCharge := fs.Duration("hold-charge", 0, "hold the answer to the first charge for `DURATION` after making it")
+	holdMail := fs.Duration("hold-mail", 0, "hold the reply to the first message for `DURATION` after it arrived")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,9 +98,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		mu.Lock()
 		copies[m.MessageID]++
 		n := copies[m.MessageID]
+		first := len(copies) == 1 && n == 1
 		fmt.Fprintf(stdout, "mailbox   %-22s %-44q %s  copy %d\n", strings.Join(m.To, ","), decode(m.Subject), m.MessageID, n)
 		mu.Unlock()
-		if *holdMail > 0 {
+		if *holdMail > 0 && first {
 			fmt.Fprintf(stdout, "mailbox   holding the reply for %v\n", *holdMail)
 			time.Sleep(*holdMail)
 		}
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	p, err := provider.New(provider.Config{
 		Client: client,
 		BeforeReply: func(r *http.Request, o provider.Object) {
-			if o.Object == "charge" && *holdCharge > 0 {
+			if o.Object == "charge" && o.ID == "ch_1" && *holdCharge > 0 {
 				fmt.Fprintf(stdout, "provider  made %s; holding the answer for %v\n", o.ID, *holdCharge)
 				time.Sleep(*holdCharge)
 			}
