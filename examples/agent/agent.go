@@ -189,8 +189,8 @@ func (a *agent) post(ctx context.Context, at once.Attempt, path string, body any
 	}
 }
 
-// detail is the gist of an error answer: its problem detail (RFC 9457)
-// or error field when it is JSON, else its text, cut short.
+// detail is the gist of an error answer: the first clause of its problem
+// detail (RFC 9457) or error field when it is JSON, else of its text.
 func detail(text []byte) string {
 	var p struct {
 		Detail string `json:"detail"`
@@ -200,8 +200,9 @@ func detail(text []byte) string {
 	if json.Unmarshal(text, &p) == nil && (p.Detail != "" || p.Error != "") {
 		s = p.Detail + p.Error
 	}
-	if len(s) > 120 {
-		s = s[:120] + "…"
+	s, _, _ = strings.Cut(s, ";")
+	if r := []rune(s); len(r) > 100 {
+		s = string(r[:100]) + "…"
 	}
 	return s
 }

@@ -147,7 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv.Shutdown(shut)
 
 	msgs := mail.Messages()
-	fmt.Fprintf(stdout, "\nsandbox: %d messages", len(msgs))
+	fmt.Fprintf(stdout, "\nsandbox: %s", plural(len(msgs), "message"))
 	dups := 0
 	mu.Lock()
 	defer mu.Unlock()
@@ -161,12 +161,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, ", none twice")
 	}
 	objs := p.Objects()
-	fmt.Fprintf(stdout, "; %d objects at the provider:", len(objs))
+	fmt.Fprintf(stdout, "; %s at the provider:", plural(len(objs), "object"))
 	for _, o := range objs {
-		fmt.Fprintf(stdout, " %s (key %.12s, %d requests)", o.ID, o.Key, p.Requests(o.Key))
+		fmt.Fprintf(stdout, " %s (key %.12s, %s)", o.ID, o.Key, plural(p.Requests(o.Key), "request"))
 	}
 	fmt.Fprintln(stdout)
 	return nil
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // decode turns a Subject's encoded words back into text.

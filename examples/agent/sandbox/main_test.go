@@ -106,7 +106,7 @@ func TestSandbox(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the sandbox did not stop")
 	}
-	if !strings.Contains(out.String(), "sandbox: 1 messages, none twice; 2 objects at the provider: cus_1 (key k-cus, 1 requests) ch_1 (key k-charge, 2 requests)") {
+	if !strings.Contains(out.String(), "sandbox: 1 message, none twice; 2 objects at the provider: cus_1 (key k-cus, 1 request) ch_1 (key k-charge, 2 requests)") {
 		t.Errorf("summary missing or wrong:\n%s", out.String())
 	}
 }
