@@ -195,10 +195,13 @@ type agentProc struct {
 	code  int
 }
 
-// start starts the agent on e with the given extra flags.
+// start starts the agent on e with the given extra flags. The lease is
+// short, so a resumed run does not wait long for a killed run's claim,
+// and long enough that a live run starved of CPU for a moment under the
+// race detector keeps its claim.
 func (e *env) start(t *testing.T, extra ...string) *agentProc {
 	t.Helper()
-	args := append([]string{"--run", e.runID, "--db", e.db, "--smtp", e.mail.Addr(), "--provider", e.provURL, "--lease", "1s", "--step-timeout", "30s"}, extra...)
+	args := append([]string{"--run", e.runID, "--db", e.db, "--smtp", e.mail.Addr(), "--provider", e.provURL, "--lease", "3s", "--step-timeout", "30s"}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	p := &agentProc{cmd: cmd, lines: make(chan string, 100), done: make(chan struct{})}
