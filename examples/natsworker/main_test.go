@@ -20,7 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncehq/once/internal/smtptest"
+	"github.com/oncehq/once/internal/mailbox"
 	"github.com/oncehq/once/internal/testdb"
 )
 
@@ -111,7 +111,11 @@ func TestWorker(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	mail := smtptest.Start(t)
+	mail, err := mailbox.Start(mailbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mail.Close() })
 	p := &provider{stored: map[string]string{}, charges: map[string]int{}, dropFirst: true}
 	api := httptest.NewServer(p)
 	defer api.Close()
