@@ -147,6 +147,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, txTests()...)
 	tests = append(tests, edgeTests()...)
 	tests = append(tests, faultTests()...)
+	tests = append(tests, waitTests()...)
 	run(t, h, tests)
 }
 
