@@ -217,7 +217,10 @@ func (l *listener) session(ctx context.Context) (ready, lost bool) {
 	// Listening now: whatever changed while it was not is read again.
 	l.wakeAll()
 	probe := "probe:" + crand.Text()
-	pctx, cancel := context.WithTimeout(ctx, l.probeWait)
+	// Sending waits for a connection of the pool, which may all be busy
+	// for a while; only the notification's way back is timed by
+	// probeWait.
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = l.notify(pctx, probe)
 	cancel()
 	if err != nil {

@@ -142,7 +142,9 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 	return migrate.Load(migrationFS, "migrations", names)
 }
 
-// New returns a store over an existing pool. It does no I/O.
+// New returns a store over an existing pool. It does no I/O. The first
+// Do that waits (once.WaitFor) opens the store's listening connection;
+// Close closes it, and leaves the pool to its owner.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
