@@ -70,6 +70,16 @@ type Result[T any] struct {
 // payload differs from the first attempt's gets a *FingerprintError.
 // Neither runs fn.
 //
+// With WaitFor(d), a caller that meets a live claim waits up to d for
+// that attempt's outcome instead: its result replayed, its permanent
+// failure, or, when it was released, a claim of the caller's own. Wait
+// where someone is waiting for the answer itself and nobody will bring
+// the job back: an HTTP handler (idemhttp.Config.Wait), an agent's tool
+// call. A queue worker should rarely wait long: it holds a delivery (and
+// the broker's ack timer runs) while a redelivery after the lease would
+// serve as well; a short wait, well under its ack wait, spares a round
+// trip through the queue when duplicates arrive together.
+//
 // Do returns the effect's value together with an error when the effect
 // ran but its outcome could not be stored as it happened. The value is
 // real: act on it, but do not run the effect again.
@@ -81,14 +91,18 @@ type Result[T any] struct {
 //     outcome beside the decision.
 //   - ErrResultTooLarge or ErrResultNotJSON: the effect happened but its
 //     value cannot be stored; the action was put up for review.
-func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Context, Attempt) (T, error)) (Result[T], error) {
+func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Context, Attempt) (T, error), opts ...DoOption) (Result[T], error) {
 	if c == nil {
 		return Result[T]{}, errors.New("once: Do called with a nil *Client; build one with once.New")
 	}
 	if fn == nil {
 		return Result[T]{}, errors.New("once: Do called with a nil effect function")
 	}
-	return finish[T](c.do(ctx, in, func(ctx context.Context, a Attempt) (any, error) { return fn(ctx, a) }))
+	o, err := optionsOf(opts)
+	if err != nil {
+		return Result[T]{}, err
+	}
+	return finish[T](c.do(ctx, in, func(ctx context.Context, a Attempt) (any, error) { return fn(ctx, a) }, o))
 }
 
 // DoTx is Do inside the caller's transaction, for effects that are writes
@@ -103,7 +117,14 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 // transaction itself holds the claim, and a concurrent DoTx on the same
 // key waits for it to commit or roll back. Hooks see the claim and the
 // outcome as Do's, before the caller commits.
-func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx TX, in Intent, fn func(context.Context, TX, Attempt) (T, error)) (Result[T], error) {
+//
+// WaitFor makes DoTx wait, as Do does, for a claim a Do holds. The
+// caller's transaction stays open (and holds its connection) meanwhile,
+// and must be READ COMMITTED to see the outcome when it lands. The
+// sqlite store cannot wait inside a transaction, whose write lock is
+// what the other attempt needs to record its outcome: there DoTx
+// answers at once, saying so.
+func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx TX, in Intent, fn func(context.Context, TX, Attempt) (T, error), opts ...DoOption) (Result[T], error) {
 	switch {
 	case c == nil:
 		return Result[T]{}, errors.New("once: DoTx called with a nil *Client; build one with once.New")
@@ -112,19 +133,36 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 	case store == nil || Store(store) != c.store:
 		return Result[T]{}, fmt.Errorf("once: DoTx: the store that binds the transaction (%T) is not the client's store; pass the store the client was made with", store)
 	}
+	opt, err := optionsOf(opts)
+	if err != nil {
+		return Result[T]{}, err
+	}
 	req, pol, err := c.prepare(in)
 	if err != nil {
 		return Result[T]{}, err
 	}
 	s := store.BindTx(tx)
-	cr, err := c.claim(ctx, s, req)
-	if err != nil {
-		return Result[T]{}, err
-	}
-	if !cr.Claimed {
+	w := c.waiting(opt)
+	var cr ClaimResult
+	for {
+		cr, err = c.claim(ctx, s, req)
+		if err != nil {
+			return Result[T]{}, err
+		}
+		if cr.Claimed {
+			break
+		}
+		var stop error
+		if live(cr, req) {
+			var again bool
+			again, stop = w.wait(ctx, s, cr.Action, cr.Action.Kind, cr.Action.LeaseUntil.Sub(cr.Now))
+			if again {
+				continue
+			}
+		}
 		// Recovery needs a transaction of its own; inside the caller's
 		// it only answers.
-		return finish[T](c.answer(ctx, req, cr))
+		return finish[T](w.finish(c.answer(ctx, req, cr), stop))
 	}
 	a := cr.Action
 	ctx, end := c.started(ctx, a)
@@ -219,11 +257,12 @@ func finish[T any](o outcome) (Result[T], error) {
 
 // do is the protocol: claim, then execute, refuse, replay, or recover the
 // standing attempt once and go round again.
-func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
+func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outcome {
 	req, pol, err := c.prepare(in)
 	if err != nil {
 		return outcome{err: err}
 	}
+	w := c.waiting(o)
 	recovered := false
 	for {
 		// The lease counts from when the claim was sent: the database
@@ -231,6 +270,17 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 		sent := time.Now()
 		cr, err := c.claim(ctx, c.store, req)
 		if err != nil {
+			var held *InFlightError
+			if errors.As(err, &held) && held.InTransaction {
+				// No row to watch: wait for one to appear (the
+				// transaction commits) or for the wait to run out,
+				// then claim again.
+				again, stop := w.wait(ctx, c.store, Action{Key: req.Key}, req.Kind, 0)
+				if again {
+					continue
+				}
+				return w.finish(outcome{key: req.Key, err: err}, stop)
+			}
 			return outcome{err: err}
 		}
 		if cr.Claimed {
@@ -239,7 +289,18 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect) outcome {
 		a := cr.Action
 		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
 		if recovered || !due || a.Fingerprint != req.Fingerprint {
-			return c.answer(ctx, req, cr)
+			var stop error
+			if live(cr, req) {
+				var again bool
+				again, stop = w.wait(ctx, c.store, a, a.Kind, a.LeaseUntil.Sub(cr.Now))
+				if again {
+					// A new round: whatever stands now, including a
+					// lease that ran out meanwhile, is met afresh.
+					recovered = false
+					continue
+				}
+			}
+			return w.finish(c.answer(ctx, req, cr), stop)
 		}
 		// The standing attempt's outcome is unknown and due: apply the
 		// kind's recovery here, so the worker that meets a dead claim

@@ -15,6 +15,8 @@
 //     and machines.
 //  3. The winner runs the effect and stores its result; every duplicate
 //     gets the stored result back (Result.Replayed) without running it.
+//     One that comes while the effect still runs gets *InFlightError,
+//     or, made with WaitFor, waits for the result.
 //  4. A claim whose worker died stays in flight: it is never re-executed
 //     by guesswork. Its lease, kept alive by a heartbeat while the effect
 //     runs and measured by the database's clock, tells recovery when the

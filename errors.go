@@ -86,18 +86,25 @@ type InFlightError struct {
 	// a key that a transaction not yet committed holds (a DoTx), or on
 	// the database's write lock; no row was visible to read.
 	InTransaction bool
+	// Waited is how long the call waited for the other attempt's outcome
+	// (WaitFor) before it gave up; zero when it did not wait.
+	Waited time.Duration
 }
 
 func (e *InFlightError) Error() string {
+	waited := ""
+	if e.Waited > 0 {
+		waited = fmt.Sprintf(" after waiting %v", e.Waited.Round(time.Millisecond))
+	}
 	if e.InTransaction {
-		return fmt.Sprintf("once: action %s is being claimed in a transaction that has not committed (DoTx), or the database is busy; return the job to its queue and try later", e.Key)
+		return fmt.Sprintf("once: action %s is being claimed in a transaction that has not committed (DoTx), or the database is busy%s; return the job to its queue and try later", e.Key, waited)
 	}
 	state := "lease held until " + e.LeaseUntil.UTC().Format(time.RFC3339)
 	if e.Expired {
 		state = "lease expired at " + e.LeaseUntil.UTC().Format(time.RFC3339) + "; awaiting recovery"
 	}
-	return fmt.Sprintf("once: action %s in flight (attempt %d claimed %s, %s); return the job to its queue and try later",
-		e.Key, e.Attempt, e.ClaimedAt.UTC().Format(time.RFC3339), state)
+	return fmt.Sprintf("once: action %s in flight (attempt %d claimed %s, %s)%s; return the job to its queue and try later",
+		e.Key, e.Attempt, e.ClaimedAt.UTC().Format(time.RFC3339), state, waited)
 }
 func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
 

@@ -72,6 +72,51 @@ func ExampleDo() {
 	// delivery 2: msg-0001 (replayed: true)
 }
 
+// An agent's tool call is sent twice, the second while the first still
+// runs. With WaitFor the second waits for the first's result instead of
+// an *InFlightError, and the charge is made once.
+func ExampleWaitFor() {
+	waiting := make(chan struct{})
+	c, _, done := clientWith(once.Config{Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		if o.Type == once.EventWaiting {
+			close(waiting) // the second call waits now
+		}
+	}}})
+	defer done()
+	ctx := context.Background()
+
+	charge := once.Intent{Run: "agent-run-7", Step: 3, Kind: "charge_card", Target: "cus_42", Payload: map[string]int{"cents": 1999}}
+	first, charging := make(chan string), make(chan struct{})
+	go func() {
+		res, err := once.Do(ctx, c, charge, func(ctx context.Context, a once.Attempt) (string, error) {
+			fmt.Println("charging, attempt", a.Number)
+			close(charging)
+			<-waiting // a slow provider, still working when the second call comes
+			return "ch_1", nil
+		})
+		if err != nil {
+			first <- "error: " + err.Error()
+			return
+		}
+		first <- fmt.Sprintf("first call: %s (replayed: %v)", res.Value, res.Replayed)
+	}()
+
+	<-charging
+	res, err := once.Do(ctx, c, charge, func(ctx context.Context, a once.Attempt) (string, error) {
+		return "", errors.New("not run: the first call's result is replayed")
+	}, once.WaitFor(10*time.Second))
+	fmt.Println(<-first)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Printf("second call: %s (replayed: %v)\n", res.Value, res.Replayed)
+	// Output:
+	// charging, attempt 1
+	// first call: ch_1 (replayed: false)
+	// second call: ch_1 (replayed: true)
+}
+
 // An agent that regenerates the body on retry does not send a second,
 // different email: the changed payload is refused.
 func ExampleDo_fingerprint() {

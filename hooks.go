@@ -10,6 +10,12 @@ import (
 const (
 	EventConflict            EventType = "in_flight_conflict"
 	EventFingerprintMismatch EventType = "fingerprint_mismatch"
+	// EventWaiting: a call made with WaitFor met a claim held by another
+	// attempt and began to wait for its outcome. It is observed once per
+	// call; what the call came to (a replay, a claim of its own, an
+	// in-flight conflict after the wait) is observed as it would be
+	// without waiting.
+	EventWaiting EventType = "in_flight_wait"
 )
 
 // Observation is what a hook is told: an event, the action's kind, and,

@@ -374,6 +374,45 @@ type Store interface {
 	Close() error
 }
 
+// WaitRequest asks a store to wait until an action may have moved on
+// from where a claim last saw it (Do's WaitFor).
+type WaitRequest struct {
+	Key Key
+	// Status and Attempt are where the action stood; an empty Status
+	// means no row was visible (a transaction not yet committed holds
+	// the key).
+	Status  Status
+	Attempt int
+	// Until bounds the wait, by this process's clock.
+	Until time.Time
+}
+
+// Moved reports whether an action read as status and attempt (found
+// false when no row was there) is no longer where r saw it. A heartbeat
+// moves nothing: only a change of status or attempt, a row appearing or
+// a row going.
+func (r WaitRequest) Moved(found bool, status Status, attempt int) bool {
+	if !found || r.Status == "" {
+		return found != (r.Status != "")
+	}
+	return status != r.Status || attempt != r.Attempt
+}
+
+// Waiter is a Store that can wait for an action to change without
+// holding a connection while it waits; the engine polls Get on a store
+// that is not one. Both stores here are.
+type Waiter interface {
+	// Wait returns nil when the action may have moved on from req (see
+	// WaitRequest.Moved), or at req.Until, whichever comes first; the
+	// caller then claims again, so a spurious return costs a read, never
+	// a wrong answer. It returns ctx's error when ctx ends first, and
+	// any other error when it cannot wait at all (a store bound to a
+	// transaction that holds what the other attempt needs to finish),
+	// at once. It must not hold a connection between its reads: many
+	// callers may wait at once.
+	Wait(ctx context.Context, req WaitRequest) error
+}
+
 // Migration is one numbered schema migration, rendered as SQL.
 type Migration struct {
 	Version int

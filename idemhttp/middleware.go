@@ -79,8 +79,22 @@ type Config struct {
 	// 413 before anything runs. Zero means DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
 	// RetryAfter is the Retry-After sent with a 503 when the key was
-	// released or the store could not be reached. Zero means 1 second.
+	// released or the store could not be reached, and with a 409 while
+	// the first request with the key is still running. Zero means 1
+	// second.
 	RetryAfter time.Duration
+	// Wait is how long a repeat that arrives while the first request
+	// with its key still runs waits for that request's outcome (see
+	// once.WaitFor), instead of being answered 409 at once: the first
+	// request's response, replayed, when it is stored; the handler run
+	// for the repeat itself when the first was released (a response
+	// Keep does not store). After Wait, or when the repeat's own request
+	// ends first, it gets the 409 with Retry-After as without it. A
+	// client that retries on a timeout sends its repeat while the first
+	// still runs; waiting answers it with the response it was waiting
+	// for. Keep it under the client's own timeout. Zero answers 409 at
+	// once.
+	Wait time.Duration
 }
 
 // Response is a handler's response as it is stored and replayed: the
@@ -101,7 +115,8 @@ type Response struct {
 //     the ReplayHeaders, body) is stored, and every repeat is answered with
 //     it, marked Idempotent-Replayed: true, without running the handler;
 //   - a repeat with a different fingerprint (another body, say): 422;
-//   - a repeat while the first is still running: 409;
+//   - a repeat while the first is still running: 409, or, with
+//     Config.Wait, the first's response once it is stored;
 //   - no key on a route that requires one, or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
 //   - a response Keep refuses (a 5xx by default) releases the key;
@@ -121,8 +136,8 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 	if cfg.Scope == nil {
 		panic("idemhttp: Config.Scope is nil; pass a function that names the request's tenant (from its authenticated identity), so two tenants' keys never meet")
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.RetryAfter < 0 {
-		panic("idemhttp: Config.MaxBodyBytes and RetryAfter must not be negative; zero means the default")
+	if cfg.MaxBodyBytes < 0 || cfg.RetryAfter < 0 || cfg.Wait < 0 {
+		panic("idemhttp: Config.MaxBodyBytes, RetryAfter and Wait must not be negative; zero means the default")
 	}
 	m := &middleware{client: client, cfg: cfg}
 	if m.cfg.Kind == nil {
@@ -243,7 +258,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return resp, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
 		}
 		return resp, nil
-	})
+	}, once.WaitFor(m.cfg.Wait))
 	if resp := ran.Load(); resp != nil && !res.Replayed {
 		// The handler ran in this request: its answer goes out as it
 		// is, whole, even when it was released or could not be stored
@@ -273,6 +288,7 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 	var (
 		unknown *once.UnknownOutcomeError
 		intent  *once.IntentError
+		held    *once.InFlightError
 	)
 	retryAfter := m.cfg.RetryAfter
 	switch {
@@ -282,7 +298,11 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", "this Idempotency-Key was first used with a different request (method, path or body); use a new key for a different request, or send the first request unchanged")
 	case errors.Is(err, once.ErrInFlight):
 		w.Header().Set("Retry-After", seconds(retryAfter))
-		writeProblem(w, http.StatusConflict, "key-in-flight", "a request with this Idempotency-Key is still being processed; wait for it to finish and retry, and you will get its response")
+		still := "is still being processed"
+		if errors.As(err, &held) && held.Waited > 0 {
+			still += fmt.Sprintf(" after waiting %v for it", held.Waited.Round(time.Millisecond))
+		}
+		writeProblem(w, http.StatusConflict, "key-in-flight", "a request with this Idempotency-Key "+still+"; wait for it to finish and retry, and you will get its response")
 	case errors.As(err, &unknown) && unknown.Status == once.StatusUnknown:
 		if d := time.Until(unknown.Due); d > retryAfter {
 			retryAfter = d

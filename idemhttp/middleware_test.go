@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/idemhttp"
@@ -361,4 +363,131 @@ func TestHandlerPanicGoesToReview(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times, want 1", n)
 	}
+}
+
+// serveWaiting is serve with cfg.Wait, over a client whose EventWaiting
+// observations arrive on the returned channel.
+func serveWaiting(t *testing.T, h http.Handler, cfg idemhttp.Config) (*httptest.Server, <-chan struct{}) {
+	t.Helper()
+	waits := make(chan struct{}, 4)
+	c, _ := testdb.SQLiteClient(t, once.Config{Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		if o.Type == once.EventWaiting {
+			waits <- struct{}{}
+		}
+	}}})
+	cfg.Scope = func(r *http.Request) string { return "tenant:" + r.Header.Get("X-Tenant") }
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", idemhttp.Middleware(c, cfg)(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, waits
+}
+
+// goPost sends a request in a goroutine.
+func goPost(t *testing.T, url, key, body string) <-chan reply {
+	out := make(chan reply, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/orders", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Tenant", "a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- reply{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out <- reply{resp.StatusCode, resp.Header, string(b)}
+	}()
+	return out
+}
+
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not happen within 30s", what)
+		panic("unreachable")
+	}
+}
+
+// With Wait, a repeat sent while the first request runs gets the first's
+// response, replayed, instead of 409.
+func TestWaitGetsTheFirstResponse(t *testing.T) {
+	h := &orders{block: make(chan struct{}), started: make(chan struct{})}
+	srv, waits := serveWaiting(t, h, idemhttp.Config{Wait: time.Hour})
+	first := goPost(t, srv.URL, "k-1", `{}`)
+	await(t, h.started, "the first request's handler starting")
+	second := goPost(t, srv.URL, "k-1", `{}`)
+	await(t, waits, "the repeat waiting")
+	close(h.block)
+	f := await(t, first, "the first response")
+	r := await(t, second, "the repeat's response")
+	if f.status != http.StatusCreated || r.status != http.StatusCreated || r.body != f.body || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %d %s; repeat %d %s (replayed %q); want the first's response replayed", f.status, f.body, r.status, r.body, r.header.Get("Idempotent-Replayed"))
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// A first request that runs past Wait: the repeat gets 409 with
+// Retry-After, as without waiting, saying how long it waited.
+func TestWaitRunsOut(t *testing.T) {
+	h := &orders{block: make(chan struct{}), started: make(chan struct{})}
+	srv, waits := serveWaiting(t, h, idemhttp.Config{Wait: 300 * time.Millisecond})
+	first := goPost(t, srv.URL, "k-1", `{}`)
+	await(t, h.started, "the first request's handler starting")
+	second := goPost(t, srv.URL, "k-1", `{}`)
+	await(t, waits, "the repeat waiting")
+	r := await(t, second, "the repeat's response")
+	if code := problemOf(t, r, http.StatusConflict); code != "key-in-flight" || !strings.Contains(r.body, "after waiting") {
+		t.Fatalf("code %q, body %s", code, r.body)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("409 for a key in flight has no Retry-After")
+	}
+	close(h.block)
+	if f := await(t, first, "the first response"); f.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", f.status, f.body)
+	}
+}
+
+// A first request whose response is not kept (a 5xx) releases the key:
+// the waiting repeat runs the handler itself.
+func TestWaitRunsAfterRelease(t *testing.T) {
+	h := &orders{block: make(chan struct{}), started: make(chan struct{}), status: func(n int64) int {
+		if n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusCreated
+	}}
+	srv, waits := serveWaiting(t, h, idemhttp.Config{Wait: time.Hour})
+	first := goPost(t, srv.URL, "k-1", `{}`)
+	await(t, h.started, "the first request's handler starting")
+	second := goPost(t, srv.URL, "k-1", `{}`)
+	await(t, waits, "the repeat waiting")
+	close(h.block)
+	if f := await(t, first, "the first response"); f.status != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d %s", f.status, f.body)
+	}
+	r := await(t, second, "the repeat's response")
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" || !strings.Contains(r.body, `"order":2`) {
+		t.Fatalf("repeat: %d %s; want the handler run for it", r.status, r.body)
+	}
+	if n := h.runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+}
+
+func TestWaitNegativePanics(t *testing.T) {
+	c, _ := testdb.SQLiteClient(t, once.Config{})
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "Wait") {
+			t.Fatalf("recovered %v; want a panic naming Wait", p)
+		}
+	}()
+	idemhttp.Middleware(c, idemhttp.Config{Scope: func(*http.Request) string { return "t" }, Wait: -time.Second})
 }

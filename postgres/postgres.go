@@ -1,6 +1,30 @@
 // Package postgres is the PostgreSQL store for once, on pgx v5. It is the
 // store for many workers on many machines: every claim is one insert on a
 // primary key that the database arbitrates.
+//
+// # Waiting for an attempt in flight
+//
+// A Do made with once.WaitFor that meets another attempt's claim is woken
+// by a notification when that attempt ends. The waiter marks the row
+// (its waiters column), and every transition of a marked row, and the
+// purge of one, runs pg_notify on the channel once_actions, in the same
+// statement, so the notification is delivered when the change commits
+// and never for one that rolls back. Its payload is the action table,
+// schema-qualified, a colon and the key: "public.once_action:3f…".
+// Rows nobody waits for notify nothing: PostgreSQL serializes the
+// commits of notifying transactions on one lock, which would otherwise
+// slow every outcome down.
+//
+// The store listens on one connection of its own, opened with the
+// pool's connection settings (or Config.ListenURL) on the first wait,
+// shared by all the store's waiters, reopened with backoff when it
+// drops, and closed by Close; never a connection of the pool. When it
+// opens, it notifies itself through the pool and expects the
+// notification back within a second; if it does not come (a pooler in
+// transaction mode, such as PgBouncer, loses them), the store stops
+// marking rows and tries again a minute later. Waiters poll their row
+// all along (every 250ms, backing off to every second), so a lost
+// notification only delays them. Config.PollOnly turns listening off.
 package postgres
 
 import (
@@ -34,6 +58,20 @@ type Config struct {
 	Schema string
 	// Prefix starts every table and index name. Empty means "once_".
 	Prefix string
+	// ListenURL is where the store opens the one connection it listens
+	// on for notifications (postgres://user@host:5432/dbname), when the
+	// pool's own connection settings do not reach PostgreSQL directly:
+	// behind a pooler in transaction mode (PgBouncer's
+	// pool_mode=transaction), LISTEN does not work, so point it at the
+	// server itself. Empty means the pool's settings.
+	ListenURL string
+	// PollOnly turns listening off: a waiting Do learns that the other
+	// attempt ended by polling its row alone, every 250ms to 1s, and no
+	// connection beyond the pool's is opened. For deployments that
+	// reach PostgreSQL only through a transaction-mode pooler; the
+	// store would find out by itself that notifications are lost there,
+	// but not before it tried. It cannot be set with ListenURL.
+	PollOnly bool
 }
 
 // dbtx is what a pool and a transaction have in common.
@@ -53,11 +91,27 @@ type Store struct {
 	names  migrate.Names
 	q      queries
 	schema string
+	// listen is the store's listening connection, shared with the stores
+	// BindTx makes; nil with Config.PollOnly.
+	listen *listener
+	// pollMin and pollMax space a waiter's reads of its row.
+	pollMin, pollMax time.Duration
 }
 
 var (
 	_ once.Store            = (*Store)(nil)
 	_ once.TxBinder[pgx.Tx] = (*Store)(nil)
+	_ once.Waiter           = (*Store)(nil)
+)
+
+// notifyChannel is the channel the store's statements notify on.
+const notifyChannel = "once_actions"
+
+// Poll intervals for a waiter's reads of its row: the fallback for a
+// notification that was lost, and the only way without one.
+const (
+	pollMin = 250 * time.Millisecond
+	pollMax = time.Second
 )
 
 // names fills in cfg's defaults and checks it.
@@ -88,7 +142,9 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 	return migrate.Load(migrationFS, "migrations", names)
 }
 
-// New returns a store over an existing pool. It does no I/O.
+// New returns a store over an existing pool. It does no I/O. The first
+// Do that waits (once.WaitFor) opens the store's listening connection;
+// Close closes it, and leaves the pool to its owner.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
@@ -98,14 +154,34 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cc := pool.Config().ConnConfig
-	return &Store{
-		db:     pool,
-		pool:   pool,
-		addr:   net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
-		names:  names,
-		q:      buildQueries(names.Table("action"), names.Table("event")),
-		schema: cfg.Schema,
-	}, nil
+	listenCfg := cc
+	switch {
+	case cfg.PollOnly && cfg.ListenURL != "":
+		return nil, errors.New("postgres: Config.ListenURL is set but Config.PollOnly turns listening off; set one of them")
+	case cfg.ListenURL != "":
+		listenCfg, err = pgx.ParseConfig(cfg.ListenURL)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: Config.ListenURL is not valid (%v); expected postgres://user@host:5432/dbname", redact(err))
+		}
+	}
+	tag := cfg.Schema + "." + cfg.Prefix + "action"
+	s := &Store{
+		db:      pool,
+		pool:    pool,
+		addr:    net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
+		names:   names,
+		q:       buildQueries(names.Table("action"), names.Table("event"), tag),
+		schema:  cfg.Schema,
+		pollMin: pollMin,
+		pollMax: pollMax,
+	}
+	if !cfg.PollOnly {
+		s.listen = newListener(listenCfg, tag, func(ctx context.Context, payload string) error {
+			_, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, payload)
+			return err
+		})
+	}
+	return s, nil
 }
 
 // Open connects to the database at url (postgres://user@host:port/db)
@@ -145,9 +221,17 @@ func redact(err error) string {
 	return msg
 }
 
-// Close closes the pool if Open made it; a pool passed to New is the
-// caller's to close.
+// Close closes the store's listening connection, and the pool if Open
+// made it; a pool passed to New is the caller's to close. On a store
+// bound to a transaction it does nothing: the store it was bound from
+// owns them.
 func (s *Store) Close() error {
+	if s.inTx {
+		return nil
+	}
+	if s.listen != nil {
+		s.listen.close()
+	}
 	if s.owned {
 		s.pool.Close()
 	}
@@ -199,11 +283,15 @@ const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor,
 type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
-	purgeCount                                                         string
+	purgeCount, state, await                                           string
 }
 
-func buildQueries(table, events string) queries {
-	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns)
+// buildQueries renders the statements for the tables; tag names the
+// action table in notification payloads. Schema and prefix are plain
+// identifiers (CheckIdent), so the tag is safe in a literal.
+func buildQueries(table, events, tag string) queries {
+	notify := `pg_notify('` + notifyChannel + `', '` + tag + `:' || key)`
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify)
 	return queries{
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
@@ -231,7 +319,7 @@ WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
         hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
-        redrive_after_us = $7, redrive = $8
+        redrive_after_us = $7, redrive = $8, waiters = false
     WHERE key = $1 AND status = 'released' AND fingerprint = $2
     RETURNING $C
 ), ev AS (
@@ -246,7 +334,10 @@ SELECT $C, true, now() FROM claimed`),
 UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = NULL
 WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
 RETURNING lease_until`),
-		// A fenced compare-and-set and its event, in one statement.
+		// A fenced compare-and-set and its event, in one statement, and a
+		// notification when someone waits for the row. A CTE that calls
+		// a volatile function runs only when read: the final SELECT
+		// reads it.
 		transition: r.Replace(`
 WITH u AS (
     UPDATE $T SET status = $3, result = $4, error = $5, updated_at = now(),
@@ -263,12 +354,14 @@ WITH u AS (
         hold_token = NULL,
         token = CASE WHEN $17 <> '' THEN $17 ELSE token END
     WHERE key = $1 AND attempt = $2 AND status = ANY($11) AND ($12 = '' OR hold_token = $12)
-    RETURNING key, attempt, status
+    RETURNING key, attempt, status, waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
     SELECT key, $13, attempt, $14, status, $15, $16, $19 FROM u WHERE $13 <> ''
+), n AS (
+    SELECT $NOTIFY FROM u WHERE waiters
 )
-SELECT count(*) FROM u`),
+SELECT count(*), (SELECT count(*) FROM n) FROM u`),
 		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
 		// concurrent reapers on disjoint batches.
 		recoverable: r.Replace(`
@@ -307,17 +400,35 @@ WITH gone AS (
           AND CASE WHEN $1::bigint > 0 THEN updated_at < now() - $1::float8 * interval '1 microsecond' ELSE retain_until <= now() END
         LIMIT $2
         FOR UPDATE SKIP LOCKED)
-    RETURNING key
+    RETURNING key, waiters
 ), ev AS (
     DELETE FROM $E WHERE key IN (SELECT key FROM gone)
+), n AS (
+    SELECT $NOTIFY FROM gone WHERE waiters
 )
-SELECT count(*) FROM gone`),
+SELECT count(*), (SELECT count(*) FROM n) FROM gone`),
 		purgeCount: r.Replace(`
 SELECT count(*) FROM $T
 WHERE status IN ('succeeded', 'failed')
   AND CASE WHEN $1::bigint > 0 THEN updated_at < now() - $1::float8 * interval '1 microsecond' ELSE retain_until <= now() END`),
 		get:  r.Replace(`SELECT $C FROM $T WHERE key = $1`),
 		list: r.Replace(`SELECT $C FROM $T`),
+		// A waiter's poll: where the action stands, without its payload.
+		state: r.Replace(`SELECT status, attempt FROM $T WHERE key = $1`),
+		// A waiter marks the row, so its next transition notifies, and
+		// learns whether the row still stands where it saw it. Marked
+		// already (by another waiter): no write. Not marked: the update
+		// takes the row lock, so a transition either committed first (the
+		// update then matches nothing, and the waiter claims again) or
+		// runs after it and sees the mark.
+		await: r.Replace(`
+WITH cur AS (
+    SELECT waiters FROM $T WHERE key = $1 AND status = $2 AND attempt = $3
+), u AS (
+    UPDATE $T SET waiters = true WHERE key = $1 AND status = $2 AND attempt = $3 AND NOT waiters
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM cur WHERE waiters) OR EXISTS (SELECT 1 FROM u)`),
 	}
 }
 
@@ -409,11 +520,11 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	var n int64
+	var n, notified int64
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
 		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
-		once.DefaultRetention.Microseconds(), t.Event.Origin).Scan(&n)
+		once.DefaultRetention.Microseconds(), t.Event.Origin).Scan(&n, &notified)
 	if err != nil {
 		return false, s.wrap(err)
 	}
@@ -542,12 +653,12 @@ func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 
 // Purge implements once.Store.
 func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
-	var n int
+	var n, notified int
 	var err error
 	if req.DryRun {
 		err = s.db.QueryRow(ctx, s.q.purgeCount, req.OlderThan.Microseconds()).Scan(&n)
 	} else {
-		err = s.db.QueryRow(ctx, s.q.purge, req.OlderThan.Microseconds(), max(req.Limit, 1)).Scan(&n)
+		err = s.db.QueryRow(ctx, s.q.purge, req.OlderThan.Microseconds(), max(req.Limit, 1)).Scan(&n, &notified)
 	}
 	return n, s.wrap(err)
 }
@@ -666,4 +777,79 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 		return nil, s.wrap(err)
 	}
 	return ran, nil
+}
+
+// Wait implements once.Waiter. It marks the row, so the transition that
+// moves it on notifies this store's listening connection, and reads the
+// row every 250ms, backing off to every second, in case a notification
+// is lost. Each read borrows a connection of the pool for that read
+// only. Bound to a caller's transaction, it reads through the
+// transaction and marks nothing: a mark would hold the row's lock until
+// the transaction ends, and with it the outcome it waits for.
+func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
+	var wake <-chan struct{}
+	mark := !s.inTx && req.Status != ""
+	if s.listen != nil {
+		ch, unsubscribe := s.listen.subscribe(req.Key)
+		defer unsubscribe()
+		wake = ch
+		// A store that found its notifications lost does not make the
+		// next transition notify for nothing.
+		mark = mark && s.listen.usable()
+	} else {
+		mark = false
+	}
+	until := time.NewTimer(time.Until(req.Until))
+	defer until.Stop()
+	every := s.pollMin
+	for first := true; ; first = false {
+		moved, err := s.moved(ctx, req, first && mark)
+		switch {
+		case err == nil && moved:
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		}
+		// A read that failed (the database out of reach for a moment)
+		// is made again at the next turn.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-until.C:
+			return nil
+		case <-wake:
+			return nil
+		case <-time.After(every):
+		}
+		every = min(every*2, s.pollMax)
+	}
+}
+
+// moved reads whether the action has moved on from req, and with mark
+// marks it for a notification.
+func (s *Store) moved(ctx context.Context, req once.WaitRequest, mark bool) (bool, error) {
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if !s.inTx {
+		// Cancelling a statement aborts the transaction it runs in: only
+		// the store's own statements get a deadline of their own.
+		rctx, cancel = context.WithDeadline(ctx, req.Until)
+	}
+	defer cancel()
+	if mark {
+		var stands bool
+		if err := s.pool.QueryRow(rctx, s.q.await, string(req.Key), string(req.Status), req.Attempt).Scan(&stands); err != nil {
+			return false, s.wrap(err)
+		}
+		return !stands, nil
+	}
+	var status string
+	var attempt int
+	err := s.db.QueryRow(rctx, s.q.state, string(req.Key)).Scan(&status, &attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return req.Moved(false, "", 0), nil
+	}
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	return req.Moved(true, once.Status(status), attempt), nil
 }

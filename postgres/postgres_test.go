@@ -119,6 +119,9 @@ func newStore(t testing.TB) (*postgres.Store, string) {
 	t.Cleanup(func() {
 		p.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	})
+	// The pool is shared: Close stops only the store's listening
+	// connection, before the schema goes.
+	t.Cleanup(func() { s.Close() })
 	return s, schema
 }
 

@@ -115,6 +115,7 @@ type Store struct {
 var (
 	_ once.Store             = (*Store)(nil)
 	_ once.TxBinder[*sql.Tx] = (*Store)(nil)
+	_ once.Waiter            = (*Store)(nil)
 )
 
 // Open opens the database file at path, creating it if it does not exist,
@@ -321,10 +322,10 @@ const columns = `key, fingerprint, run_id, step, kind, target, payload, status, 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note, origin`
 
 type queries struct {
-	claim, selectRow, heartbeat, transition, get, list    string
-	event, recoverable, recoverKey, events, recent, stats string
-	purgeWhere                                            string
-	purgeEvents, purgeActions, purgeCount                 string
+	claim, selectRow, heartbeat, transition, get, list, state string
+	event, recoverable, recoverKey, events, recent, stats     string
+	purgeWhere                                                string
+	purgeEvents, purgeActions, purgeCount                     string
 }
 
 func buildQueries(table, events string) queries {
@@ -369,7 +370,9 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
 RETURNING attempt, status`),
-		get:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
+		get: r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
+		// A waiter's poll: where the action stands, without its payload.
+		state: r.Replace(`SELECT status, attempt FROM $T WHERE key = ?1`),
 		list:  r.Replace(`SELECT $C FROM $T`),
 		event: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`),
 		// Takes a batch of due actions and holds them, in one statement
@@ -899,4 +902,50 @@ func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once
 		// The driver runs one statement per call.
 		OneStatementPerCall: true,
 	}, ms)
+}
+
+// Poll intervals for a waiter's reads of its row. A read in WAL mode
+// takes no lock a writer waits for, so they start short.
+const (
+	pollMin = 25 * time.Millisecond
+	pollMax = 250 * time.Millisecond
+)
+
+// Wait implements once.Waiter by reading the row, 25ms after the call
+// and then backing off to every 250ms; each read borrows a connection for
+// that read only. Bound to a caller's transaction it cannot wait: the
+// transaction holds the database's write lock, which the attempt it
+// would wait for needs to record its outcome.
+func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
+	if s.inTx {
+		return errors.New("sqlite store: cannot wait inside a transaction: it holds the database's write lock, which the attempt in flight needs to record its outcome; wait with Do outside the transaction, or return the job to its queue")
+	}
+	until := time.NewTimer(time.Until(req.Until))
+	defer until.Stop()
+	every := pollMin
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-until.C:
+			return nil
+		case <-time.After(every):
+		}
+		every = min(every*2, pollMax)
+		var status string
+		var attempt int
+		rctx, cancel := context.WithDeadline(ctx, req.Until)
+		err := s.db.QueryRowContext(rctx, s.q.state, string(req.Key)).Scan(&status, &attempt)
+		cancel()
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if req.Moved(false, "", 0) {
+				return nil
+			}
+		case err != nil:
+			// Busy or failing for a moment: read again at the next turn.
+		case req.Moved(true, once.Status(status), attempt):
+			return nil
+		}
+	}
 }

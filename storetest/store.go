@@ -35,6 +35,7 @@ func storeTests() []namedTest {
 		{name: "GetNotFound", fn: testGetNotFound},
 		{name: "List", fn: testList},
 		{name: "RejectedIsNotAnOutage", fn: testRejectedIsNotAnOutage},
+		{name: "Wait", fn: testStoreWait},
 	}
 }
 

@@ -5,14 +5,15 @@
 //     methods directly: claims (raced by 64 goroutines and by 4 OS
 //     processes), heartbeats, fenced transitions and hold tokens,
 //     recoverable batches, purge, list filters and key prefixes, events,
-//     stats, and migrations run twice and concurrently. A new store
-//     passes this first.
+//     stats, migrations run twice and concurrently, and Wait for a
+//     store that implements once.Waiter. A new store passes this first.
 //   - RunClient checks the engine above the store, everything that goes
 //     through *once.Client: Do and DoTx, replay, fencing, leases and
 //     heartbeats, RetryLater, Permanent, unknown outcomes and panics,
 //     fingerprints, size limits, bad input, recovery per policy, the
-//     reaper, resolution, runs, and worker processes killed with SIGKILL
-//     inside the effect or paused with SIGSTOP past their lease.
+//     reaper, resolution, runs, duplicates that wait for the attempt in
+//     flight (WaitFor), and worker processes killed with SIGKILL inside
+//     the effect or paused with SIGSTOP past their lease.
 //
 // Both take a Harness that says how to make, open and transact on the
 // store, and what it can do (Features). A store package runs both; the
@@ -147,6 +148,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, txTests()...)
 	tests = append(tests, edgeTests()...)
 	tests = append(tests, faultTests()...)
+	tests = append(tests, waitTests()...)
 	run(t, h, tests)
 }
 

@@ -49,7 +49,7 @@ type txOf[TX any] struct {
 // store the harness was made with; write, handed to the effect, inserts
 // into the application table in the same transaction.
 type openTx struct {
-	do       func(ctx context.Context, c *once.Client, in once.Intent, fn txEffect) (once.Result[any], error)
+	do       func(ctx context.Context, c *once.Client, in once.Intent, fn txEffect, opts ...once.DoOption) (once.Result[any], error)
 	commit   func(ctx context.Context) error
 	rollback func(ctx context.Context) error
 }
@@ -62,14 +62,14 @@ func (h txOf[TX]) begin(ctx context.Context) (openTx, error) {
 		return openTx{}, err
 	}
 	return openTx{
-		do: func(ctx context.Context, c *once.Client, in once.Intent, fn txEffect) (once.Result[any], error) {
+		do: func(ctx context.Context, c *once.Client, in once.Intent, fn txEffect, opts ...once.DoOption) (once.Result[any], error) {
 			var effect func(context.Context, TX, once.Attempt) (any, error)
 			if fn != nil { // a nil effect reaches DoTx as nil, to be refused
 				effect = func(ctx context.Context, tx TX, a once.Attempt) (any, error) {
 					return fn(ctx, func(id string) error { return h.f.Insert(ctx, tx, id) }, a)
 				}
 			}
-			return once.DoTx(ctx, c, h.b, tx, in, effect)
+			return once.DoTx(ctx, c, h.b, tx, in, effect, opts...)
 		},
 		commit:   func(ctx context.Context) error { return h.f.Commit(ctx, tx) },
 		rollback: func(ctx context.Context) error { return h.f.Rollback(ctx, tx) },

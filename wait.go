@@ -1,0 +1,178 @@
+package once
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DoOption changes how one call of Do or DoTx behaves. Options are
+// per call because whether to wait depends on who is calling, not on the
+// kind of action: a queue worker holds a delivery, an HTTP handler holds
+// a client's request.
+type DoOption func(*doOptions)
+
+type doOptions struct {
+	wait time.Duration
+	err  error
+}
+
+// WaitFor makes a call that meets a claim held by another attempt wait
+// up to d for that attempt's outcome, instead of returning *InFlightError
+// at once. Whenever the action may have changed, the call claims again
+// and goes on as any delivery would:
+//   - the other attempt succeeded: its result is replayed (Replayed set);
+//   - it failed permanently: *FailedError;
+//   - it was released (RetryLater): this call claims it and runs fn
+//     itself;
+//   - its lease ran out (the worker died): the kind's recovery applies
+//     inline, as it would for a later delivery;
+//   - it went to review, or its outcome is unknown: the same errors as
+//     without waiting.
+//
+// After d, or when ctx ends first, the call returns the *InFlightError it
+// would have returned at once, read afresh (LeaseUntil as it now stands,
+// Waited set); when ctx ended, the error also matches ctx's error. Only
+// a live claim is waited for: a different payload, an action in review
+// or awaiting its verifier is answered at once.
+//
+// Waiting holds no database connection: the postgres store is woken by a
+// notification on a connection of its own and polls as a fallback, the
+// sqlite store polls. Each claim is still bounded by
+// Config.ClaimTimeout, so a call can return up to that long after d.
+// Zero waits not at all; d must not be negative.
+func WaitFor(d time.Duration) DoOption {
+	return func(o *doOptions) {
+		if d < 0 {
+			o.err = fmt.Errorf("once: WaitFor(%v): a wait must not be negative; pass zero to answer at once", d)
+			return
+		}
+		o.wait = d
+	}
+}
+
+// optionsOf applies opts; a nil option is skipped.
+func optionsOf(opts []DoOption) (doOptions, error) {
+	var o doOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o, o.err
+}
+
+// waiting is one call's wait for another attempt's outcome (WaitFor).
+type waiting struct {
+	c     *Client
+	limit time.Duration
+	// began is when the call first met the other attempt's claim; zero
+	// while it has not waited.
+	began time.Time
+	until time.Time
+}
+
+func (c *Client) waiting(o doOptions) *waiting { return &waiting{c: c, limit: o.wait} }
+
+// live reports whether a call may wait for the action a claim found:
+// another attempt holds it with a lease that has not run out, for the
+// same payload. Anything else is answered (or recovered) as it stands.
+func live(cr ClaimResult, req ClaimRequest) bool {
+	a := cr.Action
+	return a.Status == StatusInFlight && a.LeaseUntil.After(cr.Now) && a.Fingerprint == req.Fingerprint
+}
+
+// wait waits, through s, until the action a stands for (as a claim read
+// it; a zero Status when no row was visible) may have moved on, until
+// the other attempt's lease runs out (left from now, by the database's
+// clock), or until the call's wait is over. It reports whether to claim
+// again. It returns stop when it gave up for another reason than the
+// wait running out: ctx ended, or s cannot wait here.
+func (w *waiting) wait(ctx context.Context, s Store, a Action, kind string, left time.Duration) (again bool, stop error) {
+	if w.limit <= 0 {
+		return false, nil
+	}
+	now := time.Now()
+	if w.began.IsZero() {
+		w.began, w.until = now, now.Add(w.limit)
+		w.c.log.Debug("once: waiting for the attempt in flight", "key", a.Key, "kind", kind, "attempt", a.Attempt, "for", w.limit)
+		w.c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventWaiting, Attempt: a.Attempt, From: a.Status}, Kind: kind})
+	}
+	if !now.Before(w.until) {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, context.Cause(ctx)
+	}
+	until := w.until
+	if left > 0 && now.Add(left).Before(until) {
+		// The claim lapses first: claim again then, so recovery applies
+		// (or a heartbeat has moved the lease on, and the wait goes on).
+		until = now.Add(left)
+	}
+	req := WaitRequest{Key: a.Key, Status: a.Status, Attempt: a.Attempt, Until: until}
+	var err error
+	if ws, ok := s.(Waiter); ok {
+		err = ws.Wait(ctx, req)
+	} else {
+		err = pollChange(ctx, s, req)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, context.Cause(ctx)
+	}
+	w.c.log.Warn("once: cannot wait for the attempt in flight; answering at once", "key", a.Key, "kind", kind, "err", err)
+	return false, err
+}
+
+// finish marks what a call that waited returns: how long it waited, and
+// why it stopped when that was not the wait running out.
+func (w *waiting) finish(o outcome, stop error) outcome {
+	if w.began.IsZero() {
+		return o
+	}
+	var held *InFlightError
+	if errors.As(o.err, &held) {
+		held.Waited = time.Since(w.began)
+	}
+	if stop != nil && o.err != nil {
+		o.err = fmt.Errorf("%w (stopped waiting: %w)", o.err, stop)
+	}
+	return o
+}
+
+// pollChange is Waiter.Wait for a store that does not implement it: it
+// reads the action back, 50ms after the call and then backing off to a
+// second between reads, until it has changed or req.Until.
+func pollChange(ctx context.Context, s Store, req WaitRequest) error {
+	timer := time.NewTimer(time.Until(req.Until))
+	defer timer.Stop()
+	every := 50 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return nil
+		case <-time.After(every):
+		}
+		every = min(every*2, time.Second)
+		gctx, cancel := context.WithDeadline(ctx, req.Until)
+		a, err := s.Get(gctx, req.Key)
+		cancel()
+		switch {
+		case errors.Is(err, ErrNotFound):
+			if req.Moved(false, "", 0) {
+				return nil
+			}
+		case err != nil:
+			// The database could not be reached for a moment: read
+			// again at the next turn.
+		case req.Moved(true, a.Status, a.Attempt):
+			return nil
+		}
+	}
+}
