@@ -149,6 +149,11 @@ func testFencingDo(t *testing.T, h Harness) {
 		cause error
 	}
 	first := make(chan out, 1)
+	// The stale effect returns only after the second Do is done: a
+	// success it returned earlier would be recorded from released (a
+	// late outcome of the same attempt, by design), and the second Do
+	// would replay it instead of running.
+	proceed := make(chan struct{})
 	go func() {
 		var cause error
 		res, err := once.Do(ctx(t), c, in, func(ctx context.Context, a once.Attempt) (string, error) {
@@ -158,6 +163,7 @@ func testFencingDo(t *testing.T, h Harness) {
 				cause = context.Cause(ctx)
 			case <-time.After(20 * time.Second):
 			}
+			<-proceed
 			return "stale", nil
 		})
 		first <- out{res, err, cause}
@@ -173,6 +179,7 @@ func testFencingDo(t *testing.T, h Harness) {
 		}
 		return "fresh", nil
 	})
+	close(proceed)
 	if err != nil || second.Value != "fresh" || second.Attempt != 2 {
 		t.Fatalf("second Do = %+v, %v", second, err)
 	}
