@@ -106,7 +106,10 @@ type Response struct {
 //   - a body over MaxBodyBytes: 413;
 //   - a response Keep refuses (a 5xx by default) releases the key;
 //   - an action whose outcome is unknown (the process died mid-handler)
-//     follows its kind's recovery: a person decides (409) by default.
+//     follows its kind's recovery: a person decides (409) by default;
+//   - an action confirmed done without the handler's response on record
+//     (a person resolved it Done, or a verifier found it landed): 409,
+//     and the handler does not run again.
 //
 // Errors are application/problem+json (RFC 9457). The handler's response
 // is buffered, so it must fit in the client's MaxResultBytes to be
@@ -228,7 +231,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// returns the value with most errors, but not when the key was
 	// released; the handler's own answer still goes out then.
 	var ran atomic.Pointer[Response]
-	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (Response, error) {
+	// The stored result is taken as JSON and decoded here, not by Do: an
+	// action a person resolved Done, or a verifier found landed, holds
+	// whatever they stored (often nothing), not a Response.
+	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
 		rec := &recorder{header: make(http.Header)}
 		req := r.Clone(ctx)
 		req.Body = http.NoBody
@@ -239,10 +245,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(rec, req)
 		resp := rec.response(m.cfg.ReplayHeaders)
 		ran.Store(&resp)
-		if !m.cfg.Keep(resp.Status) {
-			return resp, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		stored, err := json.Marshal(resp)
+		if err != nil {
+			// Not reached: a Response is a status, strings and bytes.
+			return nil, fmt.Errorf("idemhttp: encoding the response: %w", err)
 		}
-		return resp, nil
+		if !m.cfg.Keep(resp.Status) {
+			return stored, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		}
+		return stored, nil
 	})
 	if resp := ran.Load(); resp != nil && !res.Replayed {
 		// The handler ran in this request: its answer goes out as it
@@ -253,10 +264,26 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if err == nil {
-		res.Value.write(w, res.Value.Header, true)
+		stored, ok := storedResponse(res.Value)
+		if !ok {
+			writeProblem(w, http.StatusConflict, "response-not-recorded", "the request with this Idempotency-Key was carried out, but its response was not recorded (its outcome was confirmed afterwards, by a person or a check with the provider); retrying will not run it again: look up what it created, or use a new key for a new request")
+			return
+		}
+		stored.write(w, stored.Header, true)
 		return
 	}
 	m.writeError(w, err)
+}
+
+// storedResponse decodes a stored result into the Response the
+// middleware stored, and reports false for anything else: no result, or
+// one a person or a verifier recorded in its own shape.
+func storedResponse(raw json.RawMessage) (Response, bool) {
+	var resp Response
+	if len(raw) == 0 || json.Unmarshal(raw, &resp) != nil || resp.Status < 100 || resp.Status > 999 {
+		return Response{}, false
+	}
+	return resp, true
 }
 
 func (m *middleware) acts(method string) bool {
