@@ -106,12 +106,14 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", err.Error(), nil)
 		return
 	case err != nil:
-		// A 5xx releases the key for a retry. That is safe even if the
-		// write committed and only its reply was lost: the retry finds
-		// the charge instead of making another.
+		// The write failed and no charge could be read back under the
+		// key. A 5xx releases the key for a retry. That is safe even if
+		// the write committed after the read (a statement still on its
+		// way to the server): the retry finds the charge instead of
+		// making another.
 		a.log.Warn("payments: writing a charge failed", "tenant", tenant, "key", key, "err", err)
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "charge-not-written", "the charge could not be written; retry with the same Idempotency-Key", nil)
+		writeProblem(w, http.StatusServiceUnavailable, "charge-not-written", "the charge could not be written, or its write could not be confirmed; retry with the same Idempotency-Key: a retry answers the charge if it was written, and makes it once if it was not", nil)
 		return
 	}
 	if found {
