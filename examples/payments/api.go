@@ -122,12 +122,13 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		a.log.Info("payments: charge created", "id", c.ID, "tenant", tenant, "key", key, "amount", c.Amount, "currency", c.Currency)
 	}
 	if a.hold > 0 {
+		// Cut short when the request's context ends (its claim was lost
+		// to a retry elsewhere, it ran out of time, the client left):
+		// the charge is written all the same, so it is the answer, not a
+		// 5xx that would call it interrupted and release its key.
 		select {
 		case <-time.After(a.hold):
 		case <-r.Context().Done():
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusServiceUnavailable, "charge-interrupted", "the charge was interrupted before its answer; retry with the same Idempotency-Key", nil)
-			return
 		}
 	}
 	w.Header().Set("Location", "/charges/"+c.ID)
