@@ -63,12 +63,14 @@ type Config struct {
 	// protection it needs on a route that asks for one.
 	Optional bool
 	// Keep says which handler statuses are stored and replayed. Nil
-	// keeps every status below 500: a 2xx, 3xx or 4xx is the answer to
-	// this request and the next repeat gets it too. A status it does not
-	// keep releases the key (once.RetryLater), so a retry runs the
-	// handler again: a 5xx says the server failed, not that the operation
-	// happened. Only release statuses your handler sends when it has
-	// changed nothing.
+	// keeps every status below 500 but 408, 425 and 429: a 2xx, 3xx or
+	// 4xx is the answer to this request and the next repeat gets it too,
+	// while those three tell the client to send the same request again
+	// later, which a stored answer would never let happen. A status it
+	// does not keep releases the key (once.RetryLater), so a retry runs
+	// the handler again: a 5xx says the server failed, not that the
+	// operation happened. Only release statuses your handler sends when
+	// it has changed nothing.
 	Keep func(status int) bool
 	// ReplayHeaders are the response headers stored and sent again on a
 	// replay. Nil means Content-Type and Location. Headers that describe
@@ -104,7 +106,8 @@ type Response struct {
 //   - a repeat while the first is still running: 409;
 //   - no key on a route that requires one, or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
-//   - a response Keep refuses (a 5xx by default) releases the key;
+//   - a response Keep refuses (a 5xx, 408, 425 or 429 by default)
+//     releases the key;
 //   - an action whose outcome is unknown (the process died mid-handler)
 //     follows its kind's recovery: a person decides (409) by default;
 //   - an action confirmed done without the handler's response on record
@@ -138,7 +141,7 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 		m.cfg.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if m.cfg.Keep == nil {
-		m.cfg.Keep = func(status int) bool { return status < 500 }
+		m.cfg.Keep = defaultKeep
 	}
 	if m.cfg.ReplayHeaders == nil {
 		m.cfg.ReplayHeaders = []string{"Content-Type", "Location"}
@@ -157,6 +160,17 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 type middleware struct {
 	client *once.Client
 	cfg    Config
+}
+
+// defaultKeep stores every answer below 500 except the ones that ask
+// for the same request again later: replayed, they would answer every
+// retry with "try again" for good.
+func defaultKeep(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
 }
 
 func defaultKind(r *http.Request) string {
