@@ -321,7 +321,10 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusBadRequest, "request-invalid", "the request cannot be made into an action: "+intent.Field+" "+intent.Reason)
 	case errors.Is(err, once.ErrFingerprintMismatch):
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", "this Idempotency-Key was first used with a different request (method, path or body); use a new key for a different request, or send the first request unchanged")
-	case errors.Is(err, once.ErrInFlight):
+	case errors.Is(err, once.ErrInFlight), errors.Is(err, once.ErrFenced):
+		// Fenced, here, is a claim taken over by another attempt before
+		// this request's handler ran (this process stalled past the
+		// lease): the key's request is that attempt's now.
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeProblem(w, http.StatusConflict, "key-in-flight", "a request with this Idempotency-Key is still being processed; wait for it to finish and retry, and you will get its response")
 	case errors.As(err, &unknown) && unknown.Status == once.StatusUnknown:
