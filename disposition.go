@@ -125,13 +125,15 @@ func Dispose(err error) Disposition {
 		}
 	case errors.Is(err, ErrFailed):
 		return Disposition{Action: JobAck, Reason: "failed for good; recorded"}
-	case errors.Is(err, ErrRetryLater):
-		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
-	case errors.Is(err, ErrPermanent):
+	case errors.Is(err, ErrPermanent) && classify(err) == StatusFailed:
 		// Only DoTx returns an effect's Permanent error as it is: the
 		// transaction rolls back and nothing is recorded, so the
-		// dead-letter queue is the only trace of it.
+		// dead-letter queue is the only trace of it. A Permanent mark
+		// under a RetryLater one is not the effect's last word: Do
+		// released such an action, and the next delivery runs it.
 		return Disposition{Action: JobDrop, Reason: "failed for good inside the transaction; nothing was recorded (roll back)"}
+	case errors.Is(err, ErrRetryLater):
+		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
 	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
 	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):

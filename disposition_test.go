@@ -30,6 +30,8 @@ func TestDispose(t *testing.T) {
 		{"permanent, from DoTx", fmt.Errorf("once: action k: the effect failed inside the transaction, roll it back: %w", Permanent(errors.New("closed"))), JobDrop, false},
 		{"in flight, lease lapsed", &InFlightError{Key: "k", LeaseUntil: now.Add(-time.Second), Expired: true}, JobRetry, true},
 		{"released by the effect", fmt.Errorf("once: action k attempt 1 released: %w", RetryLater(errors.New("429"))), JobRetry, false},
+		{"released over a permanent mark", fmt.Errorf("once: action k attempt 1 released: %w", RetryLater(fmt.Errorf("later: %w", Permanent(errors.New("552"))))), JobRetry, false},
+		{"permanent over a retry-later mark, from DoTx", fmt.Errorf("once: action k: the effect failed inside the transaction, roll it back: %w", Permanent(fmt.Errorf("giving up: %w", RetryLater(errors.New("451"))))), JobDrop, false},
 		{"released under a provider key", &UnknownOutcomeError{Key: "k", Status: StatusReleased}, JobRetry, false},
 		{"awaiting the verifier", &UnknownOutcomeError{Key: "k", Status: StatusUnknown, Due: now.Add(10 * time.Second)}, JobRetry, true},
 		{"awaiting the verifier, due", &UnknownOutcomeError{Key: "k", Status: StatusUnknown, Due: now.Add(-time.Second)}, JobRetry, false},
