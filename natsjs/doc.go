@@ -17,6 +17,8 @@
 //	(*once.FailedError,
 //	or once.Permanent
 //	from the job function)
+//	superseded             NakWithDelay (not Dispose's ack)    an ack settles the message, and with it
+//	(*once.FencedError)                                        the delivery a newer attempt runs on
 //
 // (*) A plain Term on servers before 2.10.4, which ignore a Term that
 // carries a reason and would deliver the message again. The backoff is

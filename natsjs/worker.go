@@ -201,13 +201,28 @@ func retry(reason string) once.Disposition {
 	return once.Disposition{Action: once.JobRetry, Reason: reason}
 }
 
-// dispose is once.Dispose, except that a job that failed for good is
-// terminated rather than acked: JetStream tells a finished message from
-// one given up on (an advisory, a dead-letter consumer), and a declined
-// card or an invalid address is the second. once.Permanent returned by
-// the job function before any Do (an undecodable job) is the same.
+// dispose is once.Dispose, except in two cases.
+//
+// A job that failed for good is terminated rather than acked: JetStream
+// tells a finished message from one given up on (an advisory, a
+// dead-letter consumer), and a declined card or an invalid address is
+// the second. once.Permanent returned by the job function before any Do
+// (an undecodable job) is the same.
+//
+// A superseded attempt (*once.FencedError) hands the message back rather
+// than acking it, whatever its outcome. Its claim lapsed, so the message
+// was most likely delivered again meanwhile, and the newer attempt runs
+// on that delivery. JetStream settles a message, not one delivery of it:
+// this delivery's ack would settle the newer one's too, and if the newer
+// attempt then ends released, its Nak finds nothing to hand back and
+// the action waits for a delivery that never comes. The next delivery
+// replays the outcome or meets the newer claim.
 func dispose(err error) once.Disposition {
+	var fenced *once.FencedError
 	switch {
+	case errors.As(err, &fenced):
+		return once.Disposition{Action: once.JobRetry, Reason: "superseded by a newer attempt (" + string(fenced.Outcome) +
+			" when fenced out); handed back, since an ack would settle the newer attempt's delivery of the message too"}
 	case errors.Is(err, once.ErrFailed):
 		return once.Disposition{Action: once.JobDrop, Reason: "failed permanently; recorded"}
 	case errors.Is(err, once.ErrPermanent):
