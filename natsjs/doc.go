@@ -53,7 +53,8 @@
 // Redrive builds the once.KindPolicy.Redrive hook: the reaper calls it
 // for a released action whose job no delivery will bring back (acked,
 // terminated, or out of MaxDeliver), and it publishes the job again with
-// a Nats-Msg-Id made of the action's key and attempt, so JetStream's
-// duplicate window absorbs a second re-drive of the same attempt but
-// never swallows the re-drive of a new one.
+// a Nats-Msg-Id made of the action's key, attempt and last update, so
+// JetStream's duplicate window absorbs a re-drive the reaper tries again
+// after a lost PubAck, but never swallows the next re-drive of the same
+// release or the re-drive of a new attempt.
 package natsjs
