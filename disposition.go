@@ -64,8 +64,9 @@ type Disposition struct {
 //	*ReviewError, *UnknownOutcomeError in review, ErrResultTooLarge, ErrResultNotJSON
 //	                                         drop: a person decides
 //	*FingerprintError, *IntentError          drop: the job is wrong; retrying changes nothing
-//	Permanent(err) from a DoTx effect        drop: it fails again on every delivery, and the
-//	                                         rolled-back transaction recorded nothing
+//	Permanent(err) from a DoTx effect, or    drop: it fails again on every delivery, and
+//	from the job's own code before any Do    nothing recorded it (roll a DoTx back)
+//	(a job that does not decode)
 //	anything else (the database unreachable, a cancelled context)
 //	                                         retry
 //
@@ -128,10 +129,12 @@ func Dispose(err error) Disposition {
 	case errors.Is(err, ErrRetryLater):
 		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
 	case errors.Is(err, ErrPermanent):
-		// Only DoTx returns an effect's Permanent error as it is: the
-		// transaction rolls back and nothing is recorded, so the
-		// dead-letter queue is the only trace of it.
-		return Disposition{Action: JobDrop, Reason: "failed for good inside the transaction; nothing was recorded (roll back)"}
+		// Do never returns a Permanent error as it is: it comes from a
+		// DoTx effect (the transaction rolls back and nothing is
+		// recorded), or from the job's own code refusing the job before
+		// any Do (its body does not decode). The error says which; the
+		// dead-letter queue is its only trace.
+		return Disposition{Action: JobDrop, Reason: "failed for good, and nothing recorded it: " + err.Error()}
 	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
 	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):

@@ -206,8 +206,8 @@ func retry(reason string) once.Disposition {
 // A job that failed for good is terminated rather than acked: JetStream
 // tells a finished message from one given up on (an advisory, a
 // dead-letter consumer), and a declined card or an invalid address is
-// the second. once.Permanent returned by the job function before any Do
-// (an undecodable job) is the same.
+// the second. (once.Permanent returned by the job function before any
+// Do, an undecodable job, is terminated by Dispose itself.)
 //
 // A superseded attempt (*once.FencedError) hands the message back rather
 // than acking it, whatever its outcome. Its claim lapsed, so the message
@@ -225,8 +225,6 @@ func dispose(err error) once.Disposition {
 			" when fenced out); handed back, since an ack would settle the newer attempt's delivery of the message too"}
 	case errors.Is(err, once.ErrFailed):
 		return once.Disposition{Action: once.JobDrop, Reason: "failed permanently; recorded"}
-	case errors.Is(err, once.ErrPermanent):
-		return once.Disposition{Action: once.JobDrop, Reason: "the job was refused for good before any effect"}
 	}
 	return once.Dispose(err)
 }
