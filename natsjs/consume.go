@@ -45,9 +45,7 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 			// running before it; AckNone never delivers a job again.
 			return fmt.Errorf("natsjs: %s has AckPolicy %s; jobs are settled one by one, so it needs jetstream.AckExplicitPolicy", name, p)
 		}
-		if w.cfg.Progress == 0 {
-			w.ackWaits.Store(info.Stream+"\x00"+info.Name, progressFor(info.Config))
-		}
+		w.consumers.Store(info.Stream+"\x00"+info.Name, factsOf(info.Config))
 	}
 
 	// Jobs run on a context of their own, cancelled only when the drain
@@ -63,7 +61,11 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	handBack := func(msg jetstream.Msg) {
 		d := retry("not run: the worker is stopping")
-		w.report(msg, d, w.settle(ctx, msg, d))
+		var last error
+		if meta, err := msg.Metadata(); err == nil {
+			d, last = w.consumer(work, meta).lastDelivery(meta, d)
+		}
+		w.report(msg, d, errors.Join(last, w.settle(ctx, msg, d)))
 	}
 	handler := func(msg jetstream.Msg) {
 		select {
@@ -174,7 +176,7 @@ func (w *Worker) report(msg jetstream.Msg, d once.Disposition, err error) {
 	}
 	level := slog.LevelDebug
 	switch {
-	case errors.Is(err, ErrNotSettled):
+	case errors.Is(err, ErrNotSettled), errors.Is(err, ErrLastDelivery):
 		level = slog.LevelWarn
 	case err != nil || d.Action != once.JobAck:
 		level = slog.LevelInfo

@@ -19,6 +19,9 @@
 //	from the job function)
 //	superseded             NakWithDelay (not Dispose's ack)    an ack settles the message, and with it
 //	(*once.FencedError)                                        the delivery a newer attempt runs on
+//	a retry on the         Term, with ErrLastDelivery          JetStream would not deliver it again: the
+//	consumer's last                                            log says so louder than a retry
+//	delivery (MaxDeliver)
 //
 // (*) A plain Term on servers before 2.10.4, which ignore a Term that
 // carries a reason and would deliver the message again. The backoff is

@@ -472,8 +472,9 @@ func TestReaperRedrivesReleasedJob(t *testing.T) {
 	j := job{ID: "order-5", Customer: "cus_5", Amount: 500}
 	b.publish(t, j)
 	first := b.log.waitSettle(t, "the first delivery settled", func(s settle) bool { return s.seq == 1 })
-	if first.d.Action != once.JobRetry || !errors.Is(first.err, once.ErrOutcomeUnknown) {
-		t.Fatalf("first delivery settled %v (%v); want a retry of an unknown outcome", first.d.Action, first.err)
+	// Released, on the consumer's only delivery: terminated, and said so.
+	if first.d.Action != once.JobDrop || !errors.Is(first.err, once.ErrOutcomeUnknown) || !errors.Is(first.err, natsjs.ErrLastDelivery) {
+		t.Fatalf("first delivery settled %v (%v); want an unknown outcome released on the last delivery, terminated", first.d.Action, first.err)
 	}
 
 	reaper, err := once.NewReaper(b.client, once.ReaperConfig{})

@@ -45,6 +45,7 @@ func TestRedriveAgainWithinDuplicateWindow(t *testing.T) {
 	}
 	client, _ := testdb.SQLiteClient(t, oc)
 	// down is a worker's client whose database is gone.
+	oc.ClaimTimeout = 200 * time.Millisecond
 	down, downStore := testdb.SQLiteClient(t, oc)
 	downStore.Close()
 	log := &record{}
@@ -65,8 +66,8 @@ func TestRedriveAgainWithinDuplicateWindow(t *testing.T) {
 	d, err := w.Handle(ctx, next("the job"), charge(client, log, func(context.Context, once.Attempt) (string, error) {
 		return "", errors.New("connection reset after the request was sent")
 	}))
-	if d.Action != once.JobRetry || !errors.Is(err, once.ErrRetryLater) {
-		t.Fatalf("first delivery settled %v (%v); want a retry of a released action", d.Action, err)
+	if d.Action != once.JobDrop || !errors.Is(err, once.ErrRetryLater) || !errors.Is(err, natsjs.ErrLastDelivery) {
+		t.Fatalf("first delivery settled %v (%v); want a released action on the last delivery, terminated", d.Action, err)
 	}
 
 	reaper, err := once.NewReaper(client, once.ReaperConfig{})
@@ -88,8 +89,8 @@ func TestRedriveAgainWithinDuplicateWindow(t *testing.T) {
 		t.Error("the effect ran on a worker without its database")
 		return "", nil
 	}))
-	if d.Action != once.JobRetry || err == nil {
-		t.Fatalf("the first re-drive settled %v (%v); want a retry: the worker's database is gone", d.Action, err)
+	if d.Action != once.JobDrop || !errors.Is(err, natsjs.ErrLastDelivery) {
+		t.Fatalf("the first re-drive settled %v (%v); want it terminated on its last delivery: the worker's database is gone", d.Action, err)
 	}
 	key, _, _ := once.KeyOf(j.intent())
 	if a, err := client.Get(ctx, key); err != nil || a.Status != once.StatusReleased || a.Attempt != 1 {
