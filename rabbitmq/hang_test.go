@@ -16,6 +16,21 @@ import (
 // connection.
 func TestRetryOnHungConnection(t *testing.T) {
 	t.Parallel()
+	// warm: a channel waits in the pool, so the copy is written at once;
+	// cold: the pool is empty, so opening a channel is what hangs.
+	for _, warm := range []bool{true, false} {
+		name := "cold"
+		if warm {
+			name = "warm"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			retryOnHungConnection(t, warm)
+		})
+	}
+}
+
+func retryOnHungConnection(t *testing.T, warm bool) {
 	const confirm = 500 * time.Millisecond
 	b := setup(t, rabbitmq.Config{MinRetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}, nil)
 	proxy, viaProxy := proxied(t, b.url)
@@ -25,15 +40,15 @@ func TestRetryOnHungConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hung.Close()
-	// A publish that goes through first: its channel waits in the pool.
-	if err := hung.Publish(context.Background(), job{ID: "warm", To: "x"}.publishing()); err != nil {
-		t.Fatal(err)
-	}
-	j := job{ID: uniqueName(t), To: "ada"}
-	b.publish(t, j)
 	c := consume(t, b, nil, b.q.Name())
-	warm := c.next(t, 10*time.Second)
-	warm.Ack(false)
+	if warm {
+		// A publish that goes through first: its channel waits in the pool.
+		if err := hung.Publish(context.Background(), job{ID: "warm", To: "x"}.publishing()); err != nil {
+			t.Fatal(err)
+		}
+		c.next(t, 10*time.Second).Ack(false)
+	}
+	b.publish(t, job{ID: uniqueName(t), To: "ada"})
 	d := c.next(t, 10*time.Second)
 
 	proxy.Blackout(true)
