@@ -59,10 +59,8 @@ type Config struct {
 	// AckTimeout bounds the wait for the server to confirm an ack
 	// (DoubleAck). Zero means DefaultAckTimeout.
 	AckTimeout time.Duration
-	// Concurrency is how many job functions Consume runs at once. It
-	// also sizes the client's pulls (jetstream.PullMaxMessages), so few
-	// messages wait in the client, unseen by other workers, while their
-	// AckWait runs. Zero means 1.
+	// Concurrency is how many job functions Consume runs at once. Zero
+	// means 1.
 	Concurrency int
 	// DrainTimeout is how long Consume lets running jobs finish after
 	// its context ends; then their context is cancelled. Zero means
