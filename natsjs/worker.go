@@ -232,14 +232,17 @@ func retry(reason string) once.Disposition {
 // replays the outcome or meets the newer claim.
 func dispose(err error) once.Disposition {
 	var fenced *once.FencedError
+	d := once.Dispose(err)
 	switch {
 	case errors.As(err, &fenced):
 		return once.Disposition{Action: once.JobRetry, Reason: "superseded by a newer attempt (" + string(fenced.Outcome) +
 			" when fenced out); handed back, since an ack would settle the newer attempt's delivery of the message too"}
-	case errors.Is(err, once.ErrFailed):
+	case d.Action == once.JobAck && errors.Is(err, once.ErrFailed):
+		// Dispose acks only when nothing is left to do (for joined
+		// errors, when every one is done).
 		return once.Disposition{Action: once.JobDrop, Reason: "failed permanently; recorded"}
 	}
-	return once.Dispose(err)
+	return d
 }
 
 // settle sends the settlement d names. The worker's context may have
