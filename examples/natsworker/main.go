@@ -73,7 +73,7 @@ func main() {
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)
 			switch c := resp.StatusCode; {
-			case c == http.StatusTooManyRequests || c >= 500:
+			case c == http.StatusTooManyRequests || c == http.StatusConflict || c >= 500: // 409: the key's first request still runs
 				return "", fmt.Errorf("payment API: %s", resp.Status) // unknown: retried with the same key
 			case c >= 400:
 				return "", once.Permanent(fmt.Errorf("payment API: %s: %s", resp.Status, b))
