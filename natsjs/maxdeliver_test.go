@@ -2,6 +2,7 @@ package natsjs_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,26 @@ func TestLastDeliveryNotCalledRetry(t *testing.T) {
 	}
 	if _, err := b.cons.Next(jetstream.FetchMaxWait(2 * time.Second)); err == nil {
 		t.Fatal("a third delivery came; the consumer's MaxDeliver is 2")
+	}
+}
+
+// TestLastDeliveryHandedBack hands a job back unrun (the worker is
+// stopping) on its consumer's only delivery: the job is lost, and Handle
+// says so, even though it learns the consumer's MaxDeliver only then,
+// with its context already ended.
+func TestLastDeliveryHandedBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, jetstream.ConsumerConfig{MaxDeliver: 1}, once.Config{})
+	b.publish(t, job{ID: "order-hb", Customer: "cus_hb", Amount: 1})
+	msg, err := b.cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	d, err := b.worker(t, natsjs.Config{}).Handle(ctx, msg, func(context.Context, jetstream.Msg) error { ran = true; return nil })
+	if ran || d.Action != once.JobDrop || !errors.Is(err, natsjs.ErrLastDelivery) {
+		t.Fatalf("ran %v, settled %v (%v); want not run, and reported lost on its last delivery", ran, d.Action, err)
 	}
 }

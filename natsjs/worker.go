@@ -344,15 +344,15 @@ func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) cons
 	if f, ok := w.consumers.Load(id); ok {
 		return f.(consumerFacts)
 	}
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Asked even when ctx has ended: a job handed back unrun needs the
+	// consumer's MaxDeliver too.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	f := consumerFacts{progress: DefaultProgress}
 	c, err := w.js.Consumer(ictx, meta.Stream, meta.Consumer)
 	switch {
 	case err == nil:
 		f = factsOf(c.CachedInfo().Config)
-	case ctx.Err() != nil:
-		return f // asked again next time
 	default:
 		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval", "stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "err", err)
 	}
