@@ -69,7 +69,8 @@ type Config struct {
 	// OnSettle, if not nil, is called by Consume after each message was
 	// settled, with what Handle returned, in place of the log line
 	// Consume writes otherwise: count dispositions, alert on settlement
-	// errors.
+	// errors (and on ErrLastDelivery). It is called from the jobs'
+	// goroutines, concurrently, so it must be safe for that.
 	OnSettle func(msg jetstream.Msg, d once.Disposition, err error)
 	// Logger gets Consume's line per settled message and its consumer
 	// errors. Nil means slog.Default().
