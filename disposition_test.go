@@ -44,6 +44,11 @@ func TestDispose(t *testing.T) {
 		{"invalid intent", &IntentError{Field: "Run", Reason: "is empty"}, JobDrop, false},
 		{"database unreachable", fmt.Errorf("once: claiming action k: %w", errors.New("dial tcp: connection refused")), JobRetry, false},
 		{"caller gave up", context.Canceled, JobRetry, false},
+		{"joined: failed and released", errors.Join(&FailedError{Key: "a"}, fmt.Errorf("once: action b attempt 1 released: %w", RetryLater(errors.New("429")))), JobRetry, false},
+		{"joined: done and in review", fmt.Errorf("job 1: %w", errors.Join(nil, &ReviewError{Key: "b"})), JobDrop, false},
+		{"joined: failed and in review", errors.Join(&FailedError{Key: "a"}, &ReviewError{Key: "b"}), JobDrop, false},
+		{"joined: both failed", errors.Join(&FailedError{Key: "a"}, &FailedError{Key: "b"}), JobAck, false},
+		{"joined: in flight and released", fmt.Errorf("%w; %w", &InFlightError{Key: "a", LeaseUntil: now.Add(time.Minute)}, RetryLater(nil)), JobRetry, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
