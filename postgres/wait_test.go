@@ -485,3 +485,41 @@ func TestWaitAfterClose(t *testing.T) {
 		t.Fatalf("Wait with an ended context = %v", err)
 	}
 }
+
+// A DoTx's transaction that held the key rolls back while a duplicate
+// waits for it, with the listener already listening (so its first
+// connect wakes nobody): no row appears and nothing notifies, yet the
+// key is free. The duplicate claims it and runs the effect, instead of
+// waiting out its hour.
+func TestWaitRolledBackTxClaims(t *testing.T) {
+	t.Parallel()
+	s, _ := migrated(t)
+	listening(t, s)
+	waits := make(chan once.Observation, 16)
+	c, err := once.New(once.Config{Store: s, ClaimTimeout: 200 * time.Millisecond, Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		if o.Type == once.EventWaiting {
+			waits <- o
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := once.DoTx(ctx, c, s, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) { return "rolled back", nil }); err != nil {
+		t.Fatal(err)
+	}
+	second := goDo(ctx, c, waitIntent, func(context.Context, once.Attempt) (string, error) { return "run by the duplicate", nil }, once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting for the transaction")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, second, "the duplicate returning after the rollback")
+	if o.err != nil || o.res.Replayed || o.res.Value != "run by the duplicate" || o.res.Attempt != 1 {
+		t.Fatalf("duplicate = %+v, %v; want it to claim the free key and run the effect", o.res, o.err)
+	}
+}
