@@ -273,9 +273,12 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 			var held *InFlightError
 			if errors.As(err, &held) && held.InTransaction {
 				// No row to watch: wait for one to appear (the
-				// transaction commits) or for the wait to run out,
-				// then claim again.
-				again, stop := w.wait(ctx, c.store, Action{Key: req.Key}, req.Kind, 0)
+				// transaction commits), then claim again. A rollback
+				// leaves no row and changes nothing a read can see, so
+				// claim again every ClaimTimeout too: the claim waits
+				// on the transaction while it is open, and takes the
+				// key once it has rolled back.
+				again, stop := w.wait(ctx, c.store, Action{Key: req.Key}, req.Kind, c.claimTimeout)
 				if again {
 					continue
 				}

@@ -40,7 +40,11 @@ type doOptions struct {
 // Waiting holds no database connection: the postgres store is woken by a
 // notification on a connection of its own and polls as a fallback, the
 // sqlite store polls. Each claim is still bounded by
-// Config.ClaimTimeout, so a call can return up to that long after d.
+// Config.ClaimTimeout, so a call can return up to that long after d. A
+// key that a transaction not yet committed holds (a DoTx) has no row to
+// watch, and its rollback changes nothing a read can see: the call
+// claims it again every ClaimTimeout, waiting on the transaction each
+// time, and takes the key once it is free.
 // Zero waits not at all; d must not be negative.
 func WaitFor(d time.Duration) DoOption {
 	return func(o *doOptions) {
