@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/postgres"
 )
@@ -522,4 +524,43 @@ func TestWaitRolledBackTxClaims(t *testing.T) {
 	if o.err != nil || o.res.Replayed || o.res.Value != "run by the duplicate" || o.res.Attempt != 1 {
 		t.Fatalf("duplicate = %+v, %v; want it to claim the free key and run the effect", o.res, o.err)
 	}
+}
+
+// The listening connection hangs on its LISTEN (the reply is lost and
+// the connection stays open and silent, as in a half-open partition):
+// the listener gives up on it and opens another, and waiters are woken
+// by notifications again.
+func TestWaitListenHangsReconnects(t *testing.T) {
+	t.Parallel()
+	_, schema := migrated(t)
+	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	s, err := postgres.New(sharedPool(t), postgres.Config{Schema: schema,
+		ListenURL: fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", cfg.User, p.Addr(), cfg.Database)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	postgres.SetPollInterval(s, time.Hour)
+	postgres.SetListenTimings(s, 100*time.Millisecond, time.Second)
+	hung := p.HangAfter([]byte("LISTEN"), faultproxy.PostgresReady)
+	if err := s.Wait(context.Background(), once.WaitRequest{Key: "warm-up", Until: time.Now().Add(10 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, hung, "the LISTEN's reply being lost")
+	eventually(t, "the listener listening on another connection", func() bool { return postgres.ListenerReady(s) })
+	c, waits := client(t, s)
+	f := startFirst(t, c, waitIntent)
+	second := goDo(context.Background(), c, waitIntent, mustNotRun(t), once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting")
+	eventually(t, "the duplicate marking the row", func() bool { return marked(t, schema, keyOf(t, waitIntent)) })
+	f.finish("after the hang")
+	wantReplay(t, recv(t, second, "the duplicate woken"), "after the hang")
 }
