@@ -550,6 +550,7 @@ func TestWaitListenHangsReconnects(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	postgres.SetPollInterval(s, time.Hour)
 	postgres.SetListenTimings(s, 100*time.Millisecond, time.Second)
+	postgres.SetListenCallWait(s, time.Second)
 	hung := p.HangAfter([]byte("LISTEN"), faultproxy.PostgresReady)
 	if err := s.Wait(context.Background(), once.WaitRequest{Key: "warm-up", Until: time.Now().Add(10 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
