@@ -565,3 +565,37 @@ func TestWaitListenHangsReconnects(t *testing.T) {
 	f.finish("after the hang")
 	wantReplay(t, recv(t, second, "the duplicate woken"), "after the hang")
 }
+
+// A store that owns its pool (Open) closed while a duplicate waits: the
+// pool is gone and no read can ever tell the waiter anything, so the
+// wait ends, with an error that says the store was closed, instead of
+// reading a closed pool until the wait runs out.
+func TestWaitStoreClosedEndsWait(t *testing.T) {
+	t.Parallel()
+	d, schema := migrated(t)
+	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&pool_max_conns=2", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	s, err := postgres.Open(context.Background(), url, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	k, fp, _ := once.KeyOf(waitIntent)
+	if _, err := d.Claim(context.Background(), once.ClaimRequest{Key: k, Fingerprint: fp, Run: waitIntent.Run, Kind: waitIntent.Kind, Target: waitIntent.Target, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	c, waits := client(t, s)
+	second := goDo(context.Background(), c, waitIntent, mustNotRun(t), once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting")
+	eventually(t, "the duplicate marking the row", func() bool { return marked(t, schema, k) })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, second, "the duplicate returning after its store was closed")
+	if !errors.Is(o.err, once.ErrInFlight) || !strings.Contains(o.err.Error(), "closed") {
+		t.Fatalf("duplicate = %+v, %v; want the *InFlightError, saying the store was closed", o.res, o.err)
+	}
+}
