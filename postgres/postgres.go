@@ -36,6 +36,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -96,6 +97,11 @@ type Store struct {
 	listen *listener
 	// pollMin and pollMax space a waiter's reads of its row.
 	pollMin, pollMax time.Duration
+	// closed is closed by Close when the store owns its pool (Open): its
+	// waiters can read nothing more. Nil for a pool passed to New, which
+	// stays usable after Close.
+	closed    chan struct{}
+	closeOnce *sync.Once
 }
 
 var (
@@ -207,6 +213,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
+	s.closed, s.closeOnce = make(chan struct{}), new(sync.Once)
 	return s, nil
 }
 
@@ -222,9 +229,11 @@ func redact(err error) string {
 }
 
 // Close closes the store's listening connection, and the pool if Open
-// made it; a pool passed to New is the caller's to close. On a store
-// bound to a transaction it does nothing: the store it was bound from
-// owns them.
+// made it; a pool passed to New is the caller's to close. Waiters of a
+// store that closes its pool stop waiting and answer at once; those of
+// a store over a pool passed to New go on polling through it. On a
+// store bound to a transaction it does nothing: the store it was bound
+// from owns them.
 func (s *Store) Close() error {
 	if s.inTx {
 		return nil
@@ -233,6 +242,8 @@ func (s *Store) Close() error {
 		s.listen.close()
 	}
 	if s.owned {
+		// Waiters first: a read of the closed pool tells them nothing.
+		s.closeOnce.Do(func() { close(s.closed) })
 		s.pool.Close()
 	}
 	return nil
@@ -815,6 +826,8 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.closed:
+			return fmt.Errorf("%s: closed while waiting; nothing more can be read from it", s)
 		case <-until.C:
 			return nil
 		case <-wake:
