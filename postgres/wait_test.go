@@ -599,3 +599,51 @@ func TestWaitStoreClosedEndsWait(t *testing.T) {
 		t.Fatalf("duplicate = %+v, %v; want the *InFlightError, saying the store was closed", o.res, o.err)
 	}
 }
+
+// A DoTx in a transaction that began before the claim it meets ran out
+// (its worker died): PostgreSQL's now() is the transaction's start, so
+// read by it the lease would look live for as long as the transaction
+// lasts, and the DoTx would wait out its whole wait for a dead claim.
+// It answers at once that the claim expired, as without waiting.
+func TestDoTxWaitSeesLapsedLease(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client(t, s)
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	k, fp, _ := once.KeyOf(waitIntent)
+	cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: waitIntent.Run, Kind: waitIntent.Kind, Target: waitIntent.Target, Lease: 300 * time.Millisecond})
+	if err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v %v", cr, err)
+	}
+	eventually(t, "the claim's lease running out", func() bool {
+		var out bool
+		if err := sharedPool(t).QueryRow(ctx, `SELECT clock_timestamp() > $1`, cr.Action.LeaseUntil).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.DoTx(ctx, c, s, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) {
+			t.Error("DoTx ran the effect of a claim it cannot recover")
+			return "", nil
+		}, once.WaitFor(time.Hour))
+		done <- err
+	}()
+	err = recv(t, done, "DoTx answering")
+	var ife *once.InFlightError
+	if !errors.As(err, &ife) || !ife.Expired {
+		t.Fatalf("DoTx = %v; want an *InFlightError saying the lease expired", err)
+	}
+}
