@@ -308,26 +308,30 @@ func buildQueries(table, events, tag string) queries {
 		// the standing row instead, so a duplicate costs one round trip.
 		// DO NOTHING, not DO UPDATE: a duplicate then takes no row lock
 		// and writes nothing, so a replay is a read, with no commit to
-		// flush.
+		// flush. The time it reports, against which the standing row's
+		// lease is read, and from which its own lease runs, is the
+		// statement's: inside a caller's transaction (DoTx) now() is
+		// when the transaction began, and a lease that ran out since
+		// would look live.
 		claim: r.Replace(`
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
         redrive_after_us, redrive)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
     INSERT INTO $E (key, type, attempt, to_status, actor, origin)
     SELECT key, 'claimed', attempt, 'in_flight', 'worker', $14 FROM claimed
 )
-SELECT $C, true, now() FROM claimed
+SELECT $C, true, statement_timestamp() FROM claimed
 UNION ALL
-SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
+SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same.
 		reclaim: r.Replace(`
 WITH claimed AS (
-    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
+    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = statement_timestamp() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
         hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
         redrive_after_us = $7, redrive = $8, waiters = false
@@ -337,10 +341,10 @@ WITH claimed AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)
     SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker', $9 FROM claimed
 )
-SELECT $C, true, now() FROM claimed`),
+SELECT $C, true, statement_timestamp() FROM claimed`),
 		// The fallback when the row a claim conflicted with was committed
 		// after the claim's snapshot was taken.
-		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
+		selectRow: r.Replace(`SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1`),
 		heartbeat: r.Replace(`
 UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = NULL
 WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
