@@ -647,3 +647,59 @@ func TestDoTxWaitSeesLapsedLease(t *testing.T) {
 		t.Fatalf("DoTx = %v; want an *InFlightError saying the lease expired", err)
 	}
 }
+
+// A duplicate's claim waits on a DoTx's transaction, and its client
+// gives up on it (ClaimTimeout) while the server goes on waiting: the
+// cancel request pgx sends on giving up cannot get through (new
+// connections are refused), so the claim is still pending when the
+// read-back finds no row. The transaction rolls back and the pending
+// claim commits, carrying the duplicate's token. The duplicate, still
+// waiting, meets that claim: it is its own, and nobody else will run
+// it, so it runs the effect, instead of waiting for its own claim's
+// lease to run out (and recovery to put an effect that never ran up for
+// review).
+func TestWaitMeetsItsOwnLostClaim(t *testing.T) {
+	t.Parallel()
+	d, schema := migrated(t)
+	ps, proxy := proxiedStore(t, schema)
+	ctx := context.Background()
+	if err := testdb.Warm(ctx, ps.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := once.New(once.Config{Store: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := make(chan once.Observation, 16)
+	c, err := once.New(once.Config{Store: ps, ClaimTimeout: 2 * time.Second, Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		if o.Type == once.EventWaiting {
+			waits <- o
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := once.DoTx(ctx, direct, d, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) { return "rolled back", nil }); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Refuse(true)
+	second := goDo(ctx, c, waitIntent, func(context.Context, once.Attempt) (string, error) { return "run by the duplicate", nil }, once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting for the transaction")
+	proxy.Refuse(false)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pending claim committing", func() bool {
+		_, err := d.Get(ctx, keyOf(t, waitIntent))
+		return err == nil
+	})
+	o := recv(t, second, "the duplicate returning")
+	if o.err != nil || o.res.Replayed || o.res.Value != "run by the duplicate" || o.res.Attempt != 1 {
+		t.Fatalf("duplicate = %+v, %v; want it to run the effect under the claim it made", o.res, o.err)
+	}
+}
