@@ -145,7 +145,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 	w := c.waiting(opt)
 	var cr ClaimResult
 	for {
-		cr, err = c.claim(ctx, s, req)
+		cr, err = c.claim(ctx, s, req, nil)
 		if err != nil {
 			return Result[T]{}, err
 		}
@@ -264,11 +264,12 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 	}
 	w := c.waiting(o)
 	recovered := false
+	var pending pendingClaims
 	for {
 		// The lease counts from when the claim was sent: the database
 		// starts it later than that, never sooner.
 		sent := time.Now()
-		cr, err := c.claim(ctx, c.store, req)
+		cr, err := c.claim(ctx, c.store, req, &pending)
 		if err != nil {
 			var held *InFlightError
 			if errors.As(err, &held) && held.InTransaction {
@@ -287,6 +288,9 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 			return outcome{err: err}
 		}
 		if cr.Claimed {
+			if at, ok := pending.sent(cr.Action.Token); ok {
+				sent = at
+			}
 			return c.execute(ctx, pol, in, cr.Action, fn, sent)
 		}
 		a := cr.Action
@@ -326,6 +330,31 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 	}
 }
 
+// pendingClaims are the claims of one call that failed without the
+// read-back finding them applied. A claim the client gave up on may
+// still be running on the server (waiting on another transaction's lock,
+// its cancellation lost) and commit later, under its token: a call that
+// waits may meet it.
+type pendingClaims map[string]time.Time
+
+// add records a claim sent at sent with token.
+func (p *pendingClaims) add(token string, sent time.Time) {
+	if *p == nil {
+		*p = make(pendingClaims)
+	}
+	(*p)[token] = sent
+}
+
+// sent reports when the claim that wrote token was sent, if it was one
+// of these.
+func (p *pendingClaims) sent(token string) (time.Time, bool) {
+	if p == nil || token == "" {
+		return time.Time{}, false
+	}
+	at, ok := (*p)[token]
+	return at, ok
+}
+
 // claim asks the store for the key. A released row whose fingerprint
 // matches is claimed by the store itself; the loop only covers the rare
 // read that saw a row between its release and its next claim.
@@ -334,12 +363,15 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 // been lost after the database committed it: the row is read back, and
 // if it carries the token the claim is this caller's, and the effect
 // runs (or is released) instead of waiting for a lease to lapse and a
-// person to be asked about an effect that never started. Inside a
-// caller's transaction (s is not the client's store) there is nothing to
-// read back: the transaction failed as a whole.
-func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimResult, error) {
+// person to be asked about an effect that never started. A try whose
+// row was not found may yet commit; pending keeps its token, so a later
+// claim of the same call that meets it in flight takes it as its own.
+// Inside a caller's transaction (s is not the client's store) there is
+// nothing to read back: the transaction failed as a whole.
+func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims) (ClaimResult, error) {
 	for range 3 {
 		req.Token = newToken()
+		sent := time.Now()
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if s == c.store {
 			cctx, cancel = context.WithTimeout(ctx, c.claimTimeout)
@@ -350,6 +382,9 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 		if err != nil {
 			if s == c.store {
 				a, ok := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
+				if !ok && pending != nil {
+					pending.add(req.Token, sent)
+				}
 				switch {
 				case ok && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
@@ -362,6 +397,15 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 				}
 			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
+		}
+		if !cr.Claimed && cr.Action.Status == StatusInFlight {
+			if _, mine := pending.sent(cr.Action.Token); mine {
+				// Nothing else writes this token: the row is still
+				// at the claim this call gave up on, and nobody runs it.
+				c.log.Warn("once: a claim given up on committed later; it is ours", "key", req.Key, "kind", req.Kind, "attempt", cr.Action.Attempt)
+				cr.Claimed = true
+				return cr, nil
+			}
 		}
 		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint {
 			return cr, nil
