@@ -273,13 +273,14 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 		if err != nil {
 			var held *InFlightError
 			if errors.As(err, &held) && held.InTransaction {
-				// No row to watch: wait for one to appear (the
-				// transaction commits), then claim again. A rollback
-				// leaves no row and changes nothing a read can see, so
-				// claim again every ClaimTimeout too: the claim waits
-				// on the transaction while it is open, and takes the
-				// key once it has rolled back.
-				again, stop := w.wait(ctx, c.store, Action{Key: req.Key}, req.Kind, c.claimTimeout)
+				// Wait for the row as it was visible (none, or
+				// released) to change (the transaction commits), then
+				// claim again. A rollback changes nothing a read can
+				// see, so claim again every ClaimTimeout too: the claim
+				// waits on the transaction while it is open, and takes
+				// the key once it has rolled back.
+				seen := Action{Key: req.Key, Status: cr.Action.Status, Attempt: cr.Action.Attempt}
+				again, stop := w.wait(ctx, c.store, seen, req.Kind, c.claimTimeout)
 				if again {
 					continue
 				}
@@ -389,11 +390,14 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				case ok && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
-				case timedOut && a.Key == "":
-					// The claim waited and no row is visible: another
-					// transaction (a DoTx not yet committed) holds the
-					// key, or the database's write lock.
-					return ClaimResult{}, &InFlightError{Key: req.Key, InTransaction: true}
+				case timedOut && (a.Key == "" || a.Status == StatusReleased):
+					// The claim waited, and no row is visible or the
+					// one visible is released: another transaction (a
+					// DoTx not yet committed) holds the key, claiming
+					// it or claiming it again, or holds the database's
+					// write lock. What is visible comes back with the
+					// error, for a caller that waits to watch.
+					return ClaimResult{Action: a}, &InFlightError{Key: req.Key, Attempt: a.Attempt, InTransaction: true}
 				}
 			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)

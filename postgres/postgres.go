@@ -803,7 +803,11 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 // the transaction ends, and with it the outcome it waits for.
 func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 	var wake <-chan struct{}
-	mark := !s.inTx && req.Status != ""
+	// Only an attempt in flight is marked: its outcome is a transition,
+	// which notifies. A released row moves on by a claim, which does
+	// not, and a DoTx claiming it holds its lock, which a mark would
+	// wait on.
+	mark := !s.inTx && req.Status == once.StatusInFlight
 	if s.listen != nil {
 		ch, unsubscribe := s.listen.subscribe(req.Key)
 		defer unsubscribe()
