@@ -583,6 +583,9 @@ func TestWaitStoreClosedEndsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	// Listening before the duplicate waits, so the listener's first
+	// connect does not wake it into a claim that Close then cuts.
+	listening(t, s)
 	k, fp, _ := once.KeyOf(waitIntent)
 	if _, err := d.Claim(context.Background(), once.ClaimRequest{Key: k, Fingerprint: fp, Run: waitIntent.Run, Kind: waitIntent.Kind, Target: waitIntent.Target, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
