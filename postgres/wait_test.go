@@ -706,3 +706,34 @@ func TestWaitMeetsItsOwnLostClaim(t *testing.T) {
 		t.Fatalf("duplicate = %+v, %v; want it to run the effect under the claim it made", o.res, o.err)
 	}
 }
+
+// A DoTx made with WaitFor in a REPEATABLE READ (or SERIALIZABLE)
+// transaction: its snapshot can never see the outcome it would wait
+// for. It does not wait out its whole wait for nothing: it answers at
+// once, saying why.
+func TestDoTxWaitRepeatableRead(t *testing.T) {
+	t.Parallel()
+	s, _ := migrated(t)
+	c, _ := client(t, s)
+	f := startFirst(t, c, waitIntent)
+	defer f.finish("done")
+	ctx := context.Background()
+	tx, err := sharedPool(t).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.DoTx(ctx, c, s, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) {
+			t.Error("DoTx ran the effect of a claim held by another attempt")
+			return "", nil
+		}, once.WaitFor(time.Hour))
+		done <- err
+	}()
+	err = recv(t, done, "DoTx answering")
+	var ife *once.InFlightError
+	if !errors.As(err, &ife) || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Fatalf("DoTx = %v; want the *InFlightError, saying it can wait only in a READ COMMITTED transaction", err)
+	}
+}
