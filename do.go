@@ -120,7 +120,8 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 //
 // WaitFor makes DoTx wait, as Do does, for a claim a Do holds. The
 // caller's transaction stays open (and holds its connection) meanwhile,
-// and must be READ COMMITTED to see the outcome when it lands. The
+// and must be READ COMMITTED to see the outcome when it lands; in
+// another isolation level DoTx answers at once, saying so. The
 // sqlite store cannot wait inside a transaction, whose write lock is
 // what the other attempt needs to record its outcome: there DoTx
 // answers at once, saying so.

@@ -800,8 +800,21 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 // is lost. Each read borrows a connection of the pool for that read
 // only. Bound to a caller's transaction, it reads through the
 // transaction and marks nothing: a mark would hold the row's lock until
-// the transaction ends, and with it the outcome it waits for.
+// the transaction ends, and with it the outcome it waits for. A
+// transaction that is not READ COMMITTED cannot see the outcome land:
+// Wait refuses it at once.
 func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
+	if s.inTx {
+		// Only a READ COMMITTED transaction reads each statement with a
+		// fresh snapshot; in any other, the outcome would never show.
+		var level string
+		if err := s.db.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+			return s.wrap(err)
+		}
+		if level != "read committed" {
+			return fmt.Errorf("postgres store: cannot wait inside a %s transaction: its snapshot never sees the outcome of the attempt in flight; begin the transaction READ COMMITTED (the default), or wait with Do outside it", strings.ToUpper(level))
+		}
+	}
 	var wake <-chan struct{}
 	// Only an attempt in flight is marked: its outcome is a transition,
 	// which notifies. A released row moves on by a claim, which does
