@@ -36,6 +36,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -96,6 +97,11 @@ type Store struct {
 	listen *listener
 	// pollMin and pollMax space a waiter's reads of its row.
 	pollMin, pollMax time.Duration
+	// closed is closed by Close when the store owns its pool (Open): its
+	// waiters can read nothing more. Nil for a pool passed to New, which
+	// stays usable after Close.
+	closed    chan struct{}
+	closeOnce *sync.Once
 }
 
 var (
@@ -207,6 +213,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
+	s.closed, s.closeOnce = make(chan struct{}), new(sync.Once)
 	return s, nil
 }
 
@@ -222,9 +229,11 @@ func redact(err error) string {
 }
 
 // Close closes the store's listening connection, and the pool if Open
-// made it; a pool passed to New is the caller's to close. On a store
-// bound to a transaction it does nothing: the store it was bound from
-// owns them.
+// made it; a pool passed to New is the caller's to close. Waiters of a
+// store that closes its pool stop waiting and answer at once; those of
+// a store over a pool passed to New go on polling through it. On a
+// store bound to a transaction it does nothing: the store it was bound
+// from owns them.
 func (s *Store) Close() error {
 	if s.inTx {
 		return nil
@@ -233,6 +242,8 @@ func (s *Store) Close() error {
 		s.listen.close()
 	}
 	if s.owned {
+		// Waiters first: a read of the closed pool tells them nothing.
+		s.closeOnce.Do(func() { close(s.closed) })
 		s.pool.Close()
 	}
 	return nil
@@ -297,26 +308,30 @@ func buildQueries(table, events, tag string) queries {
 		// the standing row instead, so a duplicate costs one round trip.
 		// DO NOTHING, not DO UPDATE: a duplicate then takes no row lock
 		// and writes nothing, so a replay is a read, with no commit to
-		// flush.
+		// flush. The time it reports, against which the standing row's
+		// lease is read, and from which its own lease runs, is the
+		// statement's: inside a caller's transaction (DoTx) now() is
+		// when the transaction began, and a lease that ran out since
+		// would look live.
 		claim: r.Replace(`
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
         redrive_after_us, redrive)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
     INSERT INTO $E (key, type, attempt, to_status, actor, origin)
     SELECT key, 'claimed', attempt, 'in_flight', 'worker', $14 FROM claimed
 )
-SELECT $C, true, now() FROM claimed
+SELECT $C, true, statement_timestamp() FROM claimed
 UNION ALL
-SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
+SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same.
 		reclaim: r.Replace(`
 WITH claimed AS (
-    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
+    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = statement_timestamp() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
         hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
         redrive_after_us = $7, redrive = $8, waiters = false
@@ -326,10 +341,10 @@ WITH claimed AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)
     SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker', $9 FROM claimed
 )
-SELECT $C, true, now() FROM claimed`),
+SELECT $C, true, statement_timestamp() FROM claimed`),
 		// The fallback when the row a claim conflicted with was committed
 		// after the claim's snapshot was taken.
-		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
+		selectRow: r.Replace(`SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1`),
 		heartbeat: r.Replace(`
 UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = NULL
 WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
@@ -785,10 +800,27 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 // is lost. Each read borrows a connection of the pool for that read
 // only. Bound to a caller's transaction, it reads through the
 // transaction and marks nothing: a mark would hold the row's lock until
-// the transaction ends, and with it the outcome it waits for.
+// the transaction ends, and with it the outcome it waits for. A
+// transaction that is not READ COMMITTED cannot see the outcome land:
+// Wait refuses it at once.
 func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
+	if s.inTx {
+		// Only a READ COMMITTED transaction reads each statement with a
+		// fresh snapshot; in any other, the outcome would never show.
+		var level string
+		if err := s.db.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+			return s.wrap(err)
+		}
+		if level != "read committed" {
+			return fmt.Errorf("postgres store: cannot wait inside a %s transaction: its snapshot never sees the outcome of the attempt in flight; begin the transaction READ COMMITTED (the default), or wait with Do outside it", strings.ToUpper(level))
+		}
+	}
 	var wake <-chan struct{}
-	mark := !s.inTx && req.Status != ""
+	// Only an attempt in flight is marked: its outcome is a transition,
+	// which notifies. A released row moves on by a claim, which does
+	// not, and a DoTx claiming it holds its lock, which a mark would
+	// wait on.
+	mark := !s.inTx && req.Status == once.StatusInFlight
 	if s.listen != nil {
 		ch, unsubscribe := s.listen.subscribe(req.Key)
 		defer unsubscribe()
@@ -815,6 +847,8 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.closed:
+			return fmt.Errorf("%s: closed while waiting; nothing more can be read from it", s)
 		case <-until.C:
 			return nil
 		case <-wake:
