@@ -1,0 +1,665 @@
+package linearize_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/linearize"
+)
+
+// The workload: a few keys at a time, two kinds of effect, workers that
+// call Do on them through two clients (one of which the faults reach), a
+// person who resolves what goes to review, a reaper, and a fault per
+// round. Then every key is driven to an end, and the history is checked.
+const (
+	// lease is the kinds' lease: short, so claims lapse within a round.
+	lease = 400 * time.Millisecond
+	// workers call Do and Get concurrently.
+	workers = 6
+	// rounds of fresh keys, keysPerRound each, a fault per round.
+	rounds       = 16
+	keysPerRound = 4
+	roundLength  = 700 * time.Millisecond
+)
+
+const (
+	kindEmail  = "send_email"  // AskPerson: a plain SMTP server cannot be asked
+	kindCharge = "charge_card" // RetryWithProviderKey: the provider honours Idempotency-Key
+)
+
+// seed is the run's seed: ONCE_LINEARIZE_SEED, or a fixed one. It picks
+// the keys' effects, the faults and their order; the interleaving is the
+// machine's.
+func seed(t *testing.T) uint64 {
+	if s := os.Getenv("ONCE_LINEARIZE_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ONCE_LINEARIZE_SEED=%q is not a number", s)
+		}
+		return n
+	}
+	return 11
+}
+
+// outbox is the email provider: it delivers every message it is handed,
+// and cannot be asked about a key (no idempotency). A message is handed
+// over only while the effect's context is live: an effect that was told
+// to stop sends nothing.
+type outbox struct {
+	mu   sync.Mutex
+	seq  int
+	sent map[once.Key][]string
+}
+
+func (o *outbox) send(ctx context.Context, k once.Key) (string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		// Nothing went out: the next delivery may send it.
+		return "", once.RetryLater(err)
+	}
+	o.seq++
+	id := fmt.Sprintf("msg-%d", o.seq)
+	o.sent[k] = append(o.sent[k], id)
+	return id, nil
+}
+
+func (o *outbox) of(k once.Key) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.sent[k])
+}
+
+// bank is the payments provider. It keeps the first response to each
+// Idempotency-Key and answers every later call with it, as Stripe does:
+// a declined card stays declined, a charge is made once.
+type bank struct {
+	mu        sync.Mutex
+	seq       int
+	responses map[string]response
+	calls     map[string]int
+}
+
+type response struct {
+	declined bool
+	receipt  string
+}
+
+func (b *bank) charge(providerKey string, decline bool) response {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls[providerKey]++
+	if c, ok := b.responses[providerKey]; ok {
+		return c
+	}
+	b.seq++
+	c := response{declined: decline, receipt: fmt.Sprintf("ch-%d", b.seq)}
+	b.responses[providerKey] = c
+	return c
+}
+
+func (b *bank) of(providerKey string) (response, int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c, ok := b.responses[providerKey]
+	return c, b.calls[providerKey], ok
+}
+
+// key is one intent of the run.
+type key struct {
+	in      once.Intent
+	key     once.Key
+	rec     once.Recovery
+	email   bool
+	decline bool // a charge whose card the bank declines
+}
+
+// behaviour is what one call of an effect does.
+type behaviour int
+
+const (
+	bOK         behaviour = iota // it happens
+	bRetryLater                  // refused before it happened (421, 429)
+	bPermanent                   // refused for good (550); emails only
+	bLostReply                   // it happened, and the reply was lost
+	bUnsent                      // an error before anything went out, unclassified
+	bSlow                        // runs for 0.3–2.5 leases first
+)
+
+func pick(rng *rand.Rand) (behaviour, time.Duration) {
+	slow := time.Duration((0.3 + 2.2*rng.Float64()) * float64(lease))
+	switch r := rng.IntN(100); {
+	case r < 40:
+		return bOK, 0
+	case r < 52:
+		return bRetryLater, 0
+	case r < 57:
+		return bPermanent, 0
+	case r < 70:
+		return bLostReply, 0
+	case r < 75:
+		return bUnsent, 0
+	default:
+		return bSlow, slow
+	}
+}
+
+// world is one run over one store.
+type world struct {
+	t       *testing.T
+	seed    uint64
+	rec     *linearize.Recorder
+	direct  *once.Client
+	faulted *once.Client
+	faults  faults
+	outbox  *outbox
+	bank    *bank
+
+	mu      sync.Mutex
+	keys    []*key
+	current []*key
+	log     []string // what was injected, for a reader of a failure
+}
+
+// faults are the partial failures a store's run injects, one per round.
+type faults interface {
+	// kinds names the faults.
+	kinds() []string
+	// inject starts one; it lasts until heal is called (nil: it ends by
+	// itself, an armed lost reply), which is not before lasts.
+	inject(kind string) (heal func(), lasts time.Duration)
+	// report says what happened, at the end.
+	report() string
+}
+
+func newWorld(t *testing.T, direct, faulted once.Store, f faults) *world {
+	w := &world{
+		t: t, seed: seed(t), rec: linearize.NewRecorder(), faults: f,
+		outbox: &outbox{sent: map[once.Key][]string{}},
+		bank:   &bank{responses: map[string]response{}, calls: map[string]int{}},
+	}
+	cfg := once.Config{
+		Kinds: map[string]once.KindPolicy{
+			kindEmail:  {Recovery: once.AskPerson, Lease: lease, MaxExecution: 10 * time.Second},
+			kindCharge: {Recovery: once.RetryWithProviderKey, Lease: lease, MaxExecution: 10 * time.Second},
+		},
+		ClaimTimeout:  time.Second,
+		RecordTimeout: 1500 * time.Millisecond,
+		Hooks:         w.rec.Hooks(),
+	}
+	var err error
+	cfg.Store, cfg.Origin = direct, "direct"
+	if w.direct, err = once.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store, cfg.Origin = faulted, "faulted"
+	if w.faulted, err = once.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *world) newRound(r int, rng *rand.Rand) {
+	var ks []*key
+	for i := range keysPerRound {
+		ks = append(ks, w.freshKey(r, i, i%2 == 0, rng))
+	}
+	w.mu.Lock()
+	w.current = ks
+	w.mu.Unlock()
+}
+
+// freshKey makes step i of round r's run, an email or a charge.
+func (w *world) freshKey(r, i int, email bool, rng *rand.Rand) *key {
+	k := &key{email: email, rec: once.RetryWithProviderKey}
+	k.in = once.Intent{Run: fmt.Sprintf("linearize-%d-%d", w.seed, r), Step: int64(i), Kind: kindCharge, Target: "cus_" + strconv.Itoa(i), Payload: map[string]any{"amount": 100 * (i + 1)}}
+	if email {
+		k.in.Kind, k.in.Target, k.in.Payload = kindEmail, fmt.Sprintf("user%d@example.com", i), map[string]any{"subject": "receipt"}
+		k.rec = once.AskPerson
+	} else {
+		k.decline = rng.IntN(8) == 0
+	}
+	var err error
+	if k.key, _, err = once.KeyOf(k.in); err != nil {
+		w.t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.keys = append(w.keys, k)
+	w.mu.Unlock()
+	return k
+}
+
+// someKey is mostly one of the round's keys, sometimes any key so far.
+func (w *world) someKey(rng *rand.Rand) *key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rng.IntN(5) == 0 {
+		return w.keys[rng.IntN(len(w.keys))]
+	}
+	return w.current[rng.IntN(len(w.current))]
+}
+
+func (w *world) allKeys() []*key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.keys)
+}
+
+func (w *world) note(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.log = append(w.log, fmt.Sprintf("%8.1fms ", float64(w.rec.Now())/1e6)+fmt.Sprintf(format, args...))
+}
+
+// effect is one call of k's effect, doing b.
+func (w *world) effect(k *key, b behaviour, slow time.Duration) func(context.Context, once.Attempt) (string, error) {
+	if k.email {
+		return func(ctx context.Context, a once.Attempt) (string, error) {
+			switch b {
+			case bRetryLater:
+				return "", once.RetryLater(errors.New("421 4.7.0 try again later"))
+			case bPermanent:
+				return "", once.Permanent(errors.New("550 5.1.1 no such user"))
+			case bUnsent:
+				return "", errors.New("connection reset before DATA")
+			case bLostReply:
+				if _, err := w.outbox.send(ctx, a.Key); err != nil {
+					return "", err
+				}
+				return "", errors.New("timeout waiting for the reply to DATA")
+			case bSlow:
+				// A slow server, honouring the context as an SMTP
+				// client does: a worker that cannot renew its lease
+				// stops it.
+				t := time.NewTimer(slow)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return "", once.RetryLater(ctx.Err())
+				case <-t.C:
+				}
+			}
+			return w.outbox.send(ctx, a.Key)
+		}
+	}
+	return func(ctx context.Context, a once.Attempt) (string, error) {
+		switch b {
+		case bRetryLater:
+			return "", once.RetryLater(errors.New("429 too many requests"))
+		case bSlow:
+			// A zombie: it ignores its context, as a paused process
+			// does, and calls the provider after its lease ran out. The
+			// provider's idempotency absorbs it.
+			time.Sleep(slow)
+		}
+		c := w.bank.charge(a.ProviderKey, k.decline)
+		switch {
+		case c.declined:
+			return "", once.Permanent(errors.New("402 card declined"))
+		case b == bLostReply || b == bUnsent:
+			return "", errors.New("timeout reading the response")
+		}
+		return c.receipt, nil
+	}
+}
+
+// worker calls Do (and sometimes Get) until ctx ends.
+func (w *world) worker(ctx context.Context, id int) {
+	rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	for ctx.Err() == nil {
+		k := w.someKey(rng)
+		c := w.direct
+		if rng.IntN(2) == 0 {
+			c = w.faulted
+		}
+		// Each call gets its own context: the run's end must not cut a
+		// call short (its effect may have happened).
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if rng.IntN(8) == 0 {
+			linearize.Get(cctx, w.rec, id, c, k.key, k.rec)
+		} else {
+			var opts []once.DoOption
+			if rng.IntN(4) == 0 {
+				opts = append(opts, once.WaitFor(300*time.Millisecond))
+			}
+			b, slow := pick(rng)
+			if !k.email && b == bPermanent {
+				b = bOK
+			}
+			linearize.Do(cctx, w.rec, id, c, k.in, w.effect(k, b, slow), opts...)
+		}
+		cancel()
+		time.Sleep(time.Duration(rng.IntN(15)) * time.Millisecond)
+	}
+}
+
+// person resolves what waits for a person, as one would: after looking
+// at the provider, naming the attempt looked at. Now and then a decision
+// names an attempt nobody looked at, which must be refused.
+func (w *world) person(ctx context.Context, id int) {
+	rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	for ctx.Err() == nil {
+		k := w.someKey(rng)
+		c := w.direct
+		if rng.IntN(3) == 0 {
+			c = w.faulted
+		}
+		w.look(c, id, k, rng, false)
+		time.Sleep(time.Duration(20+rng.IntN(40)) * time.Millisecond)
+	}
+}
+
+// look reads k and, if a person would decide on it, decides. It reports
+// the status it read.
+func (w *world) look(c *once.Client, id int, k *key, rng *rand.Rand, converging bool) once.Status {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := linearize.Get(ctx, w.rec, id, c, k.key, k.rec)
+	if err != nil {
+		return ""
+	}
+	// Review always; a failure now and then (a person retries a
+	// message that was never sent, a card declined); while converging,
+	// a failure is an end.
+	decide := a.Status == once.StatusReview || a.Status == once.StatusFailed && !converging && rng.IntN(3) == 0
+	if !decide {
+		return a.Status
+	}
+	// A person takes a while to look: whatever the attempt was doing
+	// when its lease lapsed has stopped by the time they decide.
+	time.Sleep(lease)
+	r := once.Resolution{By: "linearize", Note: "checked the provider", Attempt: a.Attempt}
+	if k.email {
+		switch sent := w.outbox.of(k.key); {
+		case len(sent) > 0:
+			r.Decision, r.Result = once.DecisionDone, json.RawMessage(strconv.Quote(sent[0]))
+		case rng.IntN(10) < 7:
+			r.Decision = once.DecisionRetry
+		default:
+			r.Decision = once.DecisionAbandon
+		}
+	} else {
+		switch ch, _, ok := w.bank.of(string(k.key)); {
+		case ok && !ch.declined:
+			r.Decision, r.Result = once.DecisionDone, json.RawMessage(strconv.Quote(ch.receipt))
+		default:
+			r.Decision = once.DecisionRetry
+		}
+	}
+	if !converging && rng.IntN(5) == 0 {
+		stale := r
+		stale.Attempt = a.Attempt + 1
+		linearize.Resolve(ctx, w.rec, id, c, k.key, k.rec, stale)
+	}
+	linearize.Resolve(ctx, w.rec, id, c, k.key, k.rec, r)
+	return a.Status
+}
+
+// converge drives every key to succeeded or failed through the direct
+// client, once the faults are healed: the workload's own deliveries,
+// and a person for what is in review.
+func (w *world) converge(id int) {
+	rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	deadline := time.Now().Add(30 * time.Second)
+	for _, k := range w.allKeys() {
+		for {
+			if time.Now().After(deadline) {
+				w.t.Fatalf("key %s (%s) did not converge in 30s", k.key, k.in.Kind)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := linearize.Do(ctx, w.rec, id, w.direct, k.in, w.effect(k, bOK, 0), once.WaitFor(2*lease))
+			cancel()
+			var failed *once.FailedError
+			var rev *once.ReviewError
+			if err == nil || errors.As(err, &failed) {
+				break
+			}
+			if errors.As(err, &rev) {
+				w.look(w.direct, id, k, rng, true)
+				continue
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// Client ids in the history, after the workers'.
+const (
+	personID   = workers     // and personID+1: two people, who may race
+	convergeID = workers + 2 // the deliveries that drive every key to an end
+	zombieID   = workers + 3 // and up: the scripted zombies, one per round
+)
+
+// run runs the workload over w and checks what it recorded.
+func (w *world) run() {
+	t := w.t
+	t.Logf("seed %d (set ONCE_LINEARIZE_SEED to change it)", w.seed)
+	rng := rand.New(rand.NewPCG(w.seed, 1<<32))
+	w.newRound(0, rng)
+
+	reaper, err := once.NewReaper(w.direct, once.ReaperConfig{Interval: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reaper.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for id := range workers {
+		wg.Go(func() { w.worker(ctx, id) })
+	}
+	for id := range 2 {
+		wg.Go(func() { w.person(ctx, personID+id) })
+	}
+
+	// Every fault at least once, the rest of the rounds drawn, in an
+	// order the seed gives.
+	schedule := slices.Clone(w.faults.kinds())
+	for len(schedule) < rounds {
+		schedule = append(schedule, w.faults.kinds()[rng.IntN(len(w.faults.kinds()))])
+	}
+	rng.Shuffle(len(schedule), func(i, j int) { schedule[i], schedule[j] = schedule[j], schedule[i] })
+	for r, kind := range schedule {
+		if r > 0 {
+			w.newRound(r, rng)
+		}
+		// The round's keys get going before the fault strikes, so it
+		// finds effects running.
+		time.Sleep(roundLength / 4)
+		if strings.Contains(kind, "past-lease") || strings.Contains(kind, "long") {
+			w.zombies(&wg, r, rng)
+		}
+		w.note("round %d: %s", r, kind)
+		heal, lasts := w.faults.inject(kind)
+		time.Sleep(max(roundLength*3/4, lasts+lease/2))
+		if heal != nil {
+			heal()
+		}
+	}
+	stop()
+	wg.Wait()
+	w.note("workload over; converging")
+	w.converge(convergeID)
+	reaper.Stop()
+
+	w.checkProviders()
+	w.checkHistory()
+}
+
+// zombies starts, through the faulted client, a charge that ignores its
+// context and an email that honours it, on two fresh keys, and returns
+// once both effects run: the fault that follows cuts them off from the
+// database past their lease. The workers get the keys then, and take the
+// charge over, or put the email up for review, while the first attempts
+// still run.
+func (w *world) zombies(wg *sync.WaitGroup, r int, rng *rand.Rand) {
+	charge, email := w.freshKey(r, 100, false, rng), w.freshKey(r, 101, true, rng)
+	started := make(chan struct{}, 2)
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		linearize.Do(ctx, w.rec, zombieID+2*r, w.faulted, charge.in, func(ctx context.Context, a once.Attempt) (string, error) {
+			started <- struct{}{}
+			time.Sleep(7 * lease)
+			c := w.bank.charge(a.ProviderKey, charge.decline)
+			if c.declined {
+				return "", once.Permanent(errors.New("402 card declined"))
+			}
+			return c.receipt, nil
+		})
+	})
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		linearize.Do(ctx, w.rec, zombieID+2*r+1, w.faulted, email.in, func(ctx context.Context, a once.Attempt) (string, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return "", once.RetryLater(ctx.Err())
+		})
+	})
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			w.t.Fatal("a scripted zombie's effect did not start in 10s")
+		}
+	}
+	w.mu.Lock()
+	w.current = append(w.current, charge, email)
+	w.mu.Unlock()
+}
+
+// checkProviders compares every key's end in the ledger with what its
+// provider saw: at most one message per email, and a success stored with
+// exactly the receipt of the one effect that happened.
+func (w *world) checkProviders() {
+	t := w.t
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var absorbed int
+	for _, k := range w.allKeys() {
+		a, err := linearize.Get(ctx, w.rec, convergeID, w.direct, k.key, k.rec)
+		if err != nil {
+			t.Errorf("key %s: %v", k.key, err)
+			continue
+		}
+		var stored string
+		if a.Status == once.StatusSucceeded {
+			if err := json.Unmarshal(a.Result, &stored); err != nil {
+				t.Errorf("key %s: stored result %s is not a receipt", k.key, a.Result)
+			}
+		}
+		if k.email {
+			sent := w.outbox.of(k.key)
+			switch {
+			case len(sent) > 1:
+				t.Errorf("email %s was sent %d times (%v); the ledger says %s at attempt %d", k.key, len(sent), sent, a.Status, a.Attempt)
+			case a.Status == once.StatusSucceeded && (len(sent) != 1 || stored != sent[0]):
+				t.Errorf("email %s: the ledger says succeeded with %q, the outbox has %v", k.key, stored, sent)
+			case a.Status == once.StatusFailed && len(sent) != 0:
+				t.Errorf("email %s: the ledger says failed, the outbox has %v", k.key, sent)
+			case a.Status != once.StatusSucceeded && a.Status != once.StatusFailed:
+				t.Errorf("email %s ended %s", k.key, a.Status)
+			}
+			continue
+		}
+		ch, calls, made := w.bank.of(string(k.key))
+		if calls > 1 {
+			absorbed += calls - 1
+		}
+		switch {
+		case a.Status == once.StatusSucceeded && (!made || ch.declined || stored != ch.receipt):
+			t.Errorf("charge %s: the ledger says succeeded with %q, the bank has %+v (made %v)", k.key, stored, ch, made)
+		case a.Status == once.StatusFailed && made && !ch.declined:
+			t.Errorf("charge %s: the ledger says failed, the bank charged it (%s)", k.key, ch.receipt)
+		case a.Status != once.StatusSucceeded && a.Status != once.StatusFailed:
+			t.Errorf("charge %s ended %s", k.key, a.Status)
+		}
+	}
+	t.Logf("the bank absorbed %d repeated calls through the idempotency key", absorbed)
+	for _, p := range w.rec.Problems() {
+		t.Errorf("recorder: %s", p)
+	}
+}
+
+// checkHistory runs porcupine over the history, and checks that the run
+// went where it was meant to: claims lost, taken over, fenced, reviewed
+// and resolved.
+func (w *world) checkHistory() {
+	t := w.t
+	h := w.rec.History()
+	counts := map[string]int{}
+	for _, op := range h {
+		in, out := op.Input.(linearize.Input), op.Output.(linearize.Output)
+		name := in.Op.String() + " " + out.Result.String()
+		switch in.Op {
+		case linearize.OpClaim:
+			if in.Attempt > 1 {
+				name = "claim of a later attempt"
+			}
+		case linearize.OpOutcome:
+			name += " " + string(in.Outcome)
+		case linearize.OpResolve:
+			name += " " + string(in.Decision)
+		case linearize.OpAnswer, linearize.OpRead:
+			if out.Result == linearize.Saw {
+				name += " " + string(out.Status)
+			}
+		}
+		counts[name]++
+	}
+	var lines []string
+	for name, n := range counts {
+		lines = append(lines, fmt.Sprintf("%6d  %s", n, name))
+	}
+	sort.Strings(lines)
+	t.Logf("history:\n%s\nfaults: %s", strings.Join(lines, "\n"), w.faults.report())
+
+	started := time.Now()
+	v := linearize.Check(h, time.Minute)
+	t.Logf("porcupine: %s, %d operations on %d keys, in %v", v.Result, v.Ops, v.Keys, time.Since(started).Round(time.Millisecond))
+	if v.Result != porcupine.Ok {
+		w.mu.Lock()
+		t.Logf("what was injected:\n%s", strings.Join(w.log, "\n"))
+		w.mu.Unlock()
+		if path, err := v.Visualize(); err == nil {
+			t.Logf("porcupine's view of the history: %s", path)
+		}
+		if v.Result == porcupine.Unknown {
+			t.Fatalf("porcupine could not decide within a minute")
+		}
+		t.Fatalf("the ledger's history is not linearizable:\n%s", v.Explanation)
+	}
+	// The run must have reached what it is meant to test; each of these
+	// comes from dozens of chances.
+	for _, want := range []string{
+		"claim of a later attempt",
+		"outcome applied succeeded",
+		"outcome applied released",
+		"outcome applied review",
+		"outcome applied failed",
+		"resolve applied done",
+		"resolve applied retry",
+		"do saw succeeded",
+		"do saw in_flight",
+	} {
+		if counts[want] == 0 {
+			t.Errorf("the run never saw %q: it does not test what it is meant to", want)
+		}
+	}
+}
