@@ -72,10 +72,17 @@ func explain(m porcupine.Model, history []porcupine.Operation, info porcupine.Li
 		fmt.Fprintf(&b, "key %s (%s): no linearization of its %d operations; the longest the model accepts has %d:\n", key, part[0].Input.(Input).Recovery, len(part), len(longest))
 		states := m.Init()
 		done := map[porcupine.Operation]bool{}
-		for _, op := range longest {
+		for i, op := range longest {
 			_, states = m.Step(states, op.Input, op.Output)
 			done[op] = true
-			fmt.Fprintf(&b, "  %s  →  %s\n", line(op), m.DescribeState(states))
+			switch {
+			case i < len(longest)-maxLines:
+				if i == 0 {
+					fmt.Fprintf(&b, "  … %d more\n", len(longest)-maxLines)
+				}
+			default:
+				fmt.Fprintf(&b, "  %s  →  %s\n", line(op), m.DescribeState(states))
+			}
 		}
 		var rest []porcupine.Operation
 		for _, op := range part {
@@ -85,12 +92,21 @@ func explain(m porcupine.Model, history []porcupine.Operation, info porcupine.Li
 		}
 		sort.Slice(rest, func(i, j int) bool { return rest[i].Call < rest[j].Call })
 		fmt.Fprintf(&b, "  left over, none of which can come next:\n")
-		for _, op := range rest {
+		for i, op := range rest {
+			if i == maxLines {
+				fmt.Fprintf(&b, "  … %d more\n", len(rest)-maxLines)
+				break
+			}
 			fmt.Fprintf(&b, "  %s\n", line(op))
 		}
 	}
 	return b.String()
 }
+
+// maxLines bounds each list of operations in an explanation: the end of
+// the longest linearization, and the start of what is left over, is
+// where it broke.
+const maxLines = 40
 
 // line renders an operation with its times in milliseconds.
 func line(op porcupine.Operation) string {
@@ -100,7 +116,11 @@ func line(op porcupine.Operation) string {
 	}
 	s := fmt.Sprintf("[%9.1f, %9s] c%-3d %s", float64(op.Call)/1e6, ret, op.ClientId, describe(op.Input, op.Output))
 	if op.Metadata != nil && op.Metadata != "ok" && op.Metadata != "get" && op.Metadata != "claimed" {
-		s += fmt.Sprintf("  (%v)", op.Metadata)
+		note := fmt.Sprint(op.Metadata)
+		if len(note) > 200 {
+			note = note[:200] + "…"
+		}
+		s += "  (" + note + ")"
 	}
 	return s
 }
