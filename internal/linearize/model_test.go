@@ -211,7 +211,7 @@ func TestModelRejectsViolations(t *testing.T) {
 
 // A rejected history can be drawn for a person: porcupine's HTML view.
 func TestVisualize(t *testing.T) {
-	x := email().claim(0, 0, 10, 1).claim(1, 0, 10, 1)
+	x := email().claim(0, 0, 10, 1).claim(1, 0, 10, 1).unsure(2, 5)
 	v := linearize.Check(x.ops, 0)
 	path, err := v.Visualize()
 	if err != nil {

@@ -52,7 +52,8 @@ func TestLinearizablePostgres(t *testing.T) {
 	proxied := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4", cfg.User, proxy.Addr(), cfg.Database)
 	faulted := openStore(t, ctx, proxied, schema)
 	t.Cleanup(func() { proxy.Close() })
-	newWorld(t, direct, faulted, &proxyFaults{p: proxy}).run()
+	lease := 400 * time.Millisecond
+	newWorld(t, lease, 6, direct, faulted, &proxyFaults{p: proxy, lease: lease}).run()
 }
 
 func withParams(url, params string) string {
@@ -82,6 +83,7 @@ func openStore(t *testing.T, ctx context.Context, url, schema string) *postgres.
 // client; the others last for the round.
 type proxyFaults struct {
 	p      *faultproxy.Proxy
+	lease  time.Duration
 	mu     sync.Mutex
 	counts map[string]int
 	armed  map[string][]<-chan struct{}
@@ -120,7 +122,7 @@ func (f *proxyFaults) inject(kind string) (func(), time.Duration) {
 	case "blackout":
 		// Shorter than the lease; past it, within RecordTimeout; past
 		// RecordTimeout.
-		d := map[string]time.Duration{"short": lease / 2, "past-lease": 3 * lease, "long": 2750 * time.Millisecond}[what]
+		d := map[string]time.Duration{"short": f.lease / 2, "past-lease": 3 * f.lease, "long": longFault(f.lease)}[what]
 		f.p.Blackout(true)
 		t := time.AfterFunc(d, func() { f.heal() })
 		return func() {
@@ -130,7 +132,7 @@ func (f *proxyFaults) inject(kind string) (func(), time.Duration) {
 	case "refuse":
 		f.p.Refuse(true)
 		f.p.Reset()
-		return func() { f.p.Refuse(false) }, lease
+		return func() { f.p.Refuse(false) }, f.lease
 	case "reset":
 		f.p.Reset()
 	}

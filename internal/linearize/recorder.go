@@ -29,9 +29,13 @@ type Recorder struct {
 	mu       sync.Mutex
 	ops      []porcupine.Operation
 	effects  map[Attempt]int
+	ran      map[Attempt]Interval
 	claims   map[Attempt]int
 	problems []string
 }
+
+// Interval is when an attempt's effect ran, by the recorder's clock.
+type Interval struct{ Start, End int64 }
 
 // Attempt names one attempt of one action.
 type Attempt struct {
@@ -42,7 +46,7 @@ type Attempt struct {
 // NewRecorder returns a Recorder whose clock starts now. Give the
 // clients it records Recorder.Hooks (or join them with the client's own).
 func NewRecorder() *Recorder {
-	return &Recorder{start: time.Now(), effects: map[Attempt]int{}, claims: map[Attempt]int{}}
+	return &Recorder{start: time.Now(), effects: map[Attempt]int{}, ran: map[Attempt]Interval{}, claims: map[Attempt]int{}}
 }
 
 // Now is the recorder's clock: nanoseconds since it was made, by the
@@ -98,12 +102,13 @@ func (r *Recorder) History() []porcupine.Operation {
 	return h
 }
 
-// Effects returns how many times the effect ran, per attempt.
-func (r *Recorder) Effects() map[Attempt]int {
+// Ran returns when each attempt's effect ran (the last run, if it ran
+// more than once, which Problems reports).
+func (r *Recorder) Ran() map[Attempt]Interval {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := make(map[Attempt]int, len(r.effects))
-	for k, v := range r.effects {
+	m := make(map[Attempt]Interval, len(r.ran))
+	for k, v := range r.ran {
 		m[k] = v
 	}
 	return m
@@ -166,6 +171,7 @@ func Do[T any](ctx context.Context, r *Recorder, client int, c *once.Client, in 
 	ctx = context.WithValue(ctx, traceKey{}, tr)
 	call := r.Now()
 	res, err := once.Do(ctx, c, in, func(ctx context.Context, a once.Attempt) (T, error) {
+		start := r.Now()
 		r.mu.Lock()
 		r.effects[Attempt{a.Key, a.Number}]++
 		r.mu.Unlock()
@@ -174,6 +180,9 @@ func Do[T any](ctx context.Context, r *Recorder, client int, c *once.Client, in 
 		}
 		v, err := fn(ctx, a)
 		tr.ran, tr.ranAt, tr.value, tr.effectErr = true, r.Now(), valueOf(v), err
+		r.mu.Lock()
+		r.ran[Attempt{a.Key, a.Number}] = Interval{start, tr.ranAt}
+		r.mu.Unlock()
 		return v, err
 	}, opts...)
 	ret := r.Now()

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,14 +23,11 @@ import (
 )
 
 // The workload: a few keys at a time, two kinds of effect, workers that
-// call Do on them through two clients (one of which the faults reach), a
-// person who resolves what goes to review, a reaper, and a fault per
-// round. Then every key is driven to an end, and the history is checked.
+// call Do on them through two clients (one of which the faults reach),
+// two people who resolve what goes to review, a reaper, and a fault per
+// round, with scripted zombies when the fault outlasts a lease. Then
+// every key is driven to an end, and the history is checked.
 const (
-	// lease is the kinds' lease: short, so claims lapse within a round.
-	lease = 400 * time.Millisecond
-	// workers call Do and Get concurrently.
-	workers = 6
 	// rounds of fresh keys, keysPerRound each, a fault per round.
 	rounds       = 12
 	keysPerRound = 4
@@ -121,12 +119,36 @@ func (b *bank) of(providerKey string) (response, int, bool) {
 
 // key is one intent of the run.
 type key struct {
-	in      once.Intent
-	key     once.Key
-	rec     once.Recovery
-	email   bool
-	decline bool // a charge whose card the bank declines
+	in    once.Intent
+	key   once.Key
+	rec   once.Recovery
+	email bool
+	// first is what its first attempt does, whoever runs it, and for
+	// how long when slow: the plans below go round the keys, so every
+	// case happens in every run.
+	first behaviour
+	slow  time.Duration
+	// decline: a charge whose card the bank declines.
+	decline bool
+	// abandon: a person abandons this email when nothing was sent,
+	// rather than retry it.
+	abandon bool
 }
+
+var (
+	emailPlan = []struct {
+		first   behaviour
+		abandon bool
+	}{{bOK, false}, {bLostReply, false}, {bUnsent, false}, {bRetryLater, false}, {bSlow, false}, {bPermanent, false}, {bUnsent, true}, {bSlow, true}}
+	chargePlan = []struct {
+		first   behaviour
+		decline bool
+	}{{bOK, false}, {bLostReply, false}, {bRetryLater, false}, {bSlow, false}, {bOK, true}, {bUnsent, false}}
+)
+
+// longFault is how long a fault lasts that outlasts RecordTimeout, so
+// outcomes go unrecorded.
+func longFault(lease time.Duration) time.Duration { return 5*lease + 750*time.Millisecond }
 
 // behaviour is what one call of an effect does.
 type behaviour int
@@ -140,7 +162,7 @@ const (
 	bSlow                        // runs for 0.3–2.5 leases first
 )
 
-func pick(rng *rand.Rand) (behaviour, time.Duration) {
+func pick(rng *rand.Rand, lease time.Duration) (behaviour, time.Duration) {
 	slow := time.Duration((0.3 + 2.2*rng.Float64()) * float64(lease))
 	switch r := rng.IntN(100); {
 	case r < 40:
@@ -160,8 +182,14 @@ func pick(rng *rand.Rand) (behaviour, time.Duration) {
 
 // world is one run over one store.
 type world struct {
-	t       *testing.T
-	seed    uint64
+	t    *testing.T
+	seed uint64
+	// lease is the kinds' lease: short, so claims lapse within a round,
+	// and long enough that the store, slowed by the race detector,
+	// claims and renews well within it.
+	lease time.Duration
+	// workers call Do and Get concurrently.
+	workers int
 	rec     *linearize.Recorder
 	direct  *once.Client
 	faulted *once.Client
@@ -172,6 +200,8 @@ type world struct {
 	mu      sync.Mutex
 	keys    []*key
 	current []*key
+	emails  int      // email keys made so far, for the plan
+	charges int      // charge keys made so far
 	log     []string // what was injected, for a reader of a failure
 }
 
@@ -186,9 +216,9 @@ type faults interface {
 	report() string
 }
 
-func newWorld(t *testing.T, direct, faulted once.Store, f faults) *world {
+func newWorld(t *testing.T, lease time.Duration, workers int, direct, faulted once.Store, f faults) *world {
 	w := &world{
-		t: t, seed: seed(t), rec: linearize.NewRecorder(), faults: f,
+		t: t, seed: seed(t), lease: lease, workers: workers, rec: linearize.NewRecorder(), faults: f,
 		outbox: &outbox{sent: map[once.Key][]string{}},
 		bank:   &bank{responses: map[string]response{}, calls: map[string]int{}},
 	}
@@ -202,8 +232,10 @@ func newWorld(t *testing.T, direct, faulted once.Store, f faults) *world {
 			kindEmail:  {Recovery: once.AskPerson, Lease: lease, MaxExecution: 10 * time.Second},
 			kindCharge: {Recovery: once.RetryWithProviderKey, Lease: lease, MaxExecution: 10 * time.Second},
 		},
-		ClaimTimeout:  time.Second,
-		RecordTimeout: 1500 * time.Millisecond,
+		// A fault of three leases ends within RecordTimeout; a long
+		// one (see longFault) outlasts it.
+		ClaimTimeout:  max(time.Second, 5*lease/2),
+		RecordTimeout: 4 * lease,
 		Hooks:         w.rec.Hooks(),
 	}
 	var err error
@@ -218,33 +250,45 @@ func newWorld(t *testing.T, direct, faulted once.Store, f faults) *world {
 	return w
 }
 
-func (w *world) newRound(r int, rng *rand.Rand) {
+func (w *world) newRound(r int) {
 	var ks []*key
 	for i := range keysPerRound {
-		ks = append(ks, w.freshKey(r, i, i%2 == 0, rng))
+		ks = append(ks, w.freshKey(r, i, i%2 == 0))
 	}
 	w.mu.Lock()
 	w.current = ks
 	w.mu.Unlock()
 }
 
-// freshKey makes step i of round r's run, an email or a charge.
-func (w *world) freshKey(r, i int, email bool, rng *rand.Rand) *key {
+// freshKey makes step i of round r's run, an email or a charge, with
+// its place in the plan.
+func (w *world) freshKey(r, i int, email bool) *key {
 	k := &key{email: email, rec: once.RetryWithProviderKey}
 	k.in = once.Intent{Run: fmt.Sprintf("linearize-%d-%d", w.seed, r), Step: int64(i), Kind: kindCharge, Target: "cus_" + strconv.Itoa(i), Payload: map[string]any{"amount": 100 * (i + 1)}}
 	if email {
 		k.in.Kind, k.in.Target, k.in.Payload = kindEmail, fmt.Sprintf("user%d@example.com", i), map[string]any{"subject": "receipt"}
 		k.rec = once.AskPerson
-	} else {
-		k.decline = rng.IntN(8) == 0
 	}
 	var err error
 	if k.key, _, err = once.KeyOf(k.in); err != nil {
 		w.t.Fatal(err)
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.charges
+	if email {
+		n = w.emails
+		p := emailPlan[n%len(emailPlan)]
+		k.first, k.abandon = p.first, p.abandon
+		w.emails++
+	} else {
+		p := chargePlan[n%len(chargePlan)]
+		k.first, k.decline = p.first, p.decline
+		w.charges++
+	}
+	// 0.3 to 2.5 leases, in steps.
+	k.slow = w.lease * time.Duration(3+(7*n)%23) / 10
 	w.keys = append(w.keys, k)
-	w.mu.Unlock()
 	return k
 }
 
@@ -270,10 +314,18 @@ func (w *world) note(format string, args ...any) {
 	w.log = append(w.log, fmt.Sprintf("%8.1fms ", float64(w.rec.Now())/1e6)+fmt.Sprintf(format, args...))
 }
 
-// effect is one call of k's effect, doing b.
+// effect is one call of k's effect, doing b, or k's plan if it runs the
+// first attempt.
 func (w *world) effect(k *key, b behaviour, slow time.Duration) func(context.Context, once.Attempt) (string, error) {
+	plan := func(a once.Attempt) (behaviour, time.Duration) {
+		if a.Number == 1 {
+			return k.first, k.slow
+		}
+		return b, slow
+	}
 	if k.email {
 		return func(ctx context.Context, a once.Attempt) (string, error) {
+			b, slow := plan(a)
 			switch b {
 			case bRetryLater:
 				return "", once.RetryLater(errors.New("421 4.7.0 try again later"))
@@ -302,6 +354,7 @@ func (w *world) effect(k *key, b behaviour, slow time.Duration) func(context.Con
 		}
 	}
 	return func(ctx context.Context, a once.Attempt) (string, error) {
+		b, slow := plan(a)
 		switch b {
 		case bRetryLater:
 			return "", once.RetryLater(errors.New("429 too many requests"))
@@ -341,7 +394,7 @@ func (w *world) worker(ctx context.Context, id int) {
 			if rng.IntN(4) == 0 {
 				opts = append(opts, once.WaitFor(300*time.Millisecond))
 			}
-			b, slow := pick(rng)
+			b, slow := pick(rng, w.lease)
 			if !k.email && b == bPermanent {
 				b = bOK
 			}
@@ -385,17 +438,20 @@ func (w *world) look(c *once.Client, id int, k *key, rng *rand.Rand, converging 
 		return a.Status
 	}
 	// A person takes a while to look: whatever the attempt was doing
-	// when its lease lapsed has stopped by the time they decide.
-	time.Sleep(lease)
+	// when its lease lapsed has stopped by the time they decide. (While
+	// converging, every effect has returned.)
+	if !converging {
+		time.Sleep(w.lease)
+	}
 	r := once.Resolution{By: "linearize", Note: "checked the provider", Attempt: a.Attempt}
 	if k.email {
 		switch sent := w.outbox.of(k.key); {
 		case len(sent) > 0:
 			r.Decision, r.Result = once.DecisionDone, json.RawMessage(strconv.Quote(sent[0]))
-		case rng.IntN(10) < 7:
-			r.Decision = once.DecisionRetry
-		default:
+		case k.abandon:
 			r.Decision = once.DecisionAbandon
+		default:
+			r.Decision = once.DecisionRetry
 		}
 	} else {
 		switch ch, _, ok := w.bank.of(string(k.key)); {
@@ -415,30 +471,57 @@ func (w *world) look(c *once.Client, id int, k *key, rng *rand.Rand, converging 
 }
 
 // converge drives every key to succeeded or failed through the direct
-// client, once the faults are healed: the workload's own deliveries,
-// and a person for what is in review.
-func (w *world) converge(id int) {
-	rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+// client, once the faults are healed and every effect has returned: the
+// workload's own deliveries, and a person for what is in review. It
+// reports whether every key got there.
+func (w *world) converge() bool {
+	keys := make(chan *key)
+	var ok atomic.Bool
+	ok.Store(true)
+	var wg sync.WaitGroup
 	deadline := time.Now().Add(30 * time.Second)
+	for slot := range convergers {
+		id := w.convergeID() + slot
+		rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+		wg.Go(func() {
+			for k := range keys {
+				if !w.settle(k, id, rng, deadline) {
+					ok.Store(false)
+				}
+			}
+		})
+	}
 	for _, k := range w.allKeys() {
-		var err error
-		for {
-			if time.Now().After(deadline) {
-				w.trail(k)
-				w.t.Fatalf("key %s (%s) did not converge in 30s; the last Do returned %v", k.key, k.in.Kind, err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, err = linearize.Do(ctx, w.rec, id, w.direct, k.in, w.effect(k, bOK, 0), once.WaitFor(2*lease))
-			cancel()
-			var failed *once.FailedError
-			var rev *once.ReviewError
-			if err == nil || errors.As(err, &failed) {
-				break
-			}
-			if errors.As(err, &rev) {
-				w.look(w.direct, id, k, rng, true)
-				continue
-			}
+		keys <- k
+	}
+	close(keys)
+	wg.Wait()
+	return ok.Load()
+}
+
+// convergers drive keys to an end at once.
+const convergers = 4
+
+// settle drives k to succeeded or failed.
+func (w *world) settle(k *key, id int, rng *rand.Rand, deadline time.Time) bool {
+	var err error
+	for {
+		if time.Now().After(deadline) {
+			w.trail(k)
+			w.t.Errorf("key %s (%s) did not converge in 30s; the last Do returned %v", k.key, k.in.Kind, err)
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err = linearize.Do(ctx, w.rec, id, w.direct, k.in, w.effect(k, bOK, 0), once.WaitFor(2*w.lease))
+		cancel()
+		var failed *once.FailedError
+		var rev *once.ReviewError
+		switch {
+		case err == nil, errors.As(err, &failed):
+			return true
+		case errors.As(err, &rev):
+			w.look(w.direct, id, k, rng, true)
+		default:
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
@@ -460,18 +543,16 @@ func (w *world) trail(k *key) {
 }
 
 // Client ids in the history, after the workers'.
-const (
-	personID   = workers     // and personID+1: two people, who may race
-	convergeID = workers + 2 // the deliveries that drive every key to an end
-	zombieID   = workers + 3 // and up: the scripted zombies, one per round
-)
+func (w *world) personID() int   { return w.workers }                  // and the next: two people, who may race
+func (w *world) convergeID() int { return w.workers + 2 }              // and the next convergers-1: the deliveries that drive every key to an end
+func (w *world) zombieID() int   { return w.workers + 2 + convergers } // and up: the scripted zombies, two per round
 
 // run runs the workload over w and checks what it recorded.
 func (w *world) run() {
 	t := w.t
 	t.Logf("seed %d (set ONCE_LINEARIZE_SEED to change it)", w.seed)
 	rng := rand.New(rand.NewPCG(w.seed, 1<<32))
-	w.newRound(0, rng)
+	w.newRound(0)
 
 	reaper, err := once.NewReaper(w.direct, once.ReaperConfig{Interval: 150 * time.Millisecond})
 	if err != nil {
@@ -482,11 +563,11 @@ func (w *world) run() {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for id := range workers {
+	for id := range w.workers {
 		wg.Go(func() { w.worker(ctx, id) })
 	}
 	for id := range 2 {
-		wg.Go(func() { w.person(ctx, personID+id) })
+		wg.Go(func() { w.person(ctx, w.personID()+id) })
 	}
 
 	// Every fault at least once, the rest of the rounds drawn, in an
@@ -505,7 +586,7 @@ func (w *world) run() {
 	rng.Shuffle(len(schedule), func(i, j int) { schedule[i], schedule[j] = schedule[j], schedule[i] })
 	for r, kind := range schedule {
 		if r > 0 {
-			w.newRound(r, rng)
+			w.newRound(r)
 		}
 		// The round's keys get going before the fault strikes, so it
 		// finds effects running.
@@ -515,7 +596,7 @@ func (w *world) run() {
 		}
 		w.note("round %d: %s", r, kind)
 		heal, lasts := w.faults.inject(kind)
-		time.Sleep(max(roundLength*3/4, lasts+lease/2))
+		time.Sleep(max(roundLength*3/4, lasts+w.lease/2))
 		if heal != nil {
 			heal()
 		}
@@ -523,12 +604,15 @@ func (w *world) run() {
 	stop()
 	wg.Wait()
 	w.note("workload over; converging")
-	w.converge(convergeID)
+	converged := w.converge()
 	reaper.Stop()
 	w.note("converged")
 	w.mu.Lock()
 	t.Logf("the run:\n%s", strings.Join(w.log, "\n"))
 	w.mu.Unlock()
+	if !converged {
+		t.FailNow()
+	}
 
 	w.checkProviders()
 	w.checkHistory()
@@ -543,7 +627,7 @@ func (w *world) run() {
 func (w *world) zombies(wg *sync.WaitGroup, r int) {
 	charge := func(k *key) func(context.Context, once.Attempt) (string, error) {
 		return func(ctx context.Context, a once.Attempt) (string, error) {
-			time.Sleep(7 * lease)
+			time.Sleep(7 * w.lease)
 			c := w.bank.charge(a.ProviderKey, k.decline)
 			if c.declined {
 				return "", once.Permanent(errors.New("402 card declined"))
@@ -560,14 +644,13 @@ func (w *world) zombies(wg *sync.WaitGroup, r int) {
 	started := make(chan *key, 2)
 	for i, fn := range []func(*key) func(context.Context, once.Attempt) (string, error){charge, email} {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(w.seed, uint64(1000+2*r+i)))
 			// A claim may time out while the database is busy: then
 			// the zombie tries again on a fresh key.
 			for try := range 10 {
-				k := w.freshKey(r, 100+10*i+try, i == 1, rng)
+				k := w.freshKey(r, 100+10*i+try, i == 1)
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				effect, ran := fn(k), false
-				_, err := linearize.Do(ctx, w.rec, zombieID+2*r+i, w.faulted, k.in, func(ctx context.Context, a once.Attempt) (string, error) {
+				_, err := linearize.Do(ctx, w.rec, w.zombieID()+2*r+i, w.faulted, k.in, func(ctx context.Context, a once.Attempt) (string, error) {
 					ran = true
 					started <- k
 					return effect(ctx, a)
@@ -601,7 +684,7 @@ func (w *world) checkProviders() {
 	defer cancel()
 	var absorbed int
 	for _, k := range w.allKeys() {
-		a, err := linearize.Get(ctx, w.rec, convergeID, w.direct, k.key, k.rec)
+		a, err := linearize.Get(ctx, w.rec, w.convergeID(), w.direct, k.key, k.rec)
 		if err != nil {
 			t.Errorf("key %s: %v", k.key, err)
 			continue
@@ -640,6 +723,24 @@ func (w *world) checkProviders() {
 		}
 	}
 	t.Logf("the bank absorbed %d repeated calls through the idempotency key", absorbed)
+	// AskPerson never runs an attempt while another may still be
+	// running: each attempt of an email starts after the one before it
+	// returned.
+	ran := w.rec.Ran()
+	for _, k := range w.allKeys() {
+		if !k.email {
+			continue
+		}
+		for n := 2; ; n++ {
+			cur, ok := ran[linearize.Attempt{Key: k.key, Number: n}]
+			if !ok {
+				break
+			}
+			if prev, ok := ran[linearize.Attempt{Key: k.key, Number: n - 1}]; ok && prev.End > cur.Start {
+				t.Errorf("email %s: attempt %d ran from %.1fms, while attempt %d ran until %.1fms", k.key, n, float64(cur.Start)/1e6, n-1, float64(prev.End)/1e6)
+			}
+		}
+	}
 	for _, p := range w.rec.Problems() {
 		t.Errorf("recorder: %s", p)
 	}
@@ -661,6 +762,7 @@ func (w *world) checkHistory() {
 				name = "claim of a later attempt"
 			}
 		case linearize.OpOutcome:
+			counts[name]++
 			name += " " + string(in.Outcome)
 		case linearize.OpResolve:
 			name += " " + string(in.Decision)
@@ -700,6 +802,8 @@ func (w *world) checkHistory() {
 		"outcome applied failed",
 		"resolve applied done",
 		"resolve applied retry",
+		"resolve applied abandon",
+		"outcome refused",
 		"do saw succeeded",
 		"do saw in_flight",
 	} {
