@@ -829,9 +829,15 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 		ok, err := c.store.Transition(tctx, t)
 		cancelTry()
 		if err == nil {
-			if !ok && lastErr != nil && c.recorded(rctx, t) {
-				// An earlier try committed and lost its reply.
-				return t, true, nil
+			if !ok && lastErr != nil {
+				// Refused after a try whose reply was lost: that try
+				// may have committed, and be what refuses this one.
+				switch applied, known := c.recorded(rctx, t); {
+				case applied:
+					return t, true, nil
+				case !known:
+					return t, false, fmt.Errorf("gave up after %v: a try's reply was lost (%w), and whether it applied could not be read back", c.recordTimeout, lastErr)
+				}
 			}
 			return t, ok, nil
 		}
@@ -867,31 +873,52 @@ func (c *Client) stamp(t Transition) Transition {
 }
 
 // recorded reports whether t, tried before with a lost reply, was
-// applied: the row still carries its token, or, if a decision has
-// written over the row since (recovery released it, a person resolved
-// it), the trail holds t's event, which only this attempt's worker
-// writes.
-func (c *Client) recorded(ctx context.Context, t Transition) bool {
+// applied: the row still carries its token, or, if anything has written
+// over the row since (recovery released it, a person resolved it, the
+// next attempt claimed the release t recorded), the trail holds t's
+// event, which only this attempt's worker writes. It reads until a read
+// gets through or ctx ends; known is false when none did, and whether t
+// applied is then unknown.
+func (c *Client) recorded(ctx context.Context, t Transition) (applied, known bool) {
+	backoff := 20 * time.Millisecond
+	for {
+		tctx, cancel := context.WithTimeout(ctx, max(c.recordTimeout/3, time.Second))
+		applied, err := c.readBack(tctx, t)
+		cancel()
+		if err == nil {
+			return applied, true
+		}
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// readBack is one try of recorded.
+func (c *Client) readBack(ctx context.Context, t Transition) (bool, error) {
 	cur, err := c.store.Get(ctx, t.Key)
-	if err != nil {
-		return false
-	}
-	if cur.Token == t.Token {
-		return true
-	}
-	if cur.Attempt != t.Attempt {
-		return false
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Purged since: no record of t stands.
+		return false, nil
+	case err != nil:
+		return false, err
+	case cur.Token == t.Token:
+		return true, nil
 	}
 	evs, err := c.store.Events(ctx, t.Key)
 	if err != nil {
-		return false
+		return false, err
 	}
 	for _, e := range evs {
 		if e.Attempt == t.Attempt && e.Actor == t.Event.Actor && e.Type == t.Event.Type && e.From == t.Event.From && e.To == t.To {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // placeholder is t with what the database refused taken out: its texts
