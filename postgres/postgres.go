@@ -214,27 +214,26 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	tag := cfg.Schema + "." + cfg.Prefix + "action"
 	s := &Store{
-		db:       pool,
-		pool:     pool,
-		addr:     net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
-		names:    names,
-		q:        buildQueries(names.Table("action"), names.Table("event"), tag),
-		schema:   cfg.Schema,
-		pollMin:  pollMin,
-		pollMax:  pollMax,
-		pooler:   cfg.Pooler,
-		execMode: cc.DefaultQueryExecMode,
-		log:      cfg.Logger,
+		db:      pool,
+		pool:    pool,
+		addr:    net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
+		names:   names,
+		q:       buildQueries(names.Table("action"), names.Table("event"), tag),
+		schema:  cfg.Schema,
+		pollMin: pollMin,
+		pollMax: pollMax,
 	}
+	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	switch {
-	case cfg.PollOnly:
-	case cfg.Pooler == PoolerTransaction && cfg.ListenURL == "":
-		// LISTEN through the pooler would hold no session to listen on.
+	// LISTEN through a pooler in transaction mode would hold no session
+	// to listen on.
+	pooledPoll := cfg.Pooler == PoolerTransaction && cfg.ListenURL == "" && !cfg.PollOnly
+	if pooledPoll {
 		s.pollWhy = new(sync.Once)
-	default:
+	}
+	if !cfg.PollOnly && !pooledPoll {
 		s.listen = newListener(listenCfg, tag, func(ctx context.Context, payload string) error {
 			_, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, payload)
 			return err
