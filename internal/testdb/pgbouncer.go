@@ -204,11 +204,14 @@ auth_file = %s
 pool_mode = %s
 default_pool_size = %d
 max_client_conn = 500
-; a PgBouncer its test left behind gives its server connections back soon
-server_idle_timeout = 10
+; the server is shared and may be at its connection limit for a moment:
+; the server connections are opened at start and kept, and a refused
+; login is tried again soon, not after 15s of refusing every client
+min_pool_size = %d
+server_login_retry = 0.5
 logfile =
 pidfile =
-`, up.Database, db, port, filepath.Join(dir, "userlist.txt"), opt.PoolMode, opt.PoolSize)
+`, up.Database, db, port, filepath.Join(dir, "userlist.txt"), opt.PoolMode, opt.PoolSize, opt.PoolSize)
 	files := map[string]string{
 		"pgbouncer.ini": ini,
 		"userlist.txt":  fmt.Sprintf("%q %q\n", up.User, up.Password),
