@@ -25,6 +25,28 @@
 // marking rows and tries again a minute later. Waiters poll their row
 // all along (every 250ms, backing off to every second), so a lost
 // notification only delays them. Config.PollOnly turns listening off.
+//
+// # Behind a connection pooler
+//
+// Through a pooler in transaction mode (PgBouncer's
+// pool_mode=transaction) set Config.Pooler to PoolerTransaction. The
+// store keeps no state in a session: its tables are qualified by their
+// schema, not found on a search_path; its one advisory lock, Migrate's,
+// is transaction-scoped; it sets nothing with SET. What it needs is a
+// pool that prepares no named statements, which such a pooler loses
+// between transactions: default_query_exec_mode exec, cache_describe or
+// simple_protocol. Open sets exec when the URL names no mode; New
+// refuses cache_statement, pgx's default. The store refuses
+// describe_exec everywhere: it parses a statement in one round trip
+// and runs it in the next, which behind such a pooler can run another
+// client's statement with the store's arguments. Waiters poll, as
+// LISTEN does not get through, unless Config.ListenURL reaches
+// PostgreSQL directly. Open and Migrate notice a pooler that was not
+// named (its connections' process ids are its own, not PostgreSQL's)
+// and refuse a pool that prepares statements, naming what to set. A
+// DoTx transaction holds one server connection from its first
+// statement to its end, as it does directly. Statement mode, which
+// allows no transaction, is not supported.
 package postgres
 
 import (
@@ -33,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -73,6 +96,17 @@ type Config struct {
 	// store would find out by itself that notifications are lost there,
 	// but not before it tried. It cannot be set with ListenURL.
 	PollOnly bool
+	// Pooler says what stands between the pool and PostgreSQL; see
+	// Pooler. Zero means nothing that shares server connections
+	// between clients, which Open and Migrate check. Set
+	// PoolerTransaction behind PgBouncer's pool_mode=transaction: the
+	// pool then must not use pgx's default statement cache, and
+	// without ListenURL waiters poll.
+	Pooler Pooler
+	// Logger gets the store's notices: one line, the first time a
+	// waiter polls because Pooler keeps it from listening. Nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // dbtx is what a pool and a transaction have in common.
@@ -102,6 +136,14 @@ type Store struct {
 	// stays usable after Close.
 	closed    chan struct{}
 	closeOnce *sync.Once
+	// pooler and execMode are the configured pooler and the pool's
+	// default_query_exec_mode, for the pooled-connection check.
+	pooler   Pooler
+	execMode pgx.QueryExecMode
+	log      *slog.Logger
+	// pollWhy, when not nil, says once that the pooler keeps waiters
+	// from listening; shared with the stores BindTx makes.
+	pollWhy *sync.Once
 }
 
 var (
@@ -150,7 +192,9 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 
 // New returns a store over an existing pool. It does no I/O. The first
 // Do that waits (once.WaitFor) opens the store's listening connection;
-// Close closes it, and leaves the pool to its owner.
+// Close closes it, and leaves the pool to its owner. It refuses a pool
+// whose default_query_exec_mode would not survive cfg.Pooler (see
+// Pooler), and describe_exec everywhere.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
@@ -160,6 +204,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cc := pool.Config().ConnConfig
+	if err := checkExecMode(cc.DefaultQueryExecMode, cfg.Pooler); err != nil {
+		return nil, err
+	}
 	listenCfg := cc
 	switch {
 	case cfg.PollOnly && cfg.ListenURL != "":
@@ -181,7 +228,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pollMin: pollMin,
 		pollMax: pollMax,
 	}
-	if !cfg.PollOnly {
+	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	// LISTEN through a pooler in transaction mode would hold no session
+	// to listen on.
+	pooledPoll := cfg.Pooler == PoolerTransaction && cfg.ListenURL == "" && !cfg.PollOnly
+	if pooledPoll {
+		s.pollWhy = new(sync.Once)
+	}
+	if !cfg.PollOnly && !pooledPoll {
 		s.listen = newListener(listenCfg, tag, func(ctx context.Context, payload string) error {
 			_, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, payload)
 			return err
@@ -192,11 +249,19 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 
 // Open connects to the database at url (postgres://user@host:port/db)
 // and returns a store that owns its pool; Close closes it. It checks the
-// connection, so an unreachable server is reported here, by address.
+// connection, so an unreachable server is reported here, by address,
+// and refuses a pool that prepares statements through a pooler that
+// cfg.Pooler does not name. With cfg.Pooler PoolerTransaction and no
+// default_query_exec_mode in url, the pool uses exec.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: the URL is not valid (%v); expected postgres://user@host:5432/dbname", redact(err))
+	}
+	if cfg.Pooler == PoolerTransaction && !namesExecMode(url) {
+		// Statements that prepare nothing on the server, sent whole in
+		// one round trip.
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
 	addr := net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port)))
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -209,6 +274,11 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	s, err := New(pool, cfg)
 	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return s.checkPooled(ctx, c.Conn()) }); err != nil {
+		s.Close()
 		pool.Close()
 		return nil, err
 	}
@@ -271,16 +341,21 @@ func (s *Store) wrap(err error) error {
 	if rejected(err) {
 		return fmt.Errorf("%s: %w: %w", s, once.ErrRejected, err)
 	}
+	if preparedStatementLost(err) {
+		return fmt.Errorf("%s: %w; a connection pooler in transaction mode loses prepared statements: "+
+			"set default_query_exec_mode=exec in the URL and Config.Pooler = postgres.PoolerTransaction", s, err)
+	}
 	return fmt.Errorf("%s: %w", s, err)
 }
 
 // rejected reports an error about the data itself, by PostgreSQL's own
 // classes: a data exception (22: invalid text, a bad value), an
 // integrity violation (23), or a syntax or access rule violation (42).
-// Sending the same again gets the same answer.
+// Sending the same again gets the same answer. A prepared statement a
+// pooler lost (42P05) is in class 42 but says nothing of the data.
 func rejected(err error) bool {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || preparedStatementLost(err) {
 		return false
 	}
 	return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||
@@ -729,7 +804,9 @@ func (s *Store) Migrations() ([]once.Migration, error) {
 // Migrate implements once.Store. It takes a transaction-scoped advisory
 // lock, so concurrent migrators apply each version once, and it records
 // each version in the migration table in the same transaction as the
-// change.
+// change. Like Open, it refuses a pool that prepares statements through
+// a pooler Config.Pooler does not name: for a store New made, it is
+// the first statement that can tell.
 func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.MigrateApplied(ctx)
 	return err
@@ -750,6 +827,9 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 		return nil, s.wrap(err)
 	}
 	defer tx.Rollback(ctx)
+	if err := s.checkPooled(ctx, tx.Conn()); err != nil {
+		return nil, err
+	}
 	h := fnv.New64a()
 	h.Write([]byte("once.migrate:" + s.names.Table("migration")))
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
@@ -830,6 +910,7 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		mark = mark && s.listen.usable()
 	} else {
 		mark = false
+		s.pollNote()
 	}
 	until := time.NewTimer(time.Until(req.Until))
 	defer until.Stop()
