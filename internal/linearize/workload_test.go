@@ -25,8 +25,10 @@ import (
 // The workload: a few keys at a time, two kinds of effect, workers that
 // call Do on them through two clients (one of which the faults reach),
 // two people who resolve what goes to review, a reaper, and a fault per
-// round, with scripted zombies when the fault outlasts a lease. Then
-// every key is driven to an end, and the history is checked.
+// round, with scripted zombies when the fault outlasts a lease: one of
+// them a charge whose late outcome a takeover fences out, whatever the
+// timing. Then every key is driven to an end, and the history is
+// checked.
 const (
 	// rounds of fresh keys, keysPerRound each, a fault per round.
 	rounds       = 12
@@ -193,6 +195,11 @@ type world struct {
 	rec     *linearize.Recorder
 	direct  *once.Client
 	faulted *once.Client
+	// stalled is the faulted store as the scripted charge zombies'
+	// worker sees it: their heartbeats do not get through, so their
+	// claims lapse a lease in, on both stores, whatever the fault.
+	stalled *stalledStore
+	zombie  *once.Client
 	faults  faults
 	outbox  *outbox
 	bank    *bank
@@ -247,7 +254,46 @@ func newWorld(t *testing.T, lease time.Duration, workers int, direct, faulted on
 	if w.faulted, err = once.New(cfg); err != nil {
 		t.Fatal(err)
 	}
+	w.stalled = &stalledStore{Store: faulted, keys: map[once.Key]bool{}}
+	cfg.Store, cfg.Origin = w.stalled, "stalled"
+	if w.zombie, err = once.New(cfg); err != nil {
+		t.Fatal(err)
+	}
 	return w
+}
+
+// stalledStore is a store whose heartbeats for some keys do not get
+// through (a half-open connection, a worker descheduled between its
+// effect and its heartbeats), while every other call does. A claim on
+// such a key lapses a lease after it was made, however the run's faults
+// fall: on SQLite a held lock stops every writer alike, and once it is
+// let go the stalled worker's heartbeat would otherwise race the
+// takeover, and often win.
+type stalledStore struct {
+	once.Store
+	mu   sync.Mutex
+	keys map[once.Key]bool
+}
+
+// stall stops k's heartbeats from getting through, for good (the keys
+// are the zombies' own).
+func (s *stalledStore) stall(k once.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[k] = true
+}
+
+// Heartbeat hangs for a stalled key until its deadline, as a call over a
+// half-open connection does; other keys' go through.
+func (s *stalledStore) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
+	s.mu.Lock()
+	stalled := s.keys[key]
+	s.mu.Unlock()
+	if !stalled {
+		return s.Store.Heartbeat(ctx, key, attempt, lease)
+	}
+	<-ctx.Done()
+	return time.Time{}, false, ctx.Err()
 }
 
 func (w *world) newRound(r int) {
@@ -546,6 +592,7 @@ func (w *world) trail(k *key) {
 func (w *world) personID() int   { return w.workers }                  // and the next: two people, who may race
 func (w *world) convergeID() int { return w.workers + 2 }              // and the next convergers-1: the deliveries that drive every key to an end
 func (w *world) zombieID() int   { return w.workers + 2 + convergers } // and up: the scripted zombies, two per round
+func (w *world) takeoverID() int { return w.zombieID() + 2*rounds }    // and up: the takeovers of the charge zombies, one per round
 
 // run runs the workload over w and checks what it recorded.
 func (w *world) run() {
@@ -591,14 +638,23 @@ func (w *world) run() {
 		// The round's keys get going before the fault strikes, so it
 		// finds effects running.
 		time.Sleep(roundLength / 4)
+		var z *zombie
 		if strings.Contains(kind, "past-lease") || strings.Contains(kind, "long") {
-			w.zombies(&wg, r)
+			z = w.zombies(&wg, r)
 		}
 		w.note("round %d: %s", r, kind)
 		heal, lasts := w.faults.inject(kind)
 		time.Sleep(max(roundLength*3/4, lasts+w.lease/2))
 		if heal != nil {
 			heal()
+		}
+		if z != nil {
+			// The charge zombie returns now that the fault is over and
+			// a newer attempt holds its key: its outcome reaches the
+			// database, to be refused, before the next fault can stop
+			// it getting there.
+			z.healed()
+			z.wait(r)
 		}
 	}
 	stop()
@@ -618,16 +674,53 @@ func (w *world) run() {
 	w.checkHistory()
 }
 
-// zombies starts, through the faulted client, a charge that ignores its
-// context and an email that honours it, on fresh keys, and returns once
-// both effects run: the fault that follows cuts them off from the
-// database past their lease. The workers get the keys then, and take the
-// charge over, or put the email up for review, while the first attempts
-// still run.
-func (w *world) zombies(wg *sync.WaitGroup, r int) {
+// zombie is a round's scripted charge zombie.
+type zombie struct {
+	w *world
+	// heal is closed once the round's fault is over.
+	heal chan struct{}
+	// done is closed when its Do has returned.
+	done chan struct{}
+}
+
+func (z *zombie) healed() { close(z.heal) }
+
+// wait waits for the zombie's Do to return.
+func (z *zombie) wait(r int) {
+	select {
+	case <-z.done:
+	case <-time.After(time.Minute):
+		z.w.t.Fatalf("round %d: the charge zombie's Do did not return in a minute", r)
+	}
+}
+
+// zombies starts two zombies on fresh keys, and returns once both
+// effects run. The first is a charge, through a client whose heartbeats
+// for its key do not get through: its lease lapses a lease in, a newer
+// attempt takes it over (a worker, or the takeover this starts through
+// the direct client), and only once that attempt is seen in the ledger
+// and the round's fault is over does the zombie call the bank and
+// return, so its outcome is refused by fencing in every run. The second
+// is an email, through the faulted client, that honours its context:
+// the fault that follows cuts it off from the database past its lease,
+// and the workers, who get both keys, put it up for review while it
+// still runs.
+func (w *world) zombies(wg *sync.WaitGroup, r int) *zombie {
+	z := &zombie{w: w, heal: make(chan struct{}), done: make(chan struct{})}
 	charge := func(k *key) func(context.Context, once.Attempt) (string, error) {
 		return func(ctx context.Context, a once.Attempt) (string, error) {
-			time.Sleep(7 * w.lease)
+			w.stalled.stall(k.key)
+			taken := make(chan struct{})
+			go func() {
+				defer close(taken)
+				if !w.takeOver(k, w.takeoverID()+r) {
+					w.trail(k)
+					w.t.Errorf("round %d: no newer attempt of the charge zombie's key %.12s was claimed in 30s", r, k.key)
+				}
+			}()
+			// It ignores its context, as a paused process does.
+			<-taken
+			<-z.heal
 			c := w.bank.charge(a.ProviderKey, k.decline)
 			if c.declined {
 				return "", once.Permanent(errors.New("402 card declined"))
@@ -643,20 +736,33 @@ func (w *world) zombies(wg *sync.WaitGroup, r int) {
 	}
 	started := make(chan *key, 2)
 	for i, fn := range []func(*key) func(context.Context, once.Attempt) (string, error){charge, email} {
+		c := w.zombie
+		if i == 1 {
+			c = w.faulted
+		}
 		wg.Go(func() {
+			if i == 0 {
+				defer close(z.done)
+			}
 			// A claim may time out while the database is busy: then
 			// the zombie tries again on a fresh key.
 			for try := range 10 {
 				k := w.freshKey(r, 100+10*i+try, i == 1)
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				effect, ran := fn(k), false
-				_, err := linearize.Do(ctx, w.rec, w.zombieID()+2*r+i, w.faulted, k.in, func(ctx context.Context, a once.Attempt) (string, error) {
+				_, err := linearize.Do(ctx, w.rec, w.zombieID()+2*r+i, c, k.in, func(ctx context.Context, a once.Attempt) (string, error) {
 					ran = true
 					started <- k
 					return effect(ctx, a)
 				})
 				cancel()
 				if ran {
+					if i == 0 {
+						var fenced *once.FencedError
+						if !errors.As(err, &fenced) {
+							w.t.Errorf("round %d: the charge zombie's late outcome on %.12s was not refused: %v", r, k.key, err)
+						}
+					}
 					return
 				}
 				w.note("round %d: a zombie's Do on %.12s ran nothing: %v", r, k.key, err)
@@ -673,6 +779,29 @@ func (w *world) zombies(wg *sync.WaitGroup, r int) {
 			w.t.Fatal("a scripted zombie's effect did not start in 20s")
 		}
 	}
+	return z
+}
+
+// takeOver waits for a newer attempt of k than the first to be claimed,
+// calling Do on k through the direct client, which takes the claim over
+// once its lease has run out (a worker may get there first). It reports
+// whether the ledger showed one within 30 seconds.
+func (w *world) takeOver(k *key, id int) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		a, err := linearize.Get(ctx, w.rec, id, w.direct, k.key, k.rec)
+		if err == nil && a.Attempt > 1 {
+			cancel()
+			return true
+		}
+		if err == nil {
+			linearize.Do(ctx, w.rec, id, w.direct, k.in, w.effect(k, bOK, 0), once.WaitFor(2*w.lease))
+		}
+		cancel()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }
 
 // checkProviders compares every key's end in the ledger with what its
