@@ -1,0 +1,100 @@
+package chaos_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once/internal/chaos"
+	"github.com/oncehq/once/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	// The workers are this test binary, started again.
+	if chaos.IsWorker() {
+		os.Exit(chaos.WorkerMain(os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// intents is the size of the tests' runs: ONCE_CHAOS_INTENTS overrides
+// it, for a longer run by hand.
+func intents(t *testing.T, def int) int {
+	if s := os.Getenv("ONCE_CHAOS_INTENTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("ONCE_CHAOS_INTENTS=%q: %v", s, err)
+		}
+		return n
+	}
+	return def
+}
+
+// run runs the harness and logs its report.
+func run(t *testing.T, opts chaos.Options) chaos.Report {
+	t.Helper()
+	opts.DB = testdb.RequirePostgres(t)
+	if os.Getenv("ONCE_CHAOS_TRACE") != "" {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		last := time.Now()
+		opts.Progress = func(p chaos.Progress) {
+			if time.Since(last) > 2*time.Second {
+				last = time.Now()
+				t.Logf("%s %d/%d %s", p.Phase, p.Settled, p.Total, p.Line())
+			}
+		}
+	}
+	rep, err := chaos.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("chaos run (%s, naive %v) could not be carried out: %v", opts.Queue, opts.Naive, err)
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	t.Logf("\n%s", b.String())
+	return rep
+}
+
+// testChaos runs a short chaos run through once, then the same workload
+// with the naive workers, on one queue.
+func testChaos(t *testing.T, queue string) {
+	n := intents(t, 240)
+	rep := run(t, chaos.Options{Queue: queue, Intents: n, Workers: 3, Concurrency: 4, FaultScale: 4, Timeout: 150 * time.Second})
+	if !rep.OK() {
+		t.Errorf("once under faults: invariants failed (reproduce with seed %d): %s", rep.Seed, strings.Join(rep.Failures, "; "))
+	}
+	if rep.Duplicates != 0 || rep.Lost != 0 {
+		t.Errorf("once under faults: %d duplicates, %d lost; want none", rep.Duplicates, rep.Lost)
+	}
+	f := rep.Faults
+	for name, c := range map[string]int{"kill": f.Kill, "stop": f.Stop, "conn": f.Conn, "proxy": f.Proxy, "provider_timeout": f.ProviderTimeout, "broker": f.Broker} {
+		if c == 0 {
+			t.Errorf("no %s fault happened; the run proves nothing about it", name)
+		}
+	}
+	total := f.Kill + f.Stop + f.Conn + f.Proxy + f.ProviderTimeout + f.Broker
+	if total < 24 {
+		t.Errorf("%d faults in all; want dozens", total)
+	}
+	if rep.Review == 0 {
+		t.Error("nothing was surfaced for review: the planned kills and withheld replies of emails should have put some there")
+	}
+
+	naive := run(t, chaos.Options{Queue: queue, Intents: n / 2, Workers: 3, Concurrency: 4, FaultScale: 4, Naive: true, Timeout: 120 * time.Second})
+	if naive.Duplicates == 0 {
+		t.Errorf("the naive workers applied no intent twice under the same faults; the harness cannot see a duplicate")
+	}
+}
+
+func TestChaosNATS(t *testing.T) {
+	testdb.RequireNATS(t)
+	testChaos(t, chaos.QueueNATS)
+}
+
+func TestChaosRabbitMQ(t *testing.T) {
+	testdb.RequireRabbitMQ(t)
+	testChaos(t, chaos.QueueRabbitMQ)
+}
