@@ -161,9 +161,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.Seed == 0 {
-		var b [8]byte
-		crand.Read(b[:])
-		o.Seed = binary.LittleEndian.Uint64(b[:]) | 1
+		o.Seed = NewSeed()
 	}
 	if o.Exe == "" {
 		exe, err := os.Executable()
@@ -173,6 +171,13 @@ func (o Options) withDefaults() (Options, error) {
 		o.Exe = exe
 	}
 	return o, nil
+}
+
+// NewSeed draws a seed for Options.Seed, never zero.
+func NewSeed() uint64 {
+	var b [8]byte
+	crand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
 }
 
 func newRunID() string {

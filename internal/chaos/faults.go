@@ -254,30 +254,59 @@ type injector struct {
 }
 
 // run fires each scheduled fault once progress reaches it, until ctx
-// ends.
+// ends. Each type of fault has a line of its own, so a long one (a
+// pause, a broker restart) delays only the next of its type.
 func (in *injector) run(ctx context.Context, faults []scheduled, progress func() int) {
+	byKind := map[faultKind][]scheduled{}
 	for _, f := range faults {
-		for progress() < f.At {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(50 * time.Millisecond):
+		byKind[f.Kind] = append(byKind[f.Kind], f)
+	}
+	var wg sync.WaitGroup
+	for _, line := range byKind {
+		wg.Go(func() {
+			for _, f := range line {
+				for progress() < f.At {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+				if err := in.fire(ctx, f); err != nil && ctx.Err() == nil {
+					in.logf("fault %s: %v", f.Kind, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// target sends sig to slot's worker or, when it is being started again,
+// to the next one that runs, waiting for one for up to five seconds. It
+// returns the pid, or 0.
+func (in *injector) target(ctx context.Context, slot int, sig syscall.Signal) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for j := range len(in.sup.procs) {
+			if pid := in.sup.signal(slot+j, sig); pid != 0 {
+				return pid
 			}
 		}
-		if err := in.fire(ctx, f); err != nil && ctx.Err() == nil {
-			in.logf("fault %s: %v", f.Kind, err)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0
 		}
+		pause(ctx, 50*time.Millisecond)
 	}
 }
 
 func (in *injector) fire(ctx context.Context, f scheduled) error {
 	switch f.Kind {
 	case faultKill:
-		if in.sup.signal(f.Slot, syscall.SIGKILL) != 0 {
+		if in.target(ctx, f.Slot, syscall.SIGKILL) != 0 {
 			in.count.add(faultKill)
 		}
 	case faultStop:
-		pid := in.sup.signal(f.Slot, syscall.SIGSTOP)
+		pid := in.target(ctx, f.Slot, syscall.SIGSTOP)
 		if pid == 0 {
 			return nil
 		}

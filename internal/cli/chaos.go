@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/oncehq/once/internal/chaos"
+	"github.com/oncehq/once/internal/view"
+)
+
+// startHA starts the pg_auto_failover cluster --ha runs the ledger on.
+// It is nil in a build without one, and --ha then says so.
+var startHA chaos.StartFailover
+
+func defineChaos(fs *flagSet) func(env, []string) error {
+	var o chaos.Options
+	db := fs.db()
+	fs.StringVar(&o.Queue, "queue", "", "the `QUEUE` the jobs go through: nats or rabbitmq (the run starts and restarts a broker of its own)")
+	fs.require("queue")
+	fs.IntVar(&o.Intents, "intents", 2000, "`N` intents, a third each of email, charge and post")
+	fs.IntVar(&o.Workers, "workers", 4, "`N` worker processes")
+	fs.IntVar(&o.Concurrency, "concurrency", 4, "`N` jobs each worker runs at once")
+	fs.Uint64Var(&o.Seed, "seed", 0, "draw the faults from seed `N` (0 picks one; the report prints it)")
+	fs.Float64Var(&o.FaultScale, "fault-scale", 1, "multiply the number of faults by `X`")
+	fs.BoolVar(&o.Naive, "naive", false, "run the naive check-then-send workers instead of once, to see duplicates")
+	fs.StringVar(&o.SMTP, "smtp", "", "send the emails through this SMTP server (`HOST:PORT`) instead of the run's own; each intent has its own recipient")
+	ha := fs.Bool("ha", false, "put the ledger on a pg_auto_failover primary with a synchronous standby, and kill the primary half way")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the run's schema and its directory of logs")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after `DURATION` (default 10m)")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	return func(e env, _ []string) error {
+		if *ha {
+			if startHA == nil {
+				return errors.New("--ha needs the pg_auto_failover cluster (internal/chaos/ha), which this build does not include")
+			}
+			o.HA = startHA
+		} else {
+			o.DB = dbURL(*db)
+		}
+		return runChaos(e, o, *asJSON)
+	}
+}
+
+func runChaos(e env, o chaos.Options, asJSON bool) error {
+	if o.Queue != chaos.QueueNATS && o.Queue != chaos.QueueRabbitMQ {
+		return usagef("--queue must be nats or rabbitmq, not %q", o.Queue)
+	}
+	if o.Seed == 0 {
+		o.Seed = chaos.NewSeed()
+	}
+	fmt.Fprintf(e.stderr, "once chaos: seed %d (--seed %d draws the same faults)\n", o.Seed, o.Seed)
+	bar := newBar(e.stderr, "", o.Intents)
+	o.Progress = func(p chaos.Progress) { bar.update(p.Phase, p.Settled, p.Line()) }
+	rep, err := chaos.Run(e.ctx, o)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := view.Encode(e.stdout, rep); err != nil {
+			return err
+		}
+	} else if err := rep.WriteText(e.stdout); err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("invariants failed (seed %d reproduces the faults' draws): %s", rep.Seed, strings.Join(rep.Failures, "; "))
+	}
+	return nil
+}
