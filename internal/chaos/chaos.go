@@ -591,9 +591,16 @@ func (r *runner) converge(ctx context.Context, rep *Report, report func(string, 
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("chaos: listing review", "err", err)
 		}
+		var counts map[string][]int
+		if len(acts) > 0 {
+			counts = r.applied()
+		}
 		for _, a := range acts {
 			r.surfaced[a.Key] = a.Kind
-			n := r.tally.count(a.Kind, int(a.Step))
+			n := 0
+			if c := counts[a.Kind]; a.Step >= 0 && int(a.Step) < len(c) {
+				n = c[a.Step]
+			}
 			res := once.Resolution{By: "chaos operator", Attempt: a.Attempt}
 			if n > 0 {
 				res.Decision, res.Note = once.DecisionDone, fmt.Sprintf("the provider applied it (%d)", n)
@@ -654,6 +661,18 @@ func (r *runner) tallyUp(ctx context.Context, rep *Report) {
 	if o.Naive {
 		recovery = map[string]string{kindEmail: "none (naive)", kindCharge: "none (naive)", kindPost: "none (naive)"}
 	}
+	counts := r.applied()
+	if r.mail != nil {
+		var off []int
+		for i, n := range counts[kindEmail] {
+			if tapped := r.tally.count(kindEmail, i); tapped != n {
+				off = append(off, i)
+			}
+		}
+		if len(off) > 0 {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("the SMTP tap's count differs from the mailbox's for %d intents (%s); the mailbox's is used", len(off), sample(off, status)))
+		}
+	}
 	per := map[string]Kind{}
 	var dup, lost, disagree, unsettled []int
 	for i := range o.Intents {
@@ -661,7 +680,7 @@ func (r *runner) tallyUp(ctx context.Context, rep *Report) {
 		k := per[kind]
 		k.Recovery = recovery[kind]
 		k.Intents++
-		n := r.tally.count(kind, i)
+		n := counts[kind][i]
 		k.Applied += n
 		if n > 1 {
 			k.Duplicates += n - 1
@@ -722,4 +741,31 @@ func sample(intents []int, status map[int]once.Status) string {
 		parts = append(parts, "…")
 	}
 	return strings.Join(parts, ", ")
+}
+
+// applied returns, per kind and intent, how many times the provider
+// applied the effect: the HTTP providers' own counts, and for email the
+// harness's mailbox (each intent has its own recipient), or the tap's
+// count of 250s when the mail goes to an outside server.
+func (r *runner) applied() map[string][]int {
+	out := map[string][]int{}
+	for _, k := range kinds {
+		c := make([]int, r.opts.Intents)
+		for i := range c {
+			c[i] = r.tally.count(k, i)
+		}
+		out[k] = c
+	}
+	if r.mail != nil {
+		c := make([]int, r.opts.Intents)
+		for _, m := range r.mail.Messages() {
+			for _, to := range m.To {
+				if i, ok := intentOf(to, r.tag); ok && i < len(c) {
+					c[i]++
+				}
+			}
+		}
+		out[kindEmail] = c
+	}
+	return out
 }

@@ -45,6 +45,16 @@ func recipient(i int, runTag string) string {
 
 var recipientRE = regexp.MustCompile(`(?i)<intent-(\d+)-([0-9a-z]+)@`)
 
+// intentOf reads the intent out of a recipient of this run.
+func intentOf(addr, runTag string) (int, bool) {
+	m := recipientRE.FindStringSubmatch("<" + addr)
+	if m == nil || !strings.EqualFold(m[2], runTag) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(m[1])
+	return i, err == nil
+}
+
 func startSMTPTap(upstream string, t *tally, hold time.Duration, runTag string) (*smtpTap, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,8 +140,18 @@ type tapConn struct {
 
 func (x *tapConn) end() { x.tap.untrack(x.client, x.server) }
 
+// fromClient forwards what the worker sends. When the worker closes its
+// side (or dies), the server is told by a half close and fromServer goes
+// on reading its answers: a 250 already on its way is counted even
+// though nobody will read it.
 func (x *tapConn) fromClient() {
-	defer x.end()
+	defer func() {
+		if tc, ok := x.server.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		} else {
+			x.server.Close()
+		}
+	}()
 	r := bufio.NewReader(x.client)
 	for {
 		line, err := r.ReadString('\n')
@@ -149,6 +169,8 @@ func (x *tapConn) fromClient() {
 				case strings.HasPrefix(cmd, "RCPT TO:"):
 					if m := recipientRE.FindStringSubmatch(line); m != nil && strings.EqualFold(m[2], x.tap.runTag) {
 						x.intent, _ = strconv.Atoi(m[1])
+					} else {
+						x.intent = -1
 					}
 				case cmd == "DATA\r\n":
 					x.data = true
@@ -167,9 +189,13 @@ func (x *tapConn) fromClient() {
 	}
 }
 
+// fromServer forwards the server's replies and counts each 250 to the
+// end of a message's data. It reads until the server closes, whether or
+// not the worker still listens.
 func (x *tapConn) fromServer() {
 	defer x.end()
 	r := bufio.NewReader(x.server)
+	listening := true
 	for {
 		line, err := r.ReadString('\n')
 		if line != "" {
@@ -189,8 +215,10 @@ func (x *tapConn) fromServer() {
 					return
 				}
 			}
-			if _, werr := x.client.Write([]byte(line)); werr != nil {
-				return
+			if listening {
+				if _, werr := x.client.Write([]byte(line)); werr != nil {
+					listening = false
+				}
 			}
 		}
 		if err != nil {
