@@ -219,8 +219,8 @@ func startRabbitMQ(ctx context.Context, dir string) (*rabbitBroker, error) {
 		return nil, err
 	}
 	files := map[string]string{
-		"rabbitmq.conf":   fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\n", port),
-		"enabled_plugins": "[].\n",
+		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\n", port),
+		"enabled_plugins":   "[].\n",
 		"rabbitmq-env.conf": "",
 	}
 	for name, content := range files {

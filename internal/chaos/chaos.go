@@ -383,8 +383,10 @@ func (r *runner) setUp(ctx context.Context, rep *Report) error {
 	if !o.Naive {
 		hc := &http.Client{Timeout: effectTimeout}
 		c, err := once.New(once.Config{
-			Store:  r.store,
-			Kinds:  policies(o.Lease, func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) { return verifyPost(ctx, hc, r.posts.URL(), a) }, r.queue.redrive),
+			Store: r.store,
+			Kinds: policies(o.Lease, func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+				return verifyPost(ctx, hc, r.posts.URL(), a)
+			}, r.queue.redrive),
 			Origin: "chaos-harness-" + r.tag,
 			Logger: r.log,
 		})

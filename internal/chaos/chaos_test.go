@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncehq/once/internal/chaos"
+	"github.com/oncehq/once/internal/mailbox"
 	"github.com/oncehq/once/internal/testdb"
 )
 
@@ -97,4 +98,37 @@ func TestChaosNATS(t *testing.T) {
 func TestChaosRabbitMQ(t *testing.T) {
 	testdb.RequireRabbitMQ(t)
 	testChaos(t, chaos.QueueRabbitMQ)
+}
+
+// TestChaosOutsideSMTP sends the emails to an SMTP server the harness
+// does not own (--smtp), where only the tap's count of the server's 250s
+// tells what was delivered: it must agree with what the server holds.
+func TestChaosOutsideSMTP(t *testing.T) {
+	testdb.RequireNATS(t)
+	mail, err := mailbox.Start(mailbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mail.Close()
+	rep := run(t, chaos.Options{Queue: chaos.QueueNATS, Intents: intents(t, 60), Workers: 2, FaultScale: 2, SMTP: mail.Addr(), Timeout: 90 * time.Second})
+	if !rep.OK() {
+		t.Errorf("invariants failed (seed %d): %s", rep.Seed, strings.Join(rep.Failures, "; "))
+	}
+	held := map[string]int{}
+	for _, m := range mail.Messages() {
+		for _, to := range m.To {
+			held[to]++
+		}
+	}
+	if got, want := len(held), rep.PerKind["send_email"].Intents; got != want {
+		t.Errorf("the outside server holds mail for %d recipients; want one per email intent, %d", got, want)
+	}
+	for to, n := range held {
+		if n != 1 {
+			t.Errorf("the outside server holds %d copies for %s; the report counted %d duplicates", n, to, rep.Duplicates)
+		}
+	}
+	if rep.PerKind["send_email"].Applied != len(mail.Messages()) {
+		t.Errorf("the report counts %d emails applied, the server holds %d", rep.PerKind["send_email"].Applied, len(mail.Messages()))
+	}
 }

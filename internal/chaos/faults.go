@@ -319,14 +319,21 @@ func (in *injector) fire(ctx context.Context, f scheduled) error {
 		if f.Variant == 1 {
 			pattern = in.appName + "-w%"
 		}
-		var n int
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := in.admin.QueryRow(cctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1`, pattern).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			in.count.add(faultConn)
+		// A worker started a moment ago may not have connected yet: try
+		// for a few seconds.
+		for try := 0; try < 30; try++ {
+			var n int
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := in.admin.QueryRow(cctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1`, pattern).Scan(&n)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				in.count.add(faultConn)
+				return nil
+			}
+			pause(ctx, 100*time.Millisecond)
 		}
 	case faultProxy:
 		in.count.add(faultProxy)
