@@ -89,9 +89,9 @@ const effectTimeout = time.Second
 // checks the invariants. The error is for a run that could not be
 // carried out (a server missing, a bad option); a run whose invariants
 // failed returns a Report whose OK is false.
-func Run(ctx context.Context, opts Options) (Report, error) {
+func Run(ctx context.Context, opts Options) (rep Report, err error) {
 	started := time.Now()
-	opts, err := opts.withDefaults()
+	opts, err = opts.withDefaults()
 	if err != nil {
 		return Report{}, err
 	}
@@ -105,7 +105,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	r.id = newRunID()
 	r.tag = r.id[len("chaos-"):]
 	r.schema = "once_chaos_" + r.tag
-	rep := Report{Queue: opts.Queue, Intents: opts.Intents, Naive: opts.Naive, Seed: opts.Seed, Run: r.id, Schema: r.schema, Workers: opts.Workers}
+	rep = Report{Queue: opts.Queue, Intents: opts.Intents, Naive: opts.Naive, Seed: opts.Seed, Run: r.id, Schema: r.schema, Workers: opts.Workers}
 	if r.dir, err = os.MkdirTemp("", "once-chaos-"); err != nil {
 		return rep, err
 	}
@@ -196,20 +196,18 @@ type runner struct {
 	schema string
 	dir    string
 
-	ha       Failover
-	rawURL   string // the server, no once parameters: for the harness's own connection
-	admin    *pgxpool.Pool
-	migrated bool
-	client   *once.Client
-	store    *dburl.Store
-	reaper   *once.Reaper
+	ha     Failover
+	rawURL string // the server, no once parameters: for the harness's own connection
+	admin  *pgxpool.Pool
+	client *once.Client
+	store  *dburl.Store
+	reaper *once.Reaper
 
 	tally    *tally
 	mail     *mailbox.Server
 	tap      *smtpTap
 	payments *httpServer
 	posts    *httpServer
-	smtpName string
 
 	// surfaced holds the actions the operator found in review, by kind.
 	surfaced map[once.Key]string
