@@ -25,7 +25,7 @@ func defineChaos(fs *flagSet) func(env, []string) error {
 	fs.Float64Var(&o.FaultScale, "fault-scale", 1, "multiply the number of faults by `X`")
 	fs.BoolVar(&o.Naive, "naive", false, "run the naive check-then-send workers instead of once, to see duplicates")
 	fs.StringVar(&o.SMTP, "smtp", "", "send the emails through this SMTP server (`HOST:PORT`) instead of the run's own; each intent has its own recipient")
-	ha := fs.Bool("ha", false, "put the ledger on a pg_auto_failover primary with a synchronous standby, and kill the primary half way")
+	ha := fs.Bool("ha", false, "put the ledger on a pg_auto_failover primary with a synchronous standby, and kill the primary half way (--db is then not used)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's schema and its directory of logs")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after `DURATION` (default 10m)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
