@@ -110,7 +110,9 @@ func Run(ctx context.Context, opts Options) (rep Report, err error) {
 		return rep, err
 	}
 	defer func() {
-		if !opts.Keep && (r.dir != "" && (rep.OK() || rep.PerKind == nil)) {
+		// The logs are kept when asked, and when once's invariants
+		// failed; the naive workers' failures are expected.
+		if !opts.Keep && (rep.OK() || opts.Naive || rep.PerKind == nil) {
 			os.RemoveAll(r.dir)
 		} else {
 			rep.Dir = r.dir

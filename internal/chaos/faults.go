@@ -83,7 +83,7 @@ func (s *supervisor) keep(slot int) {
 		cmd := exec.Command(s.exe)
 		cmd.Env = append(os.Environ(), s.env(slot)...)
 		// A worker must not outlive the harness.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = childAttr(false)
 		f, err := os.OpenFile(filepath.Join(s.logDir, fmt.Sprintf("worker-%d.log", slot)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err == nil {
 			cmd.Stdout, cmd.Stderr = f, f
@@ -120,13 +120,13 @@ func (s *supervisor) killPid(pid int) bool {
 	return false
 }
 
-// signal sends sig to slot's worker and returns its pid, or 0 when none
-// runs.
-func (s *supervisor) signal(slot int, sig syscall.Signal) int {
+// signal sends sig to slot's worker, unless skip says no, and returns
+// its pid, or 0 when none was signalled.
+func (s *supervisor) signal(slot int, sig syscall.Signal, skip func(pid int) bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.procs[slot%len(s.procs)]
-	if c == nil || c.Process.Signal(sig) != nil {
+	if c == nil || skip(c.Process.Pid) || c.Process.Signal(sig) != nil {
 		return 0
 	}
 	return c.Process.Pid
@@ -251,6 +251,9 @@ type injector struct {
 	stopFor  time.Duration
 	blackout time.Duration
 	logf     func(string, ...any)
+
+	mu      sync.Mutex
+	stopped map[int]bool // pids paused now
 }
 
 // run fires each scheduled fault once progress reaches it, until ctx
@@ -262,8 +265,16 @@ func (in *injector) run(ctx context.Context, faults []scheduled, progress func()
 		byKind[f.Kind] = append(byKind[f.Kind], f)
 	}
 	var wg sync.WaitGroup
-	for _, line := range byKind {
+	for kind, line := range byKind {
+		// Pauses overlap, up to half the workers at once, so they keep
+		// up with the work; the other faults go one at a time.
+		slots := make(chan struct{}, 1)
+		if kind == faultStop {
+			slots = make(chan struct{}, max(len(in.sup.procs)/2, 1))
+		}
 		wg.Go(func() {
+			var running sync.WaitGroup
+			defer running.Wait()
 			for _, f := range line {
 				for progress() < f.At {
 					select {
@@ -272,23 +283,34 @@ func (in *injector) run(ctx context.Context, faults []scheduled, progress func()
 					case <-time.After(50 * time.Millisecond):
 					}
 				}
-				if err := in.fire(ctx, f); err != nil && ctx.Err() == nil {
-					in.logf("fault %s: %v", f.Kind, err)
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
 				}
+				running.Go(func() {
+					defer func() { <-slots }()
+					if err := in.fire(ctx, f); err != nil && ctx.Err() == nil {
+						in.logf("fault %s: %v", f.Kind, err)
+					}
+				})
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// target sends sig to slot's worker or, when it is being started again,
-// to the next one that runs, waiting for one for up to five seconds. It
-// returns the pid, or 0.
+// target sends sig to slot's worker or, when it is being started again
+// (or already paused), to the next one that runs, waiting for one for up
+// to five seconds. It returns the pid, or 0.
 func (in *injector) target(ctx context.Context, slot int, sig syscall.Signal) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		for j := range len(in.sup.procs) {
-			if pid := in.sup.signal(slot+j, sig); pid != 0 {
+			if pid := in.sup.signal(slot+j, sig, in.isPaused); pid != 0 {
+				if sig == syscall.SIGSTOP {
+					in.paused(pid, true)
+				}
 				return pid
 			}
 		}
@@ -296,6 +318,25 @@ func (in *injector) target(ctx context.Context, slot int, sig syscall.Signal) in
 			return 0
 		}
 		pause(ctx, 50*time.Millisecond)
+	}
+}
+
+func (in *injector) isPaused(pid int) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.stopped[pid]
+}
+
+func (in *injector) paused(pid int, on bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.stopped == nil {
+		in.stopped = map[int]bool{}
+	}
+	if on {
+		in.stopped[pid] = true
+	} else {
+		delete(in.stopped, pid)
 	}
 }
 
@@ -313,6 +354,7 @@ func (in *injector) fire(ctx context.Context, f scheduled) error {
 		in.count.add(faultStop)
 		pause(ctx, in.stopFor)
 		in.sup.resume(pid)
+		in.paused(pid, false)
 	case faultConn:
 		// One worker's connections, or every worker's.
 		pattern := fmt.Sprintf("%s-w%d", in.appName, f.Slot)
