@@ -2,6 +2,7 @@ package once
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -64,15 +65,26 @@ type Disposition struct {
 //	*ReviewError, *UnknownOutcomeError in review, ErrResultTooLarge, ErrResultNotJSON
 //	                                         drop: a person decides
 //	*FingerprintError, *IntentError          drop: the job is wrong; retrying changes nothing
-//	Permanent(err) from a DoTx effect        drop: it fails again on every delivery, and the
-//	                                         rolled-back transaction recorded nothing
+//	Permanent(err) from a DoTx effect, or    drop: it fails again on every delivery, and
+//	from the job's own code before any Do    nothing recorded it (roll a DoTx back)
+//	(a job that does not decode)
 //	anything else (the database unreachable, a cancelled context)
 //	                                         retry
 //
 // Acking on an unknown outcome that awaits verification would lose the
 // effect when the verifier then finds it did not happen: nobody would
 // deliver the job again.
+//
+// Several errors joined (errors.Join, or fmt.Errorf with several %w: a
+// job of independent steps that reports them all) are disposed one by
+// one, and the job is retried if any of them needs it (after the
+// shortest wait), dropped if any asks a person, and acked only if all
+// are done: one step's failure must not settle a job whose other step
+// still needs a delivery.
 func Dispose(err error) Disposition {
+	if errs := joined(err); len(errs) > 0 {
+		return disposeAll(errs)
+	}
 	var (
 		inFlight *InFlightError
 		unknown  *UnknownOutcomeError
@@ -125,13 +137,17 @@ func Dispose(err error) Disposition {
 		}
 	case errors.Is(err, ErrFailed):
 		return Disposition{Action: JobAck, Reason: "failed for good; recorded"}
+	case errors.Is(err, ErrPermanent) && classify(err) == StatusFailed:
+		// Do never returns a Permanent error as it is: it comes from a
+		// DoTx effect (the transaction rolls back and nothing is
+		// recorded), or from the job's own code refusing the job before
+		// any Do (its body does not decode). The error says which; the
+		// dead-letter queue is its only trace. A Permanent mark under a
+		// RetryLater one is not the effect's last word: Do released such
+		// an action, and the next delivery runs it.
+		return Disposition{Action: JobDrop, Reason: "failed for good, and nothing recorded it: " + err.Error()}
 	case errors.Is(err, ErrRetryLater):
 		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
-	case errors.Is(err, ErrPermanent):
-		// Only DoTx returns an effect's Permanent error as it is: the
-		// transaction rolls back and nothing is recorded, so the
-		// dead-letter queue is the only trace of it.
-		return Disposition{Action: JobDrop, Reason: "failed for good inside the transaction; nothing was recorded (roll back)"}
 	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
 	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):
@@ -141,4 +157,59 @@ func Dispose(err error) Disposition {
 	default:
 		return Disposition{Action: JobRetry, Reason: "not carried out: " + err.Error()}
 	}
+}
+
+// joined returns the errors joined in err, found by following its single
+// wrappings down to the first error that joins several; nil if none does.
+func joined(err error) []error {
+	for err != nil {
+		switch e := err.(type) {
+		case interface{ Unwrap() []error }:
+			return e.Unwrap()
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// disposeAll is Dispose for several errors: the most cautious action
+// among theirs (retry, then drop, then ack).
+func disposeAll(errs []error) Disposition {
+	var retry, drop, ack *Disposition
+	n := 0
+	actions := map[JobAction]bool{}
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		n++
+		d := Dispose(e)
+		actions[d.Action] = true
+		switch {
+		case d.Action == JobRetry && (retry == nil || d.After < retry.After):
+			retry = &d
+		case d.Action == JobDrop && drop == nil:
+			drop = &d
+		case d.Action == JobAck && ack == nil:
+			ack = &d
+		}
+	}
+	var d Disposition
+	switch {
+	case n == 0:
+		return Disposition{Action: JobAck, Reason: "done"}
+	case retry != nil:
+		d = *retry
+	case drop != nil:
+		d = *drop
+	default:
+		d = *ack
+	}
+	if len(actions) > 1 {
+		d.Reason = fmt.Sprintf("%s (the most cautious of %d joined errors)", d.Reason, n)
+	}
+	return d
 }

@@ -30,6 +30,8 @@ func TestDispose(t *testing.T) {
 		{"permanent, from DoTx", fmt.Errorf("once: action k: the effect failed inside the transaction, roll it back: %w", Permanent(errors.New("closed"))), JobDrop, false},
 		{"in flight, lease lapsed", &InFlightError{Key: "k", LeaseUntil: now.Add(-time.Second), Expired: true}, JobRetry, true},
 		{"released by the effect", fmt.Errorf("once: action k attempt 1 released: %w", RetryLater(errors.New("429"))), JobRetry, false},
+		{"released over a permanent mark", fmt.Errorf("once: action k attempt 1 released: %w", RetryLater(fmt.Errorf("later: %w", Permanent(errors.New("552"))))), JobRetry, false},
+		{"permanent over a retry-later mark, from DoTx", fmt.Errorf("once: action k: the effect failed inside the transaction, roll it back: %w", Permanent(fmt.Errorf("giving up: %w", RetryLater(errors.New("451"))))), JobDrop, false},
 		{"released under a provider key", &UnknownOutcomeError{Key: "k", Status: StatusReleased}, JobRetry, false},
 		{"awaiting the verifier", &UnknownOutcomeError{Key: "k", Status: StatusUnknown, Due: now.Add(10 * time.Second)}, JobRetry, true},
 		{"awaiting the verifier, due", &UnknownOutcomeError{Key: "k", Status: StatusUnknown, Due: now.Add(-time.Second)}, JobRetry, false},
@@ -42,6 +44,11 @@ func TestDispose(t *testing.T) {
 		{"invalid intent", &IntentError{Field: "Run", Reason: "is empty"}, JobDrop, false},
 		{"database unreachable", fmt.Errorf("once: claiming action k: %w", errors.New("dial tcp: connection refused")), JobRetry, false},
 		{"caller gave up", context.Canceled, JobRetry, false},
+		{"joined: failed and released", errors.Join(&FailedError{Key: "a"}, fmt.Errorf("once: action b attempt 1 released: %w", RetryLater(errors.New("429")))), JobRetry, false},
+		{"joined: done and in review", fmt.Errorf("job 1: %w", errors.Join(nil, &ReviewError{Key: "b"})), JobDrop, false},
+		{"joined: failed and in review", errors.Join(&FailedError{Key: "a"}, &ReviewError{Key: "b"}), JobDrop, false},
+		{"joined: both failed", errors.Join(&FailedError{Key: "a"}, &FailedError{Key: "b"}), JobAck, false},
+		{"joined: in flight and released", fmt.Errorf("%w; %w", &InFlightError{Key: "a", LeaseUntil: now.Add(time.Minute)}, RetryLater(nil)), JobRetry, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

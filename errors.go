@@ -237,6 +237,8 @@ func (e *permanentError) Unwrap() error        { return e.err }
 // later": the provider refused before acting (a 429, a connection refused
 // before the request was sent). The claim is released so the next delivery
 // claims again. Only use it when you know the effect did not happen.
+// Over an error that is already marked (Permanent, by a library the
+// effect calls), the outermost mark is the one that counts.
 func RetryLater(err error) error {
 	if err == nil {
 		err = errors.New("retry later")
@@ -248,6 +250,9 @@ func RetryLater(err error) error {
 // retry" (an invalid address, a declined card). The failure is stored and
 // every duplicate gets it back. The marked error matches ErrPermanent;
 // what Do returns for it is a *FailedError, which matches ErrFailed.
+// Over an error a library marked RetryLater (an effect giving up after
+// too many deferrals), Permanent is the effect's last word: the action
+// fails for good.
 func Permanent(err error) error {
 	if err == nil {
 		err = errors.New("permanent failure")
@@ -255,20 +260,25 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// classify maps an effect's error onto the status it leads to.
+// mark is what RetryLater and Permanent put on an error.
+type mark interface{ markedAs() Status }
+
+func (*retryLaterError) markedAs() Status { return StatusReleased }
+func (*permanentError) markedAs() Status  { return StatusFailed }
+
+// classify maps an effect's error onto the status it leads to. When the
+// chain holds both marks — Permanent over an error a library marked
+// RetryLater (giving up on a deferral), or RetryLater over one it marked
+// Permanent — the outermost is the effect's own last word, and wins.
 func classify(err error) Status {
-	var r *retryLaterError
-	var p *permanentError
-	switch {
-	case err == nil:
+	if err == nil {
 		return StatusSucceeded
-	case errors.As(err, &r):
-		return StatusReleased
-	case errors.As(err, &p):
-		return StatusFailed
-	default:
-		return StatusUnknown
 	}
+	var m mark
+	if errors.As(err, &m) {
+		return m.markedAs()
+	}
+	return StatusUnknown
 }
 
 // ErrConflict: a resolution or recovery met an action that changed under

@@ -114,6 +114,9 @@ func TestClassify(t *testing.T) {
 		{Permanent(nil), StatusFailed},
 		{fmt.Errorf("charge: %w", Permanent(errors.New("declined"))), StatusFailed},
 		{errors.New("timeout"), StatusUnknown},
+		// Both marks: the outermost is the effect's last word.
+		{Permanent(fmt.Errorf("giving up: %w", RetryLater(errors.New("451")))), StatusFailed},
+		{RetryLater(fmt.Errorf("later: %w", Permanent(errors.New("552")))), StatusReleased},
 	} {
 		if got := classify(tt.err); got != tt.want {
 			t.Errorf("classify(%v) = %s, want %s", tt.err, got, tt.want)

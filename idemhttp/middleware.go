@@ -63,12 +63,14 @@ type Config struct {
 	// protection it needs on a route that asks for one.
 	Optional bool
 	// Keep says which handler statuses are stored and replayed. Nil
-	// keeps every status below 500: a 2xx, 3xx or 4xx is the answer to
-	// this request and the next repeat gets it too. A status it does not
-	// keep releases the key (once.RetryLater), so a retry runs the
-	// handler again: a 5xx says the server failed, not that the operation
-	// happened. Only release statuses your handler sends when it has
-	// changed nothing.
+	// keeps every status below 500 but 408, 425 and 429: a 2xx, 3xx or
+	// 4xx is the answer to this request and the next repeat gets it too,
+	// while those three tell the client to send the same request again
+	// later, which a stored answer would never let happen. A status it
+	// does not keep releases the key (once.RetryLater), so a retry runs
+	// the handler again: a 5xx says the server failed, not that the
+	// operation happened. Only release statuses your handler sends when
+	// it has changed nothing.
 	Keep func(status int) bool
 	// ReplayHeaders are the response headers stored and sent again on a
 	// replay. Nil means Content-Type and Location. Headers that describe
@@ -119,9 +121,13 @@ type Response struct {
 //     Config.Wait, the first's response once it is stored;
 //   - no key on a route that requires one, or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
-//   - a response Keep refuses (a 5xx by default) releases the key;
+//   - a response Keep refuses (a 5xx, 408, 425 or 429 by default)
+//     releases the key;
 //   - an action whose outcome is unknown (the process died mid-handler)
-//     follows its kind's recovery: a person decides (409) by default.
+//     follows its kind's recovery: a person decides (409) by default;
+//   - an action confirmed done without the handler's response on record
+//     (a person resolved it Done, or a verifier found it landed): 409,
+//     and the handler does not run again.
 //
 // Errors are application/problem+json (RFC 9457). The handler's response
 // is buffered, so it must fit in the client's MaxResultBytes to be
@@ -150,7 +156,7 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 		m.cfg.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if m.cfg.Keep == nil {
-		m.cfg.Keep = func(status int) bool { return status < 500 }
+		m.cfg.Keep = defaultKeep
 	}
 	if m.cfg.ReplayHeaders == nil {
 		m.cfg.ReplayHeaders = []string{"Content-Type", "Location"}
@@ -169,6 +175,17 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 type middleware struct {
 	client *once.Client
 	cfg    Config
+}
+
+// defaultKeep stores every answer below 500 except the ones that ask
+// for the same request again later: replayed, they would answer every
+// retry with "try again" for good.
+func defaultKeep(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < 500
 }
 
 func defaultKind(r *http.Request) string {
@@ -243,7 +260,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// returns the value with most errors, but not when the key was
 	// released; the handler's own answer still goes out then.
 	var ran atomic.Pointer[Response]
-	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (Response, error) {
+	// The stored result is taken as JSON and decoded here, not by Do: an
+	// action a person resolved Done, or a verifier found landed, holds
+	// whatever they stored (often nothing), not a Response.
+	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
 		rec := &recorder{header: make(http.Header)}
 		req := r.Clone(ctx)
 		req.Body = http.NoBody
@@ -254,10 +274,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(rec, req)
 		resp := rec.response(m.cfg.ReplayHeaders)
 		ran.Store(&resp)
-		if !m.cfg.Keep(resp.Status) {
-			return resp, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		stored, err := json.Marshal(resp)
+		if err != nil {
+			// Not reached: a Response is a status, strings and bytes.
+			return nil, fmt.Errorf("idemhttp: encoding the response: %w", err)
 		}
-		return resp, nil
+		if !m.cfg.Keep(resp.Status) {
+			return stored, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		}
+		return stored, nil
 	}, once.WaitFor(m.cfg.Wait))
 	if resp := ran.Load(); resp != nil && !res.Replayed {
 		// The handler ran in this request: its answer goes out as it
@@ -268,10 +293,26 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if err == nil {
-		res.Value.write(w, res.Value.Header, true)
+		stored, ok := storedResponse(res.Value)
+		if !ok {
+			writeProblem(w, http.StatusConflict, "response-not-recorded", "the request with this Idempotency-Key was carried out, but its response was not recorded (its outcome was confirmed afterwards, by a person or a check with the provider); retrying will not run it again: look up what it created, or use a new key for a new request")
+			return
+		}
+		stored.write(w, stored.Header, true)
 		return
 	}
 	m.writeError(w, err)
+}
+
+// storedResponse decodes a stored result into the Response the
+// middleware stored, and reports false for anything else: no result, or
+// one a person or a verifier recorded in its own shape.
+func storedResponse(raw json.RawMessage) (Response, bool) {
+	var resp Response
+	if len(raw) == 0 || json.Unmarshal(raw, &resp) != nil || resp.Status < 100 || resp.Status > 999 {
+		return Response{}, false
+	}
+	return resp, true
 }
 
 func (m *middleware) acts(method string) bool {
@@ -296,7 +337,10 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusBadRequest, "request-invalid", "the request cannot be made into an action: "+intent.Field+" "+intent.Reason)
 	case errors.Is(err, once.ErrFingerprintMismatch):
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", "this Idempotency-Key was first used with a different request (method, path or body); use a new key for a different request, or send the first request unchanged")
-	case errors.Is(err, once.ErrInFlight):
+	case errors.Is(err, once.ErrInFlight), errors.Is(err, once.ErrFenced):
+		// Fenced, here, is a claim taken over by another attempt before
+		// this request's handler ran (this process stalled past the
+		// lease): the key's request is that attempt's now.
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		still := "is still being processed"
 		if errors.As(err, &held) && held.Waited > 0 {

@@ -1,6 +1,7 @@
 package natsjs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,9 @@ import (
 //
 // The consumer must acknowledge explicitly (jetstream.AckExplicitPolicy).
 // opts go to cons.Consume. Unless they set PullMaxMessages or
-// PullMaxBytes, the client pulls Concurrency messages at a time; a
+// PullMaxBytes, the client pulls one message at a time, so a message
+// waits in this worker only for a free slot, and gets InProgress while it
+// waits; a
 // ConsumeErrHandler among them replaces the one that logs consumer
 // errors and reports what stopped the consumer.
 func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFunc, opts ...jetstream.PullConsumeOpt) error {
@@ -45,9 +48,7 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 			// running before it; AckNone never delivers a job again.
 			return fmt.Errorf("natsjs: %s has AckPolicy %s; jobs are settled one by one, so it needs jetstream.AckExplicitPolicy", name, p)
 		}
-		if w.cfg.Progress == 0 {
-			w.ackWaits.Store(info.Stream+"\x00"+info.Name, progressFor(info.Config))
-		}
+		w.consumers.Store(info.Stream+"\x00"+info.Name, factsOf(info.Config))
 	}
 
 	// Jobs run on a context of their own, cancelled only when the drain
@@ -63,12 +64,25 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	handBack := func(msg jetstream.Msg) {
 		d := retry("not run: the worker is stopping")
-		w.report(msg, d, w.settle(ctx, msg, d))
+		var last error
+		if meta, err := msg.Metadata(); err == nil {
+			d, last = w.consumer(work, meta).lastDelivery(meta, d)
+		}
+		w.report(msg, d, errors.Join(last, w.settle(ctx, msg, d)))
 	}
 	handler := func(msg jetstream.Msg) {
+		// The message is this worker's while it waits for a slot: keep
+		// it alive like a running one, or the server delivers it again
+		// (spending one of MaxDeliver) while it waits.
+		stop := func() {}
+		if meta, err := msg.Metadata(); err == nil {
+			stop = keepAlive(msg, cmp.Or(w.cfg.Progress, w.consumer(work, meta).progress), w.log)
+		}
 		select {
 		case slots <- struct{}{}:
+			stop()
 		case <-ctx.Done():
+			stop()
 			handBack(msg)
 			return
 		}
@@ -100,7 +114,12 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 	})
 	all := []jetstream.PullConsumeOpt{onErr}
 	if !setsBuffer(opts) {
-		all = append(all, jetstream.PullMaxMessages(w.cfg.Concurrency))
+		// One message at a time: the client pulls the next only when
+		// the handler has taken the last, so at most one message waits
+		// in this worker beyond those running (kept alive by the
+		// handler), and none sits in the client's buffer unseen, its
+		// AckWait running.
+		all = append(all, jetstream.PullMaxMessages(1))
 	}
 	cc, err := cons.Consume(handler, append(all, opts...)...)
 	if err != nil {
@@ -174,7 +193,7 @@ func (w *Worker) report(msg jetstream.Msg, d once.Disposition, err error) {
 	}
 	level := slog.LevelDebug
 	switch {
-	case errors.Is(err, ErrNotSettled):
+	case errors.Is(err, ErrNotSettled), errors.Is(err, ErrLastDelivery):
 		level = slog.LevelWarn
 	case err != nil || d.Action != once.JobAck:
 		level = slog.LevelInfo

@@ -17,6 +17,11 @@
 //	(*once.FailedError,
 //	or once.Permanent
 //	from the job function)
+//	superseded             NakWithDelay (not Dispose's ack)    an ack settles the message, and with it
+//	(*once.FencedError)                                        the delivery a newer attempt runs on
+//	a retry on the         Term, with ErrLastDelivery          JetStream would not deliver it again: the
+//	consumer's last                                            log says so louder than a retry
+//	delivery (MaxDeliver)
 //
 // (*) A plain Term on servers before 2.10.4, which ignore a Term that
 // carries a reason and would deliver the message again. The backoff is
@@ -51,7 +56,8 @@
 // Redrive builds the once.KindPolicy.Redrive hook: the reaper calls it
 // for a released action whose job no delivery will bring back (acked,
 // terminated, or out of MaxDeliver), and it publishes the job again with
-// a Nats-Msg-Id made of the action's key and attempt, so JetStream's
-// duplicate window absorbs a second re-drive of the same attempt but
-// never swallows the re-drive of a new one.
+// a Nats-Msg-Id made of the action's key, attempt and last update, so
+// JetStream's duplicate window absorbs a re-drive the reaper tries again
+// after a lost PubAck, but never swallows the next re-drive of the same
+// release or the re-drive of a new attempt.
 package natsjs

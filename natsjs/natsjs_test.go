@@ -472,8 +472,9 @@ func TestReaperRedrivesReleasedJob(t *testing.T) {
 	j := job{ID: "order-5", Customer: "cus_5", Amount: 500}
 	b.publish(t, j)
 	first := b.log.waitSettle(t, "the first delivery settled", func(s settle) bool { return s.seq == 1 })
-	if first.d.Action != once.JobRetry || !errors.Is(first.err, once.ErrOutcomeUnknown) {
-		t.Fatalf("first delivery settled %v (%v); want a retry of an unknown outcome", first.d.Action, first.err)
+	// Released, on the consumer's only delivery: terminated, and said so.
+	if first.d.Action != once.JobDrop || !errors.Is(first.err, once.ErrOutcomeUnknown) || !errors.Is(first.err, natsjs.ErrLastDelivery) {
+		t.Fatalf("first delivery settled %v (%v); want an unknown outcome released on the last delivery, terminated", first.d.Action, first.err)
 	}
 
 	reaper, err := once.NewReaper(b.client, once.ReaperConfig{})
@@ -502,8 +503,8 @@ func TestReaperRedrivesReleasedJob(t *testing.T) {
 		t.Fatalf("provider keys %q and %q; want the same key on both attempts", effects[0].ProviderKey, effects[1].ProviderKey)
 	}
 	key, _, _ := once.KeyOf(j.intent())
-	if want := string(key) + "/1"; deliveries[1].msgID != want {
-		t.Fatalf("the re-driven message has Nats-Msg-Id %q; want %q", deliveries[1].msgID, want)
+	if want := string(key) + "/1/"; !strings.HasPrefix(deliveries[1].msgID, want) {
+		t.Fatalf("the re-driven message has Nats-Msg-Id %q; want one that starts %q", deliveries[1].msgID, want)
 	}
 	a, err := b.client.Get(ctx, key)
 	if err != nil {

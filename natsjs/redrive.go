@@ -11,18 +11,27 @@ import (
 	"github.com/oncehq/once"
 )
 
-// RedriveMsgID is the Nats-Msg-Id a re-drive of a's current attempt is
-// published with: the action's key and attempt, "<key>/<attempt>".
+// RedriveMsgID is the Nats-Msg-Id a re-drive of a is published with: the
+// action's key, its attempt and when it was last updated, in
+// microseconds since the Unix epoch, "<key>/<attempt>/<updated>" (just
+// "<key>/<attempt>" for an action with no UpdatedAt).
 //
 // The job's original message id cannot serve: JetStream drops a message
 // whose id it saw within the stream's duplicate window (two minutes by
-// default), so the re-drive would be swallowed. A new attempt gets a new
-// id and always goes through; the same attempt re-driven again within
-// the window (the reaper trying again after a PubAck it did not get) is
-// absorbed. After the window a second copy is stored, and its delivery
-// replays or meets the claim like any duplicate.
+// default), so the re-drive would be swallowed. The reaper marks each
+// re-drive that went through, which updates the action: a re-drive
+// tried again after a failure (a PubAck it did not get, so no mark) has
+// the same id, and the duplicate window absorbs it; the next re-drive
+// after a marked one has a new id and reaches the stream even within
+// the window, so a re-drive whose delivery never claimed the action (a
+// worker without its database, MaxDeliver spent) is not swallowed while
+// the reaper counts it re-driven. A new attempt always has a new id.
 func RedriveMsgID(a once.Action) string {
-	return string(a.Key) + "/" + strconv.Itoa(a.Attempt)
+	id := string(a.Key) + "/" + strconv.Itoa(a.Attempt)
+	if !a.UpdatedAt.IsZero() {
+		id += "/" + strconv.FormatInt(a.UpdatedAt.UnixMicro(), 10)
+	}
+	return id
 }
 
 // Redrive returns a once.KindPolicy.Redrive hook that publishes a
@@ -31,8 +40,8 @@ func RedriveMsgID(a once.Action) string {
 // (its Run is the job's id, its Payload the canonical payload); its
 // Nats-Msg-Id header is set to RedriveMsgID, replacing any build set.
 //
-// A duplicate PubAck (this attempt was re-driven already, and the
-// stream still holds the message) is success. Any other failure is
+// A duplicate PubAck (this re-drive was published already by a try
+// whose PubAck was lost) is success. Any other failure is
 // returned to the reaper, which logs it, counts the action as waiting
 // and tries again on a later pass.
 func Redrive(js jetstream.JetStream, build func(once.Action) (*nats.Msg, error)) func(context.Context, once.Action) error {
@@ -58,8 +67,9 @@ func Redrive(js jetstream.JetStream, build func(once.Action) (*nats.Msg, error))
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
 			return fmt.Errorf("natsjs: re-driving action %s: publishing to %q (Nats-Msg-Id %s): %w", a.Key, msg.Subject, id, err)
 		}
-		// A duplicate PubAck means the stream holds this attempt's
-		// re-drive already: nothing more to do.
+		// A duplicate PubAck means the stream holds this re-drive
+		// already (an earlier try whose PubAck was lost): nothing more
+		// to do.
 		return nil
 	}
 }

@@ -42,7 +42,8 @@ type Config struct {
 	// Progress is the interval between InProgress signals while a job
 	// function runs. Zero means a third of the consumer's AckWait (or of
 	// its shortest BackOff step): read from the consumer's cached info
-	// by Consume, and asked of the server once per consumer by Handle;
+	// by Consume, and asked of the server once per consumer by Handle
+	// (which also learns the consumer's MaxDeliver there);
 	// DefaultProgress when that fails.
 	Progress time.Duration
 	// RetryDelay is the wait before a retried job is delivered again
@@ -58,10 +59,8 @@ type Config struct {
 	// AckTimeout bounds the wait for the server to confirm an ack
 	// (DoubleAck). Zero means DefaultAckTimeout.
 	AckTimeout time.Duration
-	// Concurrency is how many job functions Consume runs at once. It
-	// also sizes the client's pulls (jetstream.PullMaxMessages), so few
-	// messages wait in the client, unseen by other workers, while their
-	// AckWait runs. Zero means 1.
+	// Concurrency is how many job functions Consume runs at once. Zero
+	// means 1.
 	Concurrency int
 	// DrainTimeout is how long Consume lets running jobs finish after
 	// its context ends; then their context is cancelled. Zero means
@@ -70,7 +69,8 @@ type Config struct {
 	// OnSettle, if not nil, is called by Consume after each message was
 	// settled, with what Handle returned, in place of the log line
 	// Consume writes otherwise: count dispositions, alert on settlement
-	// errors.
+	// errors (and on ErrLastDelivery). It is called from the jobs'
+	// goroutines, concurrently, so it must be safe for that.
 	OnSettle func(msg jetstream.Msg, d once.Disposition, err error)
 	// Logger gets Consume's line per settled message and its consumer
 	// errors. Nil means slog.Default().
@@ -84,9 +84,9 @@ type Worker struct {
 	cfg Config
 	log *slog.Logger
 
-	// ackWaits caches, per stream and consumer, the InProgress interval
-	// derived from the consumer's AckWait.
-	ackWaits sync.Map
+	// consumers caches, per stream and consumer, what Handle needs of
+	// the consumer's configuration (a consumerFacts).
+	consumers sync.Map
 }
 
 // JobFunc is the application's work for one message: decode the job,
@@ -124,6 +124,15 @@ func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
 	return &Worker{js: js, cfg: cfg, log: log}, nil
 }
 
+// ErrLastDelivery is joined to the error Handle returns when a job that
+// needed another delivery got its consumer's last one (MaxDeliver):
+// JetStream does not deliver it again, so Handle terminates it instead
+// of calling it a retry. If once holds the job's action, the kind's
+// Redrive hook brings it back once it is released; if the job failed
+// before any Do claimed it (the database unreachable), or was handed
+// back unrun, nothing does: publish it again.
+var ErrLastDelivery = errors.New("natsjs: the consumer's last delivery (MaxDeliver) of a job that needed another; JetStream does not deliver it again")
+
 // ErrNotSettled matches a *SettleError.
 var ErrNotSettled = errors.New("natsjs: message not settled")
 
@@ -154,7 +163,10 @@ func (e *SettleError) Unwrap() error        { return e.Err }
 // msg is handed back (Nak); when it has ended by the time fn returns, a
 // retry is a Nak without the backoff, so another worker takes the job at
 // once. An ack is sent only when once recorded the outcome (Dispose says
-// JobAck), never because the worker stops.
+// JobAck), never because the worker stops. A retry on the consumer's
+// last delivery (its MaxDeliver) is terminated instead, with
+// ErrLastDelivery joined to the error: JetStream would not deliver it
+// again.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (once.Disposition, error) {
 	switch {
 	case w == nil:
@@ -168,13 +180,14 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 	if err != nil {
 		return retry("not run: not a JetStream message"), fmt.Errorf("natsjs: the message on %q carries no JetStream metadata, so it cannot be acknowledged: %w; take messages from a jetstream.Consumer with explicit acks", msg.Subject(), err)
 	}
+	facts := w.consumer(ctx, meta)
 	if ctx.Err() != nil {
-		d := retry("not run: the worker is stopping")
+		d, last := facts.lastDelivery(meta, retry("not run: the worker is stopping"))
 		serr := w.settle(ctx, msg, d)
-		return d, errors.Join(fmt.Errorf("natsjs: job not run, the worker is stopping: %w", context.Cause(ctx)), serr)
+		return d, errors.Join(fmt.Errorf("natsjs: job not run, the worker is stopping: %w", context.Cause(ctx)), last, serr)
 	}
 
-	stop := keepAlive(msg, w.progress(ctx, meta), w.log)
+	stop := keepAlive(msg, cmp.Or(w.cfg.Progress, facts.progress), w.log)
 	ferr := func() error {
 		defer stop()
 		return fn(ctx, msg)
@@ -190,30 +203,47 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 			d.After = max(d.After, w.backoff(meta.NumDelivered))
 		}
 	}
+	d, last := facts.lastDelivery(meta, d)
 	serr := w.settle(ctx, msg, d)
-	if serr == nil {
+	if serr == nil && last == nil {
 		return d, ferr // as fn returned it
 	}
-	return d, errors.Join(ferr, serr)
+	return d, errors.Join(ferr, last, serr)
 }
 
 func retry(reason string) once.Disposition {
 	return once.Disposition{Action: once.JobRetry, Reason: reason}
 }
 
-// dispose is once.Dispose, except that a job that failed for good is
-// terminated rather than acked: JetStream tells a finished message from
-// one given up on (an advisory, a dead-letter consumer), and a declined
-// card or an invalid address is the second. once.Permanent returned by
-// the job function before any Do (an undecodable job) is the same.
+// dispose is once.Dispose, except in two cases.
+//
+// A job that failed for good is terminated rather than acked: JetStream
+// tells a finished message from one given up on (an advisory, a
+// dead-letter consumer), and a declined card or an invalid address is
+// the second. (once.Permanent returned by the job function before any
+// Do, an undecodable job, is terminated by Dispose itself.)
+//
+// A superseded attempt (*once.FencedError) hands the message back rather
+// than acking it, whatever its outcome. Its claim lapsed, so the message
+// was most likely delivered again meanwhile, and the newer attempt runs
+// on that delivery. JetStream settles a message, not one delivery of it:
+// this delivery's ack would settle the newer one's too, and if the newer
+// attempt then ends released, its Nak finds nothing to hand back and
+// the action waits for a delivery that never comes. The next delivery
+// replays the outcome or meets the newer claim.
 func dispose(err error) once.Disposition {
+	var fenced *once.FencedError
+	d := once.Dispose(err)
 	switch {
-	case errors.Is(err, once.ErrFailed):
+	case errors.As(err, &fenced):
+		return once.Disposition{Action: once.JobRetry, Reason: "superseded by a newer attempt (" + string(fenced.Outcome) +
+			" when fenced out); handed back, since an ack would settle the newer attempt's delivery of the message too"}
+	case d.Action == once.JobAck && errors.Is(err, once.ErrFailed):
+		// Dispose acks only when nothing is left to do (for joined
+		// errors, when every one is done).
 		return once.Disposition{Action: once.JobDrop, Reason: "failed permanently; recorded"}
-	case errors.Is(err, once.ErrPermanent):
-		return once.Disposition{Action: once.JobDrop, Reason: "the job was refused for good before any effect"}
 	}
-	return once.Dispose(err)
+	return d
 }
 
 // settle sends the settlement d names. The worker's context may have
@@ -283,29 +313,52 @@ func (w *Worker) backoff(n uint64) time.Duration {
 	return min(d, w.cfg.MaxRetryDelay)
 }
 
-// progress is the InProgress interval for a message of meta's consumer.
-func (w *Worker) progress(ctx context.Context, meta *jetstream.MsgMetadata) time.Duration {
-	if w.cfg.Progress > 0 {
-		return w.cfg.Progress
+// consumerFacts is what Handle needs of a message's consumer.
+type consumerFacts struct {
+	// progress is the InProgress interval its AckWait calls for.
+	progress time.Duration
+	// maxDeliver is its MaxDeliver; zero or less for no limit (or not
+	// known).
+	maxDeliver int
+}
+
+func factsOf(c jetstream.ConsumerConfig) consumerFacts {
+	return consumerFacts{progress: progressFor(c), maxDeliver: c.MaxDeliver}
+}
+
+// lastDelivery turns d, a retry, into a termination when meta is its
+// consumer's last delivery: a Nak would not bring the job back, so the
+// disposition says what happens, and the error returned (matching
+// ErrLastDelivery) lets the log say it louder than a retry.
+func (f consumerFacts) lastDelivery(meta *jetstream.MsgMetadata, d once.Disposition) (once.Disposition, error) {
+	if d.Action != once.JobRetry || f.maxDeliver <= 0 || meta.NumDelivered < uint64(f.maxDeliver) {
+		return d, nil
 	}
+	d = once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("%s; but this was the consumer's last delivery (MaxDeliver %d), and JetStream does not deliver it again: terminated", d.Reason, f.maxDeliver)}
+	return d, ErrLastDelivery
+}
+
+// consumer returns the facts of meta's consumer: cached, or asked of the
+// server once per consumer.
+func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
 	id := meta.Stream + "\x00" + meta.Consumer
-	if p, ok := w.ackWaits.Load(id); ok {
-		return p.(time.Duration)
+	if f, ok := w.consumers.Load(id); ok {
+		return f.(consumerFacts)
 	}
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Asked even when ctx has ended: a job handed back unrun needs the
+	// consumer's MaxDeliver too.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	p := DefaultProgress
+	f := consumerFacts{progress: DefaultProgress}
 	c, err := w.js.Consumer(ictx, meta.Stream, meta.Consumer)
 	switch {
 	case err == nil:
-		p = progressFor(c.CachedInfo().Config)
-	case ctx.Err() != nil:
-		return p // asked again next time
+		f = factsOf(c.CachedInfo().Config)
 	default:
-		w.log.Warn("natsjs: cannot read the consumer's AckWait; sending InProgress at the default interval", "stream", meta.Stream, "consumer", meta.Consumer, "interval", p, "err", err)
+		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval", "stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "err", err)
 	}
-	w.ackWaits.Store(id, p)
-	return p
+	w.consumers.Store(id, f)
+	return f
 }
 
 // progressFor is a third of the shortest wait after which the server

@@ -51,12 +51,10 @@ func Retries(d amqp.Delivery) int {
 // delay the retry was given) and the error settling met, if any. The
 // work's own error is the caller's: log it with the disposition's Reason.
 //
-// Two errors are taken further than Dispose takes them. An error that
-// matches once.ErrPermanent but not once.ErrFailed — the work refused
-// the job itself before any action, say a body that does not decode —
-// drops the job, where Dispose would retry it for ever. With
-// Config.DeadLetterFailed, a permanent failure (once.ErrFailed) is
-// dropped rather than acked.
+// An error that matches once.ErrPermanent but not once.ErrFailed — the
+// work refused the job itself before any action, say a body that does
+// not decode — is dropped, as Dispose says. With Config.DeadLetterFailed,
+// a permanent failure (once.ErrFailed) is dropped rather than acked.
 //
 // The delivery must come from a consumer in manual-ack mode (autoAck
 // false). When ctx is done before a retry is settled, the job is nacked
@@ -99,17 +97,11 @@ func run(ctx context.Context, d amqp.Delivery, work func(context.Context, amqp.D
 	return nil, work(ctx, d)
 }
 
-// dispose is once.Dispose with the two refinements Handle documents.
+// dispose is once.Dispose with Config.DeadLetterFailed applied.
 func (q *Queue) dispose(err error) once.Disposition {
 	disp := once.Dispose(err)
-	switch {
-	case err == nil:
-	case errors.Is(err, once.ErrFailed):
-		if q.deadFailed && disp.Action == once.JobAck {
-			disp = once.Disposition{Action: once.JobDrop, Reason: "failed for good; recorded, and dead-lettered (Config.DeadLetterFailed)"}
-		}
-	case errors.Is(err, once.ErrPermanent) && disp.Action == once.JobRetry:
-		disp = once.Disposition{Action: once.JobDrop, Reason: "the work refused the job as permanently wrong: " + err.Error()}
+	if q.deadFailed && disp.Action == once.JobAck && errors.Is(err, once.ErrFailed) {
+		disp = once.Disposition{Action: once.JobDrop, Reason: "failed for good; recorded, and dead-lettered (Config.DeadLetterFailed)"}
 	}
 	return disp
 }

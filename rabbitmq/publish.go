@@ -70,7 +70,28 @@ func (q *Queue) give(pc *pubChannel) {
 // the broker's confirm. A nil error means the broker has the message in
 // the queue. An error means it may not: when the confirm did not come
 // (ctx ended, the channel closed) it may or may not have been queued.
+//
+// It returns when ctx ends, whatever the connection does. A broker that
+// stops answering without closing the connection holds every call the
+// client makes on it — opening a channel, putting it in confirm mode,
+// writing a large message, closing the channel — until the client's
+// heartbeat gives up on the connection, or for ever without one. Those
+// calls run on a goroutine of their own, which finishes (and closes its
+// channel) when the broker answers or the connection dies.
 func (q *Queue) publish(ctx context.Context, queue string, msg amqp.Publishing) error {
+	done := make(chan error, 1)
+	go func() { done <- q.publishOn(ctx, queue, msg) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no confirm from the broker for the message to queue %q: %w; it may or may not have been queued (the connection does not answer)", queue, context.Cause(ctx))
+	}
+}
+
+// publishOn is publish on a channel taken from the pool, waiting as long
+// as the connection makes it.
+func (q *Queue) publishOn(ctx context.Context, queue string, msg amqp.Publishing) error {
 	pc, err := q.take()
 	if err != nil {
 		return err

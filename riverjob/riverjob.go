@@ -43,12 +43,11 @@ func Dispose(err error) error {
 		// action on. Nothing is left for this job to do.
 		return nil
 	}
-	if errors.Is(err, once.ErrPermanent) {
-		// From DoTx, a Permanent effect error arrives unrecorded (the
-		// transaction rolls back) and once.Dispose would retry it: the
-		// effect said it will never happen, so retrying changes nothing.
-		return river.JobCancel(err)
-	}
+	// once.Dispose decides, so the job's fate follows what Do recorded:
+	// an error whose chain holds a Permanent mark may still be a release
+	// (RetryLater over it), and cancelling that job would leave the
+	// released action with nobody to deliver it. From DoTx, a Permanent
+	// effect error arrives unrecorded and once.Dispose drops it.
 	d := once.Dispose(err)
 	switch d.Action {
 	case once.JobAck:

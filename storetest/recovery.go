@@ -231,13 +231,21 @@ func testTwoReapers(t *testing.T, h Harness) {
 		v.(*atomic.Int64).Add(1)
 		return true, json.RawMessage(`"ok"`), nil
 	}}
-	s, c1, spec := setup(t, h, once.Config{Default: pol})
+	// Each call may wait long for the store: SQLite's busy handler does
+	// not queue waiters, so under load (the race detector, a busy CI
+	// machine) one reaper can starve behind the other's back-to-back
+	// write transactions for longer than the default ClaimTimeout. A
+	// call that gives up is safe (the action stays held and comes back),
+	// but this test is about two reapers never handling one action
+	// twice, so it lets every call finish.
+	const patient = 2 * time.Minute
+	s, c1, spec := setup(t, h, once.Config{Default: pol, ClaimTimeout: patient})
 	other, err := h.Open(ctx(t), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { closeStore(other) })
-	c2, _ := once.New(once.Config{Store: other, Default: pol})
+	c2, _ := once.New(once.Config{Store: other, Default: pol, ClaimTimeout: patient})
 
 	// 1,000 claims whose workers died: leases of a millisecond.
 	var wg sync.WaitGroup
@@ -264,7 +272,9 @@ func testTwoReapers(t *testing.T, h Harness) {
 	for i, c := range []*once.Client{c1, c2} {
 		wg.Go(func() {
 			r, _ := once.NewReaper(c, once.ReaperConfig{})
-			rep, err := r.RunOnce(ctx(t))
+			pass, cancel := context.WithTimeout(context.Background(), 2*patient)
+			defer cancel()
+			rep, err := r.RunOnce(pass)
 			if err != nil {
 				t.Error(err)
 			}

@@ -1,6 +1,7 @@
 // Command natsworker takes order jobs from NATS JetStream and, for each,
-// sends a confirmation email and charges the customer through a payment
-// API exactly once, however often the job is delivered.
+// charges the customer through a payment API and then sends a
+// confirmation email, each exactly once, however often the job is
+// delivered.
 package main
 
 import (
@@ -57,15 +58,9 @@ func main() {
 		if err := json.Unmarshal(msg.Data(), &o); err != nil {
 			return once.Permanent(err) // no delivery will decode it: terminated
 		}
-		mail := smtpsend.Message{From: "shop@example.com", To: []string{o.Email}, Subject: "Order " + o.ID, Body: []byte("Thank you.\n")}
-		send := once.Intent{Run: o.ID, Step: 0, Kind: "send_email", Target: o.Email, Payload: mail}
-		if _, err := once.Do(ctx, client, send, func(ctx context.Context, a once.Attempt) (string, error) {
-			return sender.Send(ctx, a, mail) // its errors are classified already
-		}); err != nil {
-			return err
-		}
-		charge := once.Intent{Run: o.ID, Step: 1, Kind: "charge", Target: o.Customer, Payload: o.Amount}
-		_, err := once.Do(ctx, client, charge, func(ctx context.Context, a once.Attempt) (string, error) {
+		// Charge first: its unknown outcomes are retried, not reviewed; the email's may be, so it goes last and a dropped job leaves nothing undone.
+		charge := once.Intent{Run: o.ID, Step: 0, Kind: "charge", Target: o.Customer, Payload: o.Amount}
+		if _, err := once.Do(ctx, client, charge, func(ctx context.Context, a once.Attempt) (string, error) {
 			body, _ := json.Marshal(map[string]any{"customer": o.Customer, "amount": o.Amount})
 			req, err := http.NewRequestWithContext(idemhttp.WithKey(ctx, a.ProviderKey), "POST", *api, bytes.NewReader(body))
 			if err != nil {
@@ -78,12 +73,19 @@ func main() {
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)
 			switch c := resp.StatusCode; {
-			case c == http.StatusTooManyRequests || c >= 500:
+			case c == http.StatusTooManyRequests || c == http.StatusConflict || c >= 500: // 409: the key's first request still runs
 				return "", fmt.Errorf("payment API: %s", resp.Status) // unknown: retried with the same key
 			case c >= 400:
 				return "", once.Permanent(fmt.Errorf("payment API: %s: %s", resp.Status, b))
 			}
 			return string(b), err
+		}); err != nil {
+			return err
+		}
+		mail := smtpsend.Message{From: "shop@example.com", To: []string{o.Email}, Subject: "Order " + o.ID, Body: []byte("Thank you.\n")}
+		send := once.Intent{Run: o.ID, Step: 1, Kind: "send_email", Target: o.Email, Payload: mail}
+		_, err := once.Do(ctx, client, send, func(ctx context.Context, a once.Attempt) (string, error) {
+			return sender.Send(ctx, a, mail) // its errors are classified already
 		})
 		return err
 	}))

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"go/format"
@@ -10,18 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/oncehq/once/internal/mailbox"
-	"github.com/oncehq/once/internal/testdb"
 )
 
 // TestMainIsShort keeps the example what it claims to be: a worker in
@@ -100,73 +94,23 @@ func (p *provider) counts() (charges map[string]int, calls int) {
 // every job is published twice, and each must send one email and make
 // one charge.
 func TestWorker(t *testing.T) {
-	url := testdb.RequireNATS(t)
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("building the example needs the go command: %v", err)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "natsworker")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-
-	mail, err := mailbox.Start(mailbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mail.Close() })
+	mail := startMailbox(t)
 	p := &provider{stored: map[string]string{}, charges: map[string]int{}, dropFirst: true}
 	api := httptest.NewServer(p)
-	defer api.Close()
-	_, js := testdb.NATS(t)
-	stream := testdb.NATSStream(t, js, jetstream.StreamConfig{}).CachedInfo().Config.Name
-
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(),
-		"NATS_URL="+url, "SMTP_ADDR="+mail.Addr(), "PROVIDER_URL="+api.URL+"/charges",
-		"ONCE_DB="+filepath.Join(dir, "once.db"), "STREAM="+stream)
-	out := &output{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("worker output:\n%s", out.String())
-		}
-	}()
-
-	ctx := context.Background()
-	var cons jetstream.Consumer
-	waitFor(t, exited, "the worker to create its consumer", func() bool {
-		cons, err = js.Consumer(ctx, stream, "natsworker")
-		return err == nil
-	})
+	t.Cleanup(api.Close)
+	r := start(t, mail.Addr(), api.URL+"/charges")
 	orders := []string{"ada", "grace", "edsger"}
 	publish := func() {
 		for i, who := range orders {
-			data := fmt.Sprintf(`{"id":"order-%d","email":"%s@example.com","customer":"cus_%s","amount":%d}`, i, who, who, 100*(i+1))
-			if _, err := js.Publish(ctx, stream+".orders", []byte(data)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	settled := func(n uint64) func() bool {
-		return func() bool {
-			i, err := cons.Info(ctx)
-			return err == nil && i.Delivered.Stream == n && i.NumAckPending == 0 && i.NumPending == 0
+			r.publish(t, fmt.Sprintf(`{"id":"order-%d","email":"%s@example.com","customer":"cus_%s","amount":%d}`, i, who, who, 100*(i+1)))
 		}
 	}
 	// Each job twice: once, and again when the first copies are done,
 	// as a redelivery after a lost ack would come.
 	publish()
-	waitFor(t, exited, "the first copies done", settled(uint64(len(orders))))
+	waitFor(t, r.exited, "the first copies done", r.settled(len(orders)))
 	publish()
-	waitFor(t, exited, "the second copies done", settled(uint64(2*len(orders))))
+	waitFor(t, r.exited, "the second copies done", r.settled(2*len(orders)))
 
 	msgs := mail.Messages()
 	if len(msgs) != len(orders) {
@@ -194,19 +138,19 @@ func TestWorker(t *testing.T) {
 	}
 
 	// A graceful stop: SIGTERM, and the worker drains and exits 0.
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
+	case err := <-r.exited:
 		if err != nil {
 			t.Fatalf("the worker exited with %v after SIGTERM; want 0", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker did not exit within 30s of SIGTERM")
 	}
-	if strings.Contains(out.String(), "not settled") {
-		t.Errorf("a settlement failed:\n%s", out.String())
+	if strings.Contains(r.out.String(), "not settled") {
+		t.Errorf("a settlement failed:\n%s", r.out.String())
 	}
 }
 
@@ -245,4 +189,16 @@ func (o *output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.b.String()
+}
+
+// startMailbox starts a loopback SMTP server that keeps what it
+// accepts, closed when the test ends.
+func startMailbox(t *testing.T) *mailbox.Server {
+	t.Helper()
+	mail, err := mailbox.Start(mailbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mail.Close() })
+	return mail
 }

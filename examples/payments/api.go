@@ -106,12 +106,14 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", err.Error(), nil)
 		return
 	case err != nil:
-		// A 5xx releases the key for a retry. That is safe even if the
-		// write committed and only its reply was lost: the retry finds
-		// the charge instead of making another.
+		// The write failed and no charge could be read back under the
+		// key. A 5xx releases the key for a retry. That is safe even if
+		// the write committed after the read (a statement still on its
+		// way to the server): the retry finds the charge instead of
+		// making another.
 		a.log.Warn("payments: writing a charge failed", "tenant", tenant, "key", key, "err", err)
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "charge-not-written", "the charge could not be written; retry with the same Idempotency-Key", nil)
+		writeProblem(w, http.StatusServiceUnavailable, "charge-not-written", "the charge could not be written, or its write could not be confirmed; retry with the same Idempotency-Key: a retry answers the charge if it was written, and makes it once if it was not", nil)
 		return
 	}
 	if found {
@@ -120,12 +122,13 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		a.log.Info("payments: charge created", "id", c.ID, "tenant", tenant, "key", key, "amount", c.Amount, "currency", c.Currency)
 	}
 	if a.hold > 0 {
+		// Cut short when the request's context ends (its claim was lost
+		// to a retry elsewhere, it ran out of time, the client left):
+		// the charge is written all the same, so it is the answer, not a
+		// 5xx that would call it interrupted and release its key.
 		select {
 		case <-time.After(a.hold):
 		case <-r.Context().Done():
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusServiceUnavailable, "charge-interrupted", "the charge was interrupted before its answer; retry with the same Idempotency-Key", nil)
-			return
 		}
 	}
 	w.Header().Set("Location", "/charges/"+c.ID)

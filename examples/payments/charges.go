@@ -212,29 +212,44 @@ const chargeColumns = `id, amount, currency, customer, created_ms`
 // died before the answer was recorded), that charge is returned with
 // found set: the insert does nothing, and the same charge is answered
 // again. A charge under the key with other details is errKeyReused.
+//
+// An insert that fails may have committed all the same (its reply was
+// lost, or the request was cancelled while it ran), so the key's charge
+// is read back before the failure is believed: a charge that exists is
+// answered, never reported unwritten.
 func (t *chargeTable) create(ctx context.Context, tenant, key string, req chargeRequest) (c charge, found bool, err error) {
 	var id [12]byte
 	rand.Read(id[:])
 	p := t.param
-	res, err := t.db.ExecContext(ctx, `INSERT INTO `+t.name+` (id, tenant, idempotency_key, amount, currency, customer, created_ms)
+	res, insertErr := t.db.ExecContext(ctx, `INSERT INTO `+t.name+` (id, tenant, idempotency_key, amount, currency, customer, created_ms)
 		VALUES (`+p(1)+`, `+p(2)+`, `+p(3)+`, `+p(4)+`, `+p(5)+`, `+p(6)+`, `+p(7)+`)
 		ON CONFLICT (tenant, idempotency_key) DO NOTHING`,
 		"ch_"+hex.EncodeToString(id[:]), tenant, key, req.Amount, req.Currency, req.Customer, time.Now().UnixMilli())
-	if err != nil {
-		return charge{}, false, err
+	// Without the insert's word, the charge found may be this attempt's
+	// own; it is reported found either way, which only the log tells.
+	found = true
+	if insertErr == nil {
+		n, err := res.RowsAffected()
+		if err != nil {
+			return charge{}, false, err
+		}
+		found = n == 0
 	}
-	inserted, err := res.RowsAffected()
-	if err != nil {
-		return charge{}, false, err
-	}
-	c, err = scanCharge(t.db.QueryRowContext(ctx, `SELECT `+chargeColumns+` FROM `+t.name+` WHERE tenant = `+p(1)+` AND idempotency_key = `+p(2), tenant, key))
-	if err != nil {
+	// On a context of its own: the request's may be what cut the insert
+	// off, and what it left behind must still be read.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	c, err = scanCharge(t.db.QueryRowContext(rctx, `SELECT `+chargeColumns+` FROM `+t.name+` WHERE tenant = `+p(1)+` AND idempotency_key = `+p(2), tenant, key))
+	switch {
+	case err != nil && insertErr != nil:
+		return charge{}, false, insertErr
+	case err != nil:
 		return charge{}, false, err
 	}
 	if c.Amount != req.Amount || c.Currency != req.Currency || c.Customer != req.Customer {
 		return charge{}, true, errKeyReused
 	}
-	return c, inserted == 0, nil
+	return c, found, nil
 }
 
 // list returns the tenant's charges, oldest first.
