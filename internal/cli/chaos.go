@@ -1,17 +1,39 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/oncehq/once/internal/chaos"
+	"github.com/oncehq/once/internal/chaos/ha"
 	"github.com/oncehq/once/internal/view"
 )
 
-// startHA starts the pg_auto_failover cluster --ha runs the ledger on.
-// It is nil in a build without one, and --ha then says so.
-var startHA chaos.StartFailover
+// startHA starts the pg_auto_failover cluster --ha runs the ledger on: a
+// monitor, a primary and a synchronous standby (synchronous_commit on,
+// synchronous_standby_names naming the standby), what once's guarantee
+// needs from a database that fails over. The cluster makes its own
+// directory (the postgres user it runs as must reach it) and removes it
+// on Close.
+var startHA chaos.StartFailover = func(ctx context.Context, _ string) (chaos.Failover, error) {
+	c, err := ha.Start(ctx, ha.Config{Sync: true})
+	if err != nil {
+		return nil, err
+	}
+	return haCluster{c}, nil
+}
+
+// haCluster is an ha.Cluster as the harness uses it.
+type haCluster struct{ c *ha.Cluster }
+
+func (h haCluster) URL() string  { return h.c.URL() }
+func (h haCluster) Close() error { return h.c.Close() }
+func (h haCluster) KillPrimary(ctx context.Context) error {
+	_, err := h.c.KillPrimary(ctx)
+	return err
+}
 
 func defineChaos(fs *flagSet) func(env, []string) error {
 	var o chaos.Options
