@@ -257,6 +257,10 @@ func (r *runner) setUp(ctx context.Context, rep *Report) error {
 	}
 	u.RawQuery = q.Encode()
 	r.rawURL = u.String()
+	rep.Database = "PostgreSQL at " + u.Host
+	if r.ha != nil {
+		rep.Database = "a pg_auto_failover cluster (" + u.Host + ", target_session_attrs=read-write) whose primary is killed half way"
+	}
 
 	// The harness's own connection: migrations, the naive table, the
 	// terminations, and dropping the schema.

@@ -76,6 +76,8 @@ type Report struct {
 	Broker string `json:"-"`
 	// SMTP says where the email went.
 	SMTP string `json:"-"`
+	// Database says where the ledger was.
+	Database string `json:"-"`
 	// Workers is the number of worker processes; Starts counts their
 	// starts, first ones included.
 	Workers, Starts int `json:"-"`
@@ -101,7 +103,7 @@ func (r Report) WriteText(w io.Writer) error {
 		mode = "naive check-then-send (no claim)"
 	}
 	fmt.Fprintf(w, "once chaos: %d intents over %s, %d workers (%d starts), %s; seed %d\n", r.Intents, r.Queue, r.Workers, r.Starts, mode, r.Seed)
-	fmt.Fprintf(w, "  run %s, schema %s; broker: %s; smtp: %s\n", r.Run, r.Schema, r.Broker, r.SMTP)
+	fmt.Fprintf(w, "  run %s, schema %s on %s\n  broker: %s\n  smtp: %s\n", r.Run, r.Schema, r.Database, r.Broker, r.SMTP)
 	f := r.Faults
 	fmt.Fprintf(w, "  faults: kill %d, stop %d, conn %d, proxy %d, provider_timeout %d, broker %d, failover %d\n",
 		f.Kill, f.Stop, f.Conn, f.Proxy, f.ProviderTimeout, f.Broker, f.Failover)

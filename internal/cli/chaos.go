@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/oncehq/once/internal/chaos"
 	"github.com/oncehq/once/internal/chaos/ha"
@@ -71,13 +72,18 @@ func runChaos(e env, o chaos.Options, asJSON bool) error {
 	if o.Seed == 0 {
 		o.Seed = chaos.NewSeed()
 	}
-	fmt.Fprintf(e.stderr, "once chaos: seed %d (--seed %d draws the same faults)\n", o.Seed, o.Seed)
 	bar := newBar(e.stderr, "", o.Intents)
-	o.Progress = func(p chaos.Progress) { bar.update(p.Phase, p.Settled, p.Line()) }
+	var started sync.Once
+	o.Progress = func(p chaos.Progress) {
+		// Once everything is up, so a run refused at the start says only why.
+		started.Do(func() { fmt.Fprintf(e.stderr, "once chaos: seed %d (--seed %d draws the same faults)\n", o.Seed, o.Seed) })
+		bar.update(p.Phase, p.Settled, p.Line())
+	}
 	rep, err := chaos.Run(e.ctx, o)
 	bar.finish()
 	if err != nil {
-		return err
+		// The command's name already heads the line.
+		return errors.New(strings.TrimPrefix(err.Error(), "chaos: "))
 	}
 	if asJSON {
 		if err := view.Encode(e.stdout, rep); err != nil {
