@@ -76,7 +76,9 @@ func runChaos(e env, o chaos.Options, asJSON bool) error {
 	var started sync.Once
 	o.Progress = func(p chaos.Progress) {
 		// Once everything is up, so a run refused at the start says only why.
-		started.Do(func() { fmt.Fprintf(e.stderr, "once chaos: seed %d (--seed %d draws the same faults)\n", o.Seed, o.Seed) })
+		started.Do(func() {
+			fmt.Fprintf(e.stderr, "once chaos: seed %d (--seed %d draws the same faults)\n", o.Seed, o.Seed)
+		})
 		bar.update(p.Phase, p.Settled, p.Line())
 	}
 	rep, err := chaos.Run(e.ctx, o)
