@@ -47,6 +47,7 @@ func freePort() (int, error) {
 // kill reaches every process it started.
 type server struct {
 	name string
+	exe  string // the program that guards it (see guarded)
 	cmd  func() *exec.Cmd
 	log  string
 
@@ -56,8 +57,7 @@ type server struct {
 }
 
 func (s *server) start() error {
-	cmd := s.cmd()
-	cmd.SysProcAttr = childAttr(true)
+	cmd := guarded(s.exe, s.cmd())
 	f, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -134,7 +134,7 @@ type natsBroker struct {
 	port int
 }
 
-func startNATS(ctx context.Context, dir string) (*natsBroker, error) {
+func startNATS(ctx context.Context, dir, exe string) (*natsBroker, error) {
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		bin = "/usr/sbin/nats-server"
@@ -148,7 +148,7 @@ func startNATS(ctx context.Context, dir string) (*natsBroker, error) {
 	}
 	store := filepath.Join(dir, "nats")
 	b := &natsBroker{port: port}
-	b.server = server{name: "nats-server", log: filepath.Join(dir, "nats-server.log"), cmd: func() *exec.Cmd {
+	b.server = server{name: "nats-server", exe: exe, log: filepath.Join(dir, "nats-server.log"), cmd: func() *exec.Cmd {
 		return exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", store)
 	}}
 	if err := b.up(ctx); err != nil {
@@ -197,7 +197,7 @@ type rabbitBroker struct {
 	port int
 }
 
-func startRabbitMQ(ctx context.Context, dir string) (*rabbitBroker, error) {
+func startRabbitMQ(ctx context.Context, dir, exe string) (*rabbitBroker, error) {
 	bin := "/usr/lib/rabbitmq/bin/rabbitmq-server"
 	if _, err := os.Stat(bin); err != nil {
 		// The packaged wrapper on the PATH switches to the rabbitmq user
@@ -230,7 +230,7 @@ func startRabbitMQ(ctx context.Context, dir string) (*rabbitBroker, error) {
 	}
 	node := fmt.Sprintf("once-chaos-%d-%d@localhost", os.Getpid(), port)
 	b := &rabbitBroker{port: port}
-	b.server = server{name: "rabbitmq-server (node " + node + ")", log: filepath.Join(dir, "rabbitmq-server.log"), cmd: func() *exec.Cmd {
+	b.server = server{name: "rabbitmq-server (node " + node + ")", exe: exe, log: filepath.Join(dir, "rabbitmq-server.log"), cmd: func() *exec.Cmd {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(),
 			"HOME="+home,

@@ -330,14 +330,14 @@ func (r *runner) setUp(ctx context.Context, rep *Report) error {
 	// The broker and the jobs.
 	switch o.Queue {
 	case QueueNATS:
-		b, err := startNATS(ctx, r.dir)
+		b, err := startNATS(ctx, r.dir, o.Exe)
 		if err != nil {
 			return err
 		}
 		r.broker = b
 		rep.Broker = "a private nats-server (JetStream, file storage) at " + b.URL() + ", restarted by SIGKILL"
 	case QueueRabbitMQ:
-		b, err := startRabbitMQ(ctx, r.dir)
+		b, err := startRabbitMQ(ctx, r.dir, o.Exe)
 		if err != nil {
 			return err
 		}

@@ -83,7 +83,7 @@ func (s *supervisor) keep(slot int) {
 		cmd := exec.Command(s.exe)
 		cmd.Env = append(os.Environ(), s.env(slot)...)
 		// A worker must not outlive the harness.
-		cmd.SysProcAttr = childAttr(false)
+		cmd.SysProcAttr = childAttr()
 		f, err := os.OpenFile(filepath.Join(s.logDir, fmt.Sprintf("worker-%d.log", slot)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err == nil {
 			cmd.Stdout, cmd.Stderr = f, f

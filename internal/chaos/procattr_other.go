@@ -4,9 +4,11 @@ package chaos
 
 import "syscall"
 
-// childAttr is how the harness starts a child: in a process group of its
-// own when group is set. Only Linux can have the kernel kill the
-// children of a harness that died; elsewhere they are ended by Close.
-func childAttr(group bool) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: group}
-}
+// childAttr is how the harness starts a worker. Only Linux can have the
+// kernel end the children of a harness that died; elsewhere they are
+// ended by the harness as it closes.
+func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{} }
+
+// guardAttr is how the harness starts a guard: in a process group of its
+// own, which the broker it starts shares.
+func guardAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

@@ -57,12 +57,18 @@ type workerConfig struct {
 	Concurrency   int    `json:"concurrency"`
 }
 
-// IsWorker reports whether this process was started as a chaos worker.
-func IsWorker() bool { return os.Getenv(envWorker) != "" }
+// IsWorker reports whether this process was started by the harness, as
+// a worker or as the guard of a broker: then WorkerMain must run instead
+// of the program.
+func IsWorker() bool { return os.Getenv(envWorker) != "" || os.Getenv(envGuard) != "" }
 
-// WorkerMain runs a worker until it is killed or sent SIGTERM, and
-// returns the process's exit code.
+// WorkerMain runs a worker until it is killed or sent SIGTERM (or a
+// broker's guard until the broker exits), and returns the process's exit
+// code.
 func WorkerMain(stderr io.Writer) int {
+	if os.Getenv(envGuard) != "" {
+		return guardMain(os.Stdout, stderr)
+	}
 	var cfg workerConfig
 	if err := json.Unmarshal([]byte(os.Getenv(envWorker)), &cfg); err != nil {
 		fmt.Fprintln(stderr, "chaos worker: bad configuration in "+envWorker+":", err)
