@@ -25,10 +25,12 @@ import (
 type broker interface {
 	// URL is where clients connect.
 	URL() string
-	// Restart kills the server (SIGKILL: a crash, not a shutdown) and
-	// starts it again on the same port and data, and returns once it
-	// takes clients again.
-	Restart(ctx context.Context) error
+	// Restart stops the server and starts it again on the same port and
+	// data, and returns once it takes clients again. With crash, it is
+	// killed (SIGKILL, the whole process group); otherwise it is sent
+	// SIGTERM and shuts down cleanly, killed only if it takes longer
+	// than half a minute.
+	Restart(ctx context.Context, crash bool) error
 	// Close stops it for good.
 	Close() error
 }
@@ -77,6 +79,23 @@ func (s *server) start() error {
 	s.proc, s.done = cmd, done
 	s.mu.Unlock()
 	return nil
+}
+
+// stop asks the server to shut down cleanly (through its guard, see
+// guardMain) and waits for it; after grace it is killed.
+func (s *server) stop(grace time.Duration) {
+	s.mu.Lock()
+	proc, done := s.proc, s.done
+	s.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	proc.Process.Signal(syscall.SIGUSR1)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.kill()
+	}
 }
 
 // kill SIGKILLs the server's process group and waits for its leader.
@@ -179,8 +198,12 @@ func (b *natsBroker) up(ctx context.Context) error {
 	})
 }
 
-func (b *natsBroker) Restart(ctx context.Context) error {
-	b.kill()
+func (b *natsBroker) Restart(ctx context.Context, crash bool) error {
+	if crash {
+		b.kill()
+	} else {
+		b.stop(30 * time.Second)
+	}
 	return b.up(ctx)
 }
 
@@ -271,8 +294,12 @@ func (b *rabbitBroker) up(ctx context.Context) error {
 	})
 }
 
-func (b *rabbitBroker) Restart(ctx context.Context) error {
-	b.kill()
+func (b *rabbitBroker) Restart(ctx context.Context, crash bool) error {
+	if crash {
+		b.kill()
+	} else {
+		b.stop(30 * time.Second)
+	}
 	return b.up(ctx)
 }
 

@@ -61,6 +61,10 @@ type Options struct {
 	// loopback (internal/mailbox). Either way the harness counts the
 	// messages the server accepted on the wire.
 	SMTP string
+	// CrashBroker restarts the broker by SIGKILL of its process group,
+	// a crash, instead of SIGTERM and a clean shutdown. On RabbitMQ a
+	// crash can lose retried jobs (see docs/chaos.md).
+	CrashBroker bool
 	// HA, if set, starts the database the ledger lives on (DB is then
 	// not used) and kills its primary once, half way.
 	HA StartFailover
@@ -335,14 +339,14 @@ func (r *runner) setUp(ctx context.Context, rep *Report) error {
 			return err
 		}
 		r.broker = b
-		rep.Broker = "a private nats-server (JetStream, file storage) at " + b.URL() + ", restarted by SIGKILL"
+		rep.Broker = "a private nats-server (JetStream, file storage) at " + b.URL() + ", restarted " + restartedBy(o.CrashBroker)
 	case QueueRabbitMQ:
 		b, err := startRabbitMQ(ctx, r.dir, o.Exe)
 		if err != nil {
 			return err
 		}
 		r.broker = b
-		rep.Broker = "a private RabbitMQ node at " + strings.Replace(b.URL(), "guest:guest@", "", 1) + ", restarted by SIGKILL"
+		rep.Broker = "a private RabbitMQ node at " + strings.Replace(b.URL(), "guest:guest@", "", 1) + ", restarted " + restartedBy(o.CrashBroker)
 	}
 	r.defer_(func() { r.broker.Close() })
 	if o.Queue == QueueNATS {
@@ -407,6 +411,13 @@ func (r *runner) setUp(ctx context.Context, rep *Report) error {
 		r.defer_(r.reaper.Stop)
 	}
 	return nil
+}
+
+func restartedBy(crash bool) string {
+	if crash {
+		return "by SIGKILL (a crash)"
+	}
+	return "by SIGTERM (a clean shutdown)"
 }
 
 // appName is the prefix of the workers' application_name, by which the
@@ -497,7 +508,7 @@ func (r *runner) work(ctx context.Context, rep *Report) error {
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	inj := &injector{
 		sup: r.sup, admin: r.admin, appName: r.appName(), proxies: r.proxies, broker: r.broker, ha: r.ha, count: r.count,
-		stopFor: 2 * o.Lease, blackout: 1500 * time.Millisecond,
+		stopFor: 2 * o.Lease, blackout: 1500 * time.Millisecond, crashBroker: o.CrashBroker,
 		logf: func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
 	}
 	faults := schedule(rand.New(rand.NewPCG(o.Seed, 2)), o.Intents, o.Workers, o.FaultScale, r.ha != nil)

@@ -248,7 +248,10 @@ type injector struct {
 	broker   broker
 	ha       Failover
 	count    *counters
-	stopFor  time.Duration
+	// crashBroker restarts the broker by SIGKILL instead of a clean
+	// shutdown.
+	crashBroker bool
+	stopFor     time.Duration
 	blackout time.Duration
 	logf     func(string, ...any)
 
@@ -395,7 +398,7 @@ func (in *injector) fire(ctx context.Context, f scheduled) error {
 		}
 	case faultBroker:
 		in.count.add(faultBroker)
-		return in.broker.Restart(ctx)
+		return in.broker.Restart(ctx, in.crashBroker)
 	case faultFailover:
 		if in.ha == nil {
 			return nil

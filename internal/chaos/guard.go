@@ -35,7 +35,9 @@ func guarded(exe string, cmd *exec.Cmd) *exec.Cmd {
 }
 
 // guardMain runs the command envGuard names in the guard's own process
-// group, and kills that group when told to stop.
+// group. SIGTERM (the harness died) kills the group; SIGUSR1 asks for a
+// clean shutdown: every process of the group but the guard gets SIGTERM
+// (the broker's own signal to shut down), and the guard waits.
 func guardMain(stdout, stderr io.Writer) int {
 	var argv []string
 	if err := json.Unmarshal([]byte(os.Getenv(envGuard)), &argv); err != nil || len(argv) == 0 {
@@ -44,6 +46,8 @@ func guardMain(stdout, stderr io.Writer) int {
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	clean := make(chan os.Signal, 1)
+	signal.Notify(clean, syscall.SIGUSR1)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envGuard+"=") {
@@ -63,6 +67,15 @@ func guardMain(stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "chaos guard:", err)
 			return 1
 		}
+		return 0
+	case <-clean:
+		// The guard stops listening for SIGTERM, sends it to its whole
+		// group, and waits for the broker; the harness kills the group
+		// if that takes too long.
+		signal.Reset(syscall.SIGTERM)
+		signal.Ignore(syscall.SIGTERM)
+		syscall.Kill(0, syscall.SIGTERM)
+		<-done
 		return 0
 	case <-stop:
 		// The group is this process's: the broker, what it started, and

@@ -46,6 +46,7 @@ func defineChaos(fs *flagSet) func(env, []string) error {
 	fs.IntVar(&o.Concurrency, "concurrency", 4, "`N` jobs each worker runs at once")
 	fs.Uint64Var(&o.Seed, "seed", 0, "draw the faults from seed `N` (0 picks one; the report prints it)")
 	fs.Float64Var(&o.FaultScale, "fault-scale", 1, "multiply the number of faults by `X`")
+	fs.BoolVar(&o.CrashBroker, "crash-broker", false, "restart the broker by SIGKILL, a crash, instead of a clean shutdown (on RabbitMQ a crash can lose retried jobs: see docs/chaos.md)")
 	fs.BoolVar(&o.Naive, "naive", false, "run the naive check-then-send workers instead of once, to see duplicates")
 	fs.StringVar(&o.SMTP, "smtp", "", "send the emails through this SMTP server (`HOST:PORT`) instead of the run's own; each intent has its own recipient")
 	ha := fs.Bool("ha", false, "put the ledger on a pg_auto_failover primary with a synchronous standby, and kill the primary half way (--db is then not used)")
