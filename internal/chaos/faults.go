@@ -241,19 +241,19 @@ func plans(rng *rand.Rand, intents int, scale float64) []plan {
 
 // injector carries out the schedule.
 type injector struct {
-	sup      *supervisor
-	admin    *pgxpool.Pool
-	appName  string // the workers' application_name prefix
-	proxies  []*faultproxy.Proxy
-	broker   broker
-	ha       Failover
-	count    *counters
+	sup     *supervisor
+	admin   *pgxpool.Pool
+	appName string // the workers' application_name prefix
+	proxies []*faultproxy.Proxy
+	broker  broker
+	ha      Failover
+	count   *counters
 	// crashBroker restarts the broker by SIGKILL instead of a clean
 	// shutdown.
 	crashBroker bool
 	stopFor     time.Duration
-	blackout time.Duration
-	logf     func(string, ...any)
+	blackout    time.Duration
+	logf        func(string, ...any)
 
 	mu      sync.Mutex
 	stopped map[int]bool // pids paused now
