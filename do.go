@@ -120,7 +120,8 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 //
 // WaitFor makes DoTx wait, as Do does, for a claim a Do holds. The
 // caller's transaction stays open (and holds its connection) meanwhile,
-// and must be READ COMMITTED to see the outcome when it lands. The
+// and must be READ COMMITTED to see the outcome when it lands; in
+// another isolation level DoTx answers at once, saying so. The
 // sqlite store cannot wait inside a transaction, whose write lock is
 // what the other attempt needs to record its outcome: there DoTx
 // answers at once, saying so.
@@ -145,7 +146,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 	w := c.waiting(opt)
 	var cr ClaimResult
 	for {
-		cr, err = c.claim(ctx, s, req)
+		cr, err = c.claim(ctx, s, req, nil)
 		if err != nil {
 			return Result[T]{}, err
 		}
@@ -264,18 +265,23 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 	}
 	w := c.waiting(o)
 	recovered := false
+	var pending pendingClaims
 	for {
 		// The lease counts from when the claim was sent: the database
 		// starts it later than that, never sooner.
 		sent := time.Now()
-		cr, err := c.claim(ctx, c.store, req)
+		cr, err := c.claim(ctx, c.store, req, &pending)
 		if err != nil {
 			var held *InFlightError
 			if errors.As(err, &held) && held.InTransaction {
-				// No row to watch: wait for one to appear (the
-				// transaction commits) or for the wait to run out,
-				// then claim again.
-				again, stop := w.wait(ctx, c.store, Action{Key: req.Key}, req.Kind, 0)
+				// Wait for the row as it was visible (none, or
+				// released) to change (the transaction commits), then
+				// claim again. A rollback changes nothing a read can
+				// see, so claim again every ClaimTimeout too: the claim
+				// waits on the transaction while it is open, and takes
+				// the key once it has rolled back.
+				seen := Action{Key: req.Key, Status: cr.Action.Status, Attempt: cr.Action.Attempt}
+				again, stop := w.wait(ctx, c.store, seen, req.Kind, c.claimTimeout)
 				if again {
 					continue
 				}
@@ -284,6 +290,9 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 			return outcome{err: err}
 		}
 		if cr.Claimed {
+			if at, ok := pending.sent(cr.Action.Token); ok {
+				sent = at
+			}
 			return c.execute(ctx, pol, in, cr.Action, fn, sent)
 		}
 		a := cr.Action
@@ -323,6 +332,31 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 	}
 }
 
+// pendingClaims are the claims of one call that failed without the
+// read-back finding them applied. A claim the client gave up on may
+// still be running on the server (waiting on another transaction's lock,
+// its cancellation lost) and commit later, under its token: a call that
+// waits may meet it.
+type pendingClaims map[string]time.Time
+
+// add records a claim sent at sent with token.
+func (p *pendingClaims) add(token string, sent time.Time) {
+	if *p == nil {
+		*p = make(pendingClaims)
+	}
+	(*p)[token] = sent
+}
+
+// sent reports when the claim that wrote token was sent, if it was one
+// of these.
+func (p *pendingClaims) sent(token string) (time.Time, bool) {
+	if p == nil || token == "" {
+		return time.Time{}, false
+	}
+	at, ok := (*p)[token]
+	return at, ok
+}
+
 // claim asks the store for the key. A released row whose fingerprint
 // matches is claimed by the store itself; the loop only covers the rare
 // read that saw a row between its release and its next claim.
@@ -331,12 +365,15 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 // been lost after the database committed it: the row is read back, and
 // if it carries the token the claim is this caller's, and the effect
 // runs (or is released) instead of waiting for a lease to lapse and a
-// person to be asked about an effect that never started. Inside a
-// caller's transaction (s is not the client's store) there is nothing to
-// read back: the transaction failed as a whole.
-func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimResult, error) {
+// person to be asked about an effect that never started. A try whose
+// row was not found may yet commit; pending keeps its token, so a later
+// claim of the same call that meets it in flight takes it as its own.
+// Inside a caller's transaction (s is not the client's store) there is
+// nothing to read back: the transaction failed as a whole.
+func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims) (ClaimResult, error) {
 	for range 3 {
 		req.Token = newToken()
+		sent := time.Now()
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if s == c.store {
 			cctx, cancel = context.WithTimeout(ctx, c.claimTimeout)
@@ -347,18 +384,33 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest) (ClaimRes
 		if err != nil {
 			if s == c.store {
 				a, ok := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
+				if !ok && pending != nil {
+					pending.add(req.Token, sent)
+				}
 				switch {
 				case ok && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
-				case timedOut && a.Key == "":
-					// The claim waited and no row is visible: another
-					// transaction (a DoTx not yet committed) holds the
-					// key, or the database's write lock.
-					return ClaimResult{}, &InFlightError{Key: req.Key, InTransaction: true}
+				case timedOut && (a.Key == "" || a.Status == StatusReleased):
+					// The claim waited, and no row is visible or the
+					// one visible is released: another transaction (a
+					// DoTx not yet committed) holds the key, claiming
+					// it or claiming it again, or holds the database's
+					// write lock. What is visible comes back with the
+					// error, for a caller that waits to watch.
+					return ClaimResult{Action: a}, &InFlightError{Key: req.Key, Attempt: a.Attempt, InTransaction: true}
 				}
 			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
+		}
+		if !cr.Claimed && cr.Action.Status == StatusInFlight {
+			if _, mine := pending.sent(cr.Action.Token); mine {
+				// Nothing else writes this token: the row is still
+				// at the claim this call gave up on, and nobody runs it.
+				c.log.Warn("once: a claim given up on committed later; it is ours", "key", req.Key, "kind", req.Kind, "attempt", cr.Action.Attempt)
+				cr.Claimed = true
+				return cr, nil
+			}
 		}
 		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint {
 			return cr, nil
@@ -777,9 +829,15 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 		ok, err := c.store.Transition(tctx, t)
 		cancelTry()
 		if err == nil {
-			if !ok && lastErr != nil && c.recorded(rctx, t) {
-				// An earlier try committed and lost its reply.
-				return t, true, nil
+			if !ok && lastErr != nil {
+				// Refused after a try whose reply was lost: that try
+				// may have committed, and be what refuses this one.
+				switch applied, known := c.recorded(rctx, t); {
+				case applied:
+					return t, true, nil
+				case !known:
+					return t, false, fmt.Errorf("gave up after %v: a try's reply was lost (%w), and whether it applied could not be read back", c.recordTimeout, lastErr)
+				}
 			}
 			return t, ok, nil
 		}
@@ -815,31 +873,52 @@ func (c *Client) stamp(t Transition) Transition {
 }
 
 // recorded reports whether t, tried before with a lost reply, was
-// applied: the row still carries its token, or, if a decision has
-// written over the row since (recovery released it, a person resolved
-// it), the trail holds t's event, which only this attempt's worker
-// writes.
-func (c *Client) recorded(ctx context.Context, t Transition) bool {
+// applied: the row still carries its token, or, if anything has written
+// over the row since (recovery released it, a person resolved it, the
+// next attempt claimed the release t recorded), the trail holds t's
+// event, which only this attempt's worker writes. It reads until a read
+// gets through or ctx ends; known is false when none did, and whether t
+// applied is then unknown.
+func (c *Client) recorded(ctx context.Context, t Transition) (applied, known bool) {
+	backoff := 20 * time.Millisecond
+	for {
+		tctx, cancel := context.WithTimeout(ctx, max(c.recordTimeout/3, time.Second))
+		applied, err := c.readBack(tctx, t)
+		cancel()
+		if err == nil {
+			return applied, true
+		}
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// readBack is one try of recorded.
+func (c *Client) readBack(ctx context.Context, t Transition) (bool, error) {
 	cur, err := c.store.Get(ctx, t.Key)
-	if err != nil {
-		return false
-	}
-	if cur.Token == t.Token {
-		return true
-	}
-	if cur.Attempt != t.Attempt {
-		return false
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Purged since: no record of t stands.
+		return false, nil
+	case err != nil:
+		return false, err
+	case cur.Token == t.Token:
+		return true, nil
 	}
 	evs, err := c.store.Events(ctx, t.Key)
 	if err != nil {
-		return false
+		return false, err
 	}
 	for _, e := range evs {
 		if e.Attempt == t.Attempt && e.Actor == t.Event.Actor && e.Type == t.Event.Type && e.From == t.Event.From && e.To == t.To {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // placeholder is t with what the database refused taken out: its texts

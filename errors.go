@@ -83,8 +83,10 @@ type InFlightError struct {
 	// the worker holding it is probably dead and recovery applies.
 	Expired bool
 	// InTransaction is true when the claim waited Config.ClaimTimeout on
-	// a key that a transaction not yet committed holds (a DoTx), or on
-	// the database's write lock; no row was visible to read.
+	// a key that a transaction not yet committed holds (a DoTx claiming
+	// it, or claiming a released action again), or on the database's
+	// write lock; no row was visible to read, or only the released one
+	// (whose attempt Attempt is).
 	InTransaction bool
 	// Waited is how long the call waited for the other attempt's outcome
 	// (WaitFor) before it gave up; zero when it did not wait.

@@ -31,16 +31,23 @@ type doOptions struct {
 //   - it went to review, or its outcome is unknown: the same errors as
 //     without waiting.
 //
-// After d, or when ctx ends first, the call returns the *InFlightError it
-// would have returned at once, read afresh (LeaseUntil as it now stands,
-// Waited set); when ctx ended, the error also matches ctx's error. Only
-// a live claim is waited for: a different payload, an action in review
-// or awaiting its verifier is answered at once.
+// After d, the call returns the *InFlightError it would have returned at
+// once, read afresh (LeaseUntil as it now stands, Waited set). When ctx
+// ends first, it returns at once, without reading again: the
+// *InFlightError as the call last read it, with Waited set, which also
+// matches ctx's error. Only a live claim is waited for: a different
+// payload, an action in review or awaiting its verifier is answered at
+// once.
 //
 // Waiting holds no database connection: the postgres store is woken by a
 // notification on a connection of its own and polls as a fallback, the
 // sqlite store polls. Each claim is still bounded by
-// Config.ClaimTimeout, so a call can return up to that long after d.
+// Config.ClaimTimeout, so a call can return up to that long after d. A
+// key that a transaction not yet committed holds (a DoTx claiming it)
+// is the exception: the transaction's rollback changes nothing a read
+// can see, so the call claims again every ClaimTimeout, its claim
+// waiting on the transaction (and holding a connection) each time, and
+// takes the key once it is free.
 // Zero waits not at all; d must not be negative.
 func WaitFor(d time.Duration) DoOption {
 	return func(o *doOptions) {

@@ -15,6 +15,10 @@ func SetListenTimings(s *Store, reconnect, probe time.Duration) {
 	s.listen.backoffMin, s.listen.backoffMax, s.listen.probeWait = reconnect, reconnect, probe
 }
 
+// SetListenCallWait bounds how long the listener waits for its LISTEN
+// to be answered.
+func SetListenCallWait(s *Store, d time.Duration) { s.listen.callWait = d }
+
 // ListenerPID is the backend of the store's listening connection, 0 when
 // none is open.
 func ListenerPID(s *Store) uint32 {

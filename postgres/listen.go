@@ -30,6 +30,7 @@ type listener struct {
 	backoffMin  time.Duration // the first wait before connecting again
 	backoffMax  time.Duration
 	unavailable time.Duration // how long after a failed self-check to try again
+	callWait    time.Duration // how long LISTEN may take
 
 	// state is one of listen*.
 	state atomic.Int32
@@ -66,6 +67,7 @@ func newListener(cfg *pgx.ConnConfig, tag string, notify func(context.Context, s
 		backoffMin:  100 * time.Millisecond,
 		backoffMax:  30 * time.Second,
 		unavailable: time.Minute,
+		callWait:    10 * time.Second,
 		subs:        make(map[once.Key]map[chan struct{}]struct{}),
 	}
 }
@@ -211,7 +213,13 @@ func (l *listener) session(ctx context.Context) (ready, lost bool) {
 	l.mu.Lock()
 	l.pid = conn.PgConn().PID()
 	l.mu.Unlock()
-	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+	// Every exchange on the connection has a deadline: a connection
+	// that hangs instead of failing (a half-open partition) would
+	// otherwise hold the listener for good.
+	lctx, cancel := context.WithTimeout(ctx, l.callWait)
+	_, err = conn.Exec(lctx, `LISTEN `+notifyChannel)
+	cancel()
+	if err != nil {
 		return false, false
 	}
 	// Listening now: whatever changed while it was not is read again.

@@ -25,6 +25,28 @@
 // marking rows and tries again a minute later. Waiters poll their row
 // all along (every 250ms, backing off to every second), so a lost
 // notification only delays them. Config.PollOnly turns listening off.
+//
+// # Behind a connection pooler
+//
+// Through a pooler in transaction mode (PgBouncer's
+// pool_mode=transaction) set Config.Pooler to PoolerTransaction. The
+// store keeps no state in a session: its tables are qualified by their
+// schema, not found on a search_path; its one advisory lock, Migrate's,
+// is transaction-scoped; it sets nothing with SET. What it needs is a
+// pool that prepares no named statements, which such a pooler loses
+// between transactions: default_query_exec_mode exec, cache_describe or
+// simple_protocol. Open sets exec when the URL names no mode; New
+// refuses cache_statement, pgx's default. The store refuses
+// describe_exec everywhere: it parses a statement in one round trip
+// and runs it in the next, which behind such a pooler can run another
+// client's statement with the store's arguments. Waiters poll, as
+// LISTEN does not get through, unless Config.ListenURL reaches
+// PostgreSQL directly. Open and Migrate notice a pooler that was not
+// named (its connections' process ids are its own, not PostgreSQL's)
+// and refuse a pool that prepares statements, naming what to set. A
+// DoTx transaction holds one server connection from its first
+// statement to its end, as it does directly. Statement mode, which
+// allows no transaction, is not supported.
 package postgres
 
 import (
@@ -33,9 +55,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -72,6 +96,17 @@ type Config struct {
 	// store would find out by itself that notifications are lost there,
 	// but not before it tried. It cannot be set with ListenURL.
 	PollOnly bool
+	// Pooler says what stands between the pool and PostgreSQL; see
+	// Pooler. Zero means nothing that shares server connections
+	// between clients, which Open and Migrate check. Set
+	// PoolerTransaction behind PgBouncer's pool_mode=transaction: the
+	// pool then must not use pgx's default statement cache, and
+	// without ListenURL waiters poll.
+	Pooler Pooler
+	// Logger gets the store's notices: one line, the first time a
+	// waiter polls because Pooler keeps it from listening. Nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // dbtx is what a pool and a transaction have in common.
@@ -96,6 +131,19 @@ type Store struct {
 	listen *listener
 	// pollMin and pollMax space a waiter's reads of its row.
 	pollMin, pollMax time.Duration
+	// closed is closed by Close when the store owns its pool (Open): its
+	// waiters can read nothing more. Nil for a pool passed to New, which
+	// stays usable after Close.
+	closed    chan struct{}
+	closeOnce *sync.Once
+	// pooler and execMode are the configured pooler and the pool's
+	// default_query_exec_mode, for the pooled-connection check.
+	pooler   Pooler
+	execMode pgx.QueryExecMode
+	log      *slog.Logger
+	// pollWhy, when not nil, says once that the pooler keeps waiters
+	// from listening; shared with the stores BindTx makes.
+	pollWhy *sync.Once
 }
 
 var (
@@ -144,7 +192,9 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 
 // New returns a store over an existing pool. It does no I/O. The first
 // Do that waits (once.WaitFor) opens the store's listening connection;
-// Close closes it, and leaves the pool to its owner.
+// Close closes it, and leaves the pool to its owner. It refuses a pool
+// whose default_query_exec_mode would not survive cfg.Pooler (see
+// Pooler), and describe_exec everywhere.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: New needs a *pgxpool.Pool; use Open to make one from a URL")
@@ -154,6 +204,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cc := pool.Config().ConnConfig
+	if err := checkExecMode(cc.DefaultQueryExecMode, cfg.Pooler); err != nil {
+		return nil, err
+	}
 	listenCfg := cc
 	switch {
 	case cfg.PollOnly && cfg.ListenURL != "":
@@ -175,7 +228,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pollMin: pollMin,
 		pollMax: pollMax,
 	}
-	if !cfg.PollOnly {
+	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	// LISTEN through a pooler in transaction mode would hold no session
+	// to listen on.
+	pooledPoll := cfg.Pooler == PoolerTransaction && cfg.ListenURL == "" && !cfg.PollOnly
+	if pooledPoll {
+		s.pollWhy = new(sync.Once)
+	}
+	if !cfg.PollOnly && !pooledPoll {
 		s.listen = newListener(listenCfg, tag, func(ctx context.Context, payload string) error {
 			_, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, payload)
 			return err
@@ -186,11 +249,19 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 
 // Open connects to the database at url (postgres://user@host:port/db)
 // and returns a store that owns its pool; Close closes it. It checks the
-// connection, so an unreachable server is reported here, by address.
+// connection, so an unreachable server is reported here, by address,
+// and refuses a pool that prepares statements through a pooler that
+// cfg.Pooler does not name. With cfg.Pooler PoolerTransaction and no
+// default_query_exec_mode in url, the pool uses exec.
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: the URL is not valid (%v); expected postgres://user@host:5432/dbname", redact(err))
+	}
+	if cfg.Pooler == PoolerTransaction && !namesExecMode(url) {
+		// Statements that prepare nothing on the server, sent whole in
+		// one round trip.
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	}
 	addr := net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port)))
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -206,7 +277,13 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	if err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return s.checkPooled(ctx, c.Conn()) }); err != nil {
+		s.Close()
+		pool.Close()
+		return nil, err
+	}
 	s.owned = true
+	s.closed, s.closeOnce = make(chan struct{}), new(sync.Once)
 	return s, nil
 }
 
@@ -222,9 +299,11 @@ func redact(err error) string {
 }
 
 // Close closes the store's listening connection, and the pool if Open
-// made it; a pool passed to New is the caller's to close. On a store
-// bound to a transaction it does nothing: the store it was bound from
-// owns them.
+// made it; a pool passed to New is the caller's to close. Waiters of a
+// store that closes its pool stop waiting and answer at once; those of
+// a store over a pool passed to New go on polling through it. On a
+// store bound to a transaction it does nothing: the store it was bound
+// from owns them.
 func (s *Store) Close() error {
 	if s.inTx {
 		return nil
@@ -233,6 +312,8 @@ func (s *Store) Close() error {
 		s.listen.close()
 	}
 	if s.owned {
+		// Waiters first: a read of the closed pool tells them nothing.
+		s.closeOnce.Do(func() { close(s.closed) })
 		s.pool.Close()
 	}
 	return nil
@@ -260,16 +341,21 @@ func (s *Store) wrap(err error) error {
 	if rejected(err) {
 		return fmt.Errorf("%s: %w: %w", s, once.ErrRejected, err)
 	}
+	if preparedStatementLost(err) {
+		return fmt.Errorf("%s: %w; a connection pooler in transaction mode loses prepared statements: "+
+			"set default_query_exec_mode=exec in the URL and Config.Pooler = postgres.PoolerTransaction", s, err)
+	}
 	return fmt.Errorf("%s: %w", s, err)
 }
 
 // rejected reports an error about the data itself, by PostgreSQL's own
 // classes: a data exception (22: invalid text, a bad value), an
 // integrity violation (23), or a syntax or access rule violation (42).
-// Sending the same again gets the same answer.
+// Sending the same again gets the same answer. A prepared statement a
+// pooler lost (42P05) is in class 42 but says nothing of the data.
 func rejected(err error) bool {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || preparedStatementLost(err) {
 		return false
 	}
 	return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||
@@ -297,26 +383,30 @@ func buildQueries(table, events, tag string) queries {
 		// the standing row instead, so a duplicate costs one round trip.
 		// DO NOTHING, not DO UPDATE: a duplicate then takes no row lock
 		// and writes nothing, so a replay is a read, with no commit to
-		// flush.
+		// flush. The time it reports, against which the standing row's
+		// lease is read, and from which its own lease runs, is the
+		// statement's: inside a caller's transaction (DoTx) now() is
+		// when the transaction began, and a lease that ran out since
+		// would look live.
 		claim: r.Replace(`
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
         redrive_after_us, redrive)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, now() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 ), ev AS (
     INSERT INTO $E (key, type, attempt, to_status, actor, origin)
     SELECT key, 'claimed', attempt, 'in_flight', 'worker', $14 FROM claimed
 )
-SELECT $C, true, now() FROM claimed
+SELECT $C, true, statement_timestamp() FROM claimed
 UNION ALL
-SELECT $C, false, now() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
+SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same.
 		reclaim: r.Replace(`
 WITH claimed AS (
-    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = now() + $3::float8 * interval '1 microsecond',
+    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = statement_timestamp() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
         hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
         redrive_after_us = $7, redrive = $8, waiters = false
@@ -326,10 +416,10 @@ WITH claimed AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)
     SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker', $9 FROM claimed
 )
-SELECT $C, true, now() FROM claimed`),
+SELECT $C, true, statement_timestamp() FROM claimed`),
 		// The fallback when the row a claim conflicted with was committed
 		// after the claim's snapshot was taken.
-		selectRow: r.Replace(`SELECT $C, false, now() FROM $T WHERE key = $1`),
+		selectRow: r.Replace(`SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1`),
 		heartbeat: r.Replace(`
 UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = NULL
 WHERE key = $1 AND attempt = $2 AND status = 'in_flight'
@@ -714,7 +804,9 @@ func (s *Store) Migrations() ([]once.Migration, error) {
 // Migrate implements once.Store. It takes a transaction-scoped advisory
 // lock, so concurrent migrators apply each version once, and it records
 // each version in the migration table in the same transaction as the
-// change.
+// change. Like Open, it refuses a pool that prepares statements through
+// a pooler Config.Pooler does not name: for a store New made, it is
+// the first statement that can tell.
 func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.MigrateApplied(ctx)
 	return err
@@ -735,6 +827,9 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 		return nil, s.wrap(err)
 	}
 	defer tx.Rollback(ctx)
+	if err := s.checkPooled(ctx, tx.Conn()); err != nil {
+		return nil, err
+	}
 	h := fnv.New64a()
 	h.Write([]byte("once.migrate:" + s.names.Table("migration")))
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64())); err != nil {
@@ -785,10 +880,27 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 // is lost. Each read borrows a connection of the pool for that read
 // only. Bound to a caller's transaction, it reads through the
 // transaction and marks nothing: a mark would hold the row's lock until
-// the transaction ends, and with it the outcome it waits for.
+// the transaction ends, and with it the outcome it waits for. A
+// transaction that is not READ COMMITTED cannot see the outcome land:
+// Wait refuses it at once.
 func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
+	if s.inTx {
+		// Only a READ COMMITTED transaction reads each statement with a
+		// fresh snapshot; in any other, the outcome would never show.
+		var level string
+		if err := s.db.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+			return s.wrap(err)
+		}
+		if level != "read committed" {
+			return fmt.Errorf("postgres store: cannot wait inside a %s transaction: its snapshot never sees the outcome of the attempt in flight; begin the transaction READ COMMITTED (the default), or wait with Do outside it", strings.ToUpper(level))
+		}
+	}
 	var wake <-chan struct{}
-	mark := !s.inTx && req.Status != ""
+	// Only an attempt in flight is marked: its outcome is a transition,
+	// which notifies. A released row moves on by a claim, which does
+	// not, and a DoTx claiming it holds its lock, which a mark would
+	// wait on.
+	mark := !s.inTx && req.Status == once.StatusInFlight
 	if s.listen != nil {
 		ch, unsubscribe := s.listen.subscribe(req.Key)
 		defer unsubscribe()
@@ -798,6 +910,7 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		mark = mark && s.listen.usable()
 	} else {
 		mark = false
+		s.pollNote()
 	}
 	until := time.NewTimer(time.Until(req.Until))
 	defer until.Stop()
@@ -815,6 +928,8 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.closed:
+			return fmt.Errorf("%s: closed while waiting; nothing more can be read from it", s)
 		case <-until.C:
 			return nil
 		case <-wake:

@@ -41,18 +41,22 @@ func TestMain(m *testing.M) {
 // A spec is a schema name; worker processes open the same schema. The
 // server is shared, so opening waits out its connection limit, and takes
 // the few connections a worker uses then: a connection refused later
-// would fail the worker halfway and leave its test waiting for it.
-func openSpec(ctx context.Context, schema string) (once.Store, error) {
-	return openSpecAt(ctx, testdb.PostgresURL(), schema)
+// would fail the worker halfway and leave its test waiting for it. A
+// spec that is a URL reaches the server another way (see pooledSpec).
+func openSpec(ctx context.Context, spec string) (once.Store, error) {
+	if strings.HasPrefix(spec, "postgres://") {
+		return openPooledSpec(ctx, spec)
+	}
+	return openSpecAt(ctx, testdb.PostgresURL(), postgres.Config{Schema: spec})
 }
 
-func openSpecAt(ctx context.Context, url, schema string) (*postgres.Store, error) {
+func openSpecAt(ctx context.Context, url string, cfg postgres.Config) (*postgres.Store, error) {
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
 	return testdb.RetryTooManyClients(ctx, func() (*postgres.Store, error) {
-		s, err := postgres.Open(ctx, url+sep+"pool_max_conns=2", postgres.Config{Schema: schema})
+		s, err := postgres.Open(ctx, url+sep+"pool_max_conns=2", cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +351,7 @@ func TestOpenSpecHoldsItsConnections(t *testing.T) {
 			c.Close(context.Background())
 		}
 	})
-	s, err := openSpecAt(ctx, url, "public")
+	s, err := openSpecAt(ctx, url, postgres.Config{Schema: "public"})
 	if err != nil {
 		t.Fatalf("opening at the connection limit: %v", err)
 	}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/postgres"
 )
@@ -483,5 +485,255 @@ func TestWaitAfterClose(t *testing.T) {
 	cancel()
 	if err := s.Wait(cctx, once.WaitRequest{Key: k, Status: once.StatusFailed, Attempt: 1, Until: time.Now().Add(time.Hour)}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait with an ended context = %v", err)
+	}
+}
+
+// A DoTx's transaction that held the key rolls back while a duplicate
+// waits for it, with the listener already listening (so its first
+// connect wakes nobody): no row appears and nothing notifies, yet the
+// key is free. The duplicate claims it and runs the effect, instead of
+// waiting out its hour.
+func TestWaitRolledBackTxClaims(t *testing.T) {
+	t.Parallel()
+	s, _ := migrated(t)
+	listening(t, s)
+	waits := make(chan once.Observation, 16)
+	c, err := once.New(once.Config{Store: s, ClaimTimeout: 200 * time.Millisecond, Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		if o.Type == once.EventWaiting {
+			waits <- o
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := once.DoTx(ctx, c, s, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) { return "rolled back", nil }); err != nil {
+		t.Fatal(err)
+	}
+	second := goDo(ctx, c, waitIntent, func(context.Context, once.Attempt) (string, error) { return "run by the duplicate", nil }, once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting for the transaction")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, second, "the duplicate returning after the rollback")
+	if o.err != nil || o.res.Replayed || o.res.Value != "run by the duplicate" || o.res.Attempt != 1 {
+		t.Fatalf("duplicate = %+v, %v; want it to claim the free key and run the effect", o.res, o.err)
+	}
+}
+
+// The listening connection hangs on its LISTEN (the reply is lost and
+// the connection stays open and silent, as in a half-open partition):
+// the listener gives up on it and opens another, and waiters are woken
+// by notifications again.
+func TestWaitListenHangsReconnects(t *testing.T) {
+	t.Parallel()
+	_, schema := migrated(t)
+	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	s, err := postgres.New(sharedPool(t), postgres.Config{Schema: schema,
+		ListenURL: fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", cfg.User, p.Addr(), cfg.Database)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	postgres.SetPollInterval(s, time.Hour)
+	postgres.SetListenTimings(s, 100*time.Millisecond, time.Second)
+	postgres.SetListenCallWait(s, time.Second)
+	hung := p.HangAfter([]byte("LISTEN"), faultproxy.PostgresReady)
+	if err := s.Wait(context.Background(), once.WaitRequest{Key: "warm-up", Until: time.Now().Add(10 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, hung, "the LISTEN's reply being lost")
+	eventually(t, "the listener listening on another connection", func() bool { return postgres.ListenerReady(s) })
+	c, waits := client(t, s)
+	f := startFirst(t, c, waitIntent)
+	second := goDo(context.Background(), c, waitIntent, mustNotRun(t), once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting")
+	eventually(t, "the duplicate marking the row", func() bool { return marked(t, schema, keyOf(t, waitIntent)) })
+	f.finish("after the hang")
+	wantReplay(t, recv(t, second, "the duplicate woken"), "after the hang")
+}
+
+// A store that owns its pool (Open) closed while a duplicate waits: the
+// pool is gone and no read can ever tell the waiter anything, so the
+// wait ends, with an error that says the store was closed, instead of
+// reading a closed pool until the wait runs out.
+func TestWaitStoreClosedEndsWait(t *testing.T) {
+	t.Parallel()
+	d, schema := migrated(t)
+	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable&pool_max_conns=2", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	s, err := postgres.Open(context.Background(), url, postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	// Listening before the duplicate waits, so the listener's first
+	// connect does not wake it into a claim that Close then cuts.
+	listening(t, s)
+	k, fp, _ := once.KeyOf(waitIntent)
+	if _, err := d.Claim(context.Background(), once.ClaimRequest{Key: k, Fingerprint: fp, Run: waitIntent.Run, Kind: waitIntent.Kind, Target: waitIntent.Target, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	c, waits := client(t, s)
+	second := goDo(context.Background(), c, waitIntent, mustNotRun(t), once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting")
+	eventually(t, "the duplicate marking the row", func() bool { return marked(t, schema, k) })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := recv(t, second, "the duplicate returning after its store was closed")
+	if !errors.Is(o.err, once.ErrInFlight) || !strings.Contains(o.err.Error(), "closed") {
+		t.Fatalf("duplicate = %+v, %v; want the *InFlightError, saying the store was closed", o.res, o.err)
+	}
+}
+
+// A DoTx in a transaction that began before the claim it meets ran out
+// (its worker died): PostgreSQL's now() is the transaction's start, so
+// read by it the lease would look live for as long as the transaction
+// lasts, and the DoTx would wait out its whole wait for a dead claim.
+// It answers at once that the claim expired, as without waiting.
+func TestDoTxWaitSeesLapsedLease(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client(t, s)
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	k, fp, _ := once.KeyOf(waitIntent)
+	cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: waitIntent.Run, Kind: waitIntent.Kind, Target: waitIntent.Target, Lease: 300 * time.Millisecond})
+	if err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v %v", cr, err)
+	}
+	eventually(t, "the claim's lease running out", func() bool {
+		var out bool
+		if err := sharedPool(t).QueryRow(ctx, `SELECT clock_timestamp() > $1`, cr.Action.LeaseUntil).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.DoTx(ctx, c, s, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) {
+			t.Error("DoTx ran the effect of a claim it cannot recover")
+			return "", nil
+		}, once.WaitFor(time.Hour))
+		done <- err
+	}()
+	err = recv(t, done, "DoTx answering")
+	var ife *once.InFlightError
+	if !errors.As(err, &ife) || !ife.Expired {
+		t.Fatalf("DoTx = %v; want an *InFlightError saying the lease expired", err)
+	}
+}
+
+// A duplicate's claim waits on a DoTx's transaction, and its client
+// gives up on it (ClaimTimeout) while the server goes on waiting: the
+// cancel request pgx sends on giving up cannot get through (new
+// connections are refused), so the claim is still pending when the
+// read-back finds no row. The transaction rolls back and the pending
+// claim commits, carrying the duplicate's token. The duplicate, still
+// waiting, meets that claim: it is its own, and nobody else will run
+// it, so it runs the effect, instead of waiting for its own claim's
+// lease to run out (and recovery to put an effect that never ran up for
+// review).
+func TestWaitMeetsItsOwnLostClaim(t *testing.T) {
+	t.Parallel()
+	d, schema := migrated(t)
+	ps, proxy := proxiedStore(t, schema)
+	ctx := context.Background()
+	if err := testdb.Warm(ctx, ps.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := once.New(once.Config{Store: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := make(chan once.Observation, 16)
+	c, err := once.New(once.Config{Store: ps, ClaimTimeout: 2 * time.Second, Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+		if o.Type == once.EventWaiting {
+			waits <- o
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := once.DoTx(ctx, direct, d, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) { return "rolled back", nil }); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Refuse(true)
+	second := goDo(ctx, c, waitIntent, func(context.Context, once.Attempt) (string, error) { return "run by the duplicate", nil }, once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting for the transaction")
+	proxy.Refuse(false)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pending claim committing", func() bool {
+		_, err := d.Get(ctx, keyOf(t, waitIntent))
+		return err == nil
+	})
+	o := recv(t, second, "the duplicate returning")
+	if o.err != nil || o.res.Replayed || o.res.Value != "run by the duplicate" || o.res.Attempt != 1 {
+		t.Fatalf("duplicate = %+v, %v; want it to run the effect under the claim it made", o.res, o.err)
+	}
+}
+
+// A DoTx made with WaitFor in a REPEATABLE READ (or SERIALIZABLE)
+// transaction: its snapshot can never see the outcome it would wait
+// for. It does not wait out its whole wait for nothing: it answers at
+// once, saying why.
+func TestDoTxWaitRepeatableRead(t *testing.T) {
+	t.Parallel()
+	s, _ := migrated(t)
+	c, _ := client(t, s)
+	f := startFirst(t, c, waitIntent)
+	defer f.finish("done")
+	ctx := context.Background()
+	tx, err := sharedPool(t).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.DoTx(ctx, c, s, tx, waitIntent, func(context.Context, pgx.Tx, once.Attempt) (string, error) {
+			t.Error("DoTx ran the effect of a claim held by another attempt")
+			return "", nil
+		}, once.WaitFor(time.Hour))
+		done <- err
+	}()
+	err = recv(t, done, "DoTx answering")
+	var ife *once.InFlightError
+	if !errors.As(err, &ife) || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Fatalf("DoTx = %v; want the *InFlightError, saying it can wait only in a READ COMMITTED transaction", err)
 	}
 }

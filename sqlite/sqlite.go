@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -110,6 +111,9 @@ type Store struct {
 	// writer admits this store's writes to SQLite's write lock one at a
 	// time; see write.
 	writer chan struct{}
+	// closed is closed by Close: its waiters can read nothing more.
+	closed    chan struct{}
+	closeOnce *sync.Once
 }
 
 var (
@@ -175,12 +179,14 @@ func Open(path string, cfg Config) (*Store, error) {
 func newStore(db *sql.DB, path string, cfg Config) *Store {
 	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	return &Store{
-		db:     db,
-		sqlDB:  db,
-		path:   path,
-		names:  names,
-		q:      buildQueries(names.Table("action"), names.Table("event")),
-		writer: make(chan struct{}, 1),
+		db:        db,
+		sqlDB:     db,
+		path:      path,
+		names:     names,
+		q:         buildQueries(names.Table("action"), names.Table("event")),
+		writer:    make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		closeOnce: new(sync.Once),
 	}
 }
 
@@ -256,12 +262,15 @@ func hint(err error) string {
 	return ""
 }
 
-// Close closes the database. On a store bound to a transaction it does
-// nothing: the store it was bound from owns the database.
+// Close closes the database; calls waiting through the store (WaitFor)
+// stop waiting and answer at once. On a store bound to a transaction it
+// does nothing: the store it was bound from owns the database.
 func (s *Store) Close() error {
 	if s.inTx {
 		return nil
 	}
+	// Waiters first: a read of the closed database tells them nothing.
+	s.closeOnce.Do(func() { close(s.closed) })
 	return s.sqlDB.Close()
 }
 
@@ -927,6 +936,8 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.closed:
+			return fmt.Errorf("%s: closed while waiting; nothing more can be read from it", s)
 		case <-until.C:
 			return nil
 		case <-time.After(every):

@@ -26,6 +26,8 @@ func waitTests() []namedTest {
 		{name: "WaitOnlyForLiveClaims", fn: testWaitOnlyLive},
 		{name: "WaitWithoutStoreWaiter", fn: testWaitPlainStore},
 		{name: "WaitForUncommittedTx", fn: testWaitUncommitted, needs: needTx},
+		{name: "WaitForRolledBackTx", fn: testWaitRolledBack, needs: needTx},
+		{name: "WaitForReclaimingTx", fn: testWaitReclaimingTx, needs: needTx},
 		{name: "DoTxWaitFor", fn: testDoTxWait, needs: needTx},
 	}
 }
@@ -361,6 +363,68 @@ func testWaitUncommitted(t *testing.T, h Harness) {
 	o := recv(t, second, "the duplicate returning")
 	if o.err != nil || !o.res.Replayed || o.res.Value != "written" || effects.Load() != 1 {
 		t.Fatalf("duplicate = %+v, %v; want the committed result replayed", o.res, o.err)
+	}
+}
+
+// A transaction that held the key rolls back: no row ever appears, and
+// the key is free. The duplicate claims it and runs the effect itself,
+// as a later delivery would, instead of waiting out its whole wait for a
+// row that will never come.
+func testWaitRolledBack(t *testing.T, h Harness) {
+	cfg := once.Config{ClaimTimeout: 200 * time.Millisecond}
+	waits := watchWaits(&cfg)
+	s, c, th := txSetup(t, h, cfg)
+	var effects atomic.Int64
+	tx := begin(t, th)
+	if _, err := tx.do(ctx(t), c, txIntent, writeOutbox(&effects)); err != nil {
+		t.Fatal(err)
+	}
+	second := goDo(ctx(t), c, txIntent, func(context.Context, once.Attempt) (string, error) {
+		return "run by the duplicate", nil
+	}, once.WaitFor(time.Hour))
+	recv(t, waits, "the duplicate waiting for the transaction")
+	rollback(t, tx)
+	o := recv(t, second, "the duplicate returning after the rollback")
+	if o.err != nil || o.res.Replayed || o.res.Value != "run by the duplicate" || o.res.Attempt != 1 {
+		t.Fatalf("duplicate = %+v, %v; want it to claim the key the rolled-back transaction left free and run the effect", o.res, o.err)
+	}
+	if a := mustGet(t, s, keyOf(t, txIntent)); a.Status != once.StatusSucceeded || a.Attempt != 1 {
+		t.Fatalf("stored %+v", a)
+	}
+}
+
+// A released action is claimed again by a DoTx whose transaction has
+// not committed: the duplicate's claim waits on that transaction, and
+// the row it reads back is the released one. The key is held by a
+// transaction as surely as when no row is visible: the duplicate waits
+// for it, and replays the DoTx's result once it commits.
+func testWaitReclaimingTx(t *testing.T, h Harness) {
+	cfg := once.Config{ClaimTimeout: 200 * time.Millisecond}
+	waits := watchWaits(&cfg)
+	_, c, th := txSetup(t, h, cfg)
+	if _, err := once.Do(ctx(t), c, txIntent, func(context.Context, once.Attempt) (string, error) {
+		return "", once.RetryLater(errors.New("429 too many requests"))
+	}); !errors.Is(err, once.ErrRetryLater) {
+		t.Fatalf("first Do = %v, want ErrRetryLater", err)
+	}
+	var effects atomic.Int64
+	tx := begin(t, th)
+	if res, err := tx.do(ctx(t), c, txIntent, writeOutbox(&effects)); err != nil || res.Attempt != 2 {
+		t.Fatalf("DoTx = %+v, %v; want attempt 2", res, err)
+	}
+	second := goDo(ctx(t), c, txIntent, mustNotRun(t), once.WaitFor(time.Hour))
+	select {
+	case <-waits:
+	case o := <-second:
+		rollback(t, tx)
+		t.Fatalf("duplicate = %+v, %v; want it to wait for the transaction that holds the key", o.res, o.err)
+	case <-time.After(patience):
+		t.Fatal("the duplicate did not wait within patience")
+	}
+	commit(t, tx)
+	o := recv(t, second, "the duplicate returning")
+	if o.err != nil || !o.res.Replayed || o.res.Value != "written" || o.res.Attempt != 2 || effects.Load() != 1 {
+		t.Fatalf("duplicate = %+v, %v (effects %d); want the committed result replayed", o.res, o.err, effects.Load())
 	}
 }
 

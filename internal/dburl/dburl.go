@@ -75,10 +75,11 @@ func MeantForServer(url string) bool {
 	return strings.HasPrefix(l, "postgres:") || strings.HasPrefix(l, "postgresql:") || dsnRE.MatchString(url)
 }
 
-// postgresConfig takes the store's own parameters, once_schema and
-// once_prefix, out of a PostgreSQL URL; the rest go to the driver. A
-// query that does not parse, or a schema or prefix the store cannot use,
-// is an error: dropping it would put the tables somewhere else.
+// postgresConfig takes the store's own parameters, once_schema,
+// once_prefix and once_pooler, out of a PostgreSQL URL; the rest go to
+// the driver. A query that does not parse, or a schema or prefix the
+// store cannot use, is an error: dropping it would put the tables
+// somewhere else.
 func postgresConfig(raw string) (string, postgres.Config, error) {
 	u, err := neturl.Parse(raw)
 	if err != nil {
@@ -95,8 +96,14 @@ func postgresConfig(raw string) (string, postgres.Config, error) {
 	if err := migrate.CheckIdent("once_prefix", cfg.Prefix, !q.Has("once_prefix")); err != nil {
 		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
 	}
+	pooler, err := postgres.ParsePooler(q.Get("once_pooler"))
+	if err != nil {
+		return "", postgres.Config{}, fmt.Errorf("%w; fix once_pooler in the URL", err)
+	}
+	cfg.Pooler = pooler
 	q.Del("once_schema")
 	q.Del("once_prefix")
+	q.Del("once_pooler")
 	u.RawQuery = q.Encode()
 	return u.String(), cfg, nil
 }
@@ -121,8 +128,10 @@ func Redact(s string) string {
 }
 
 // Open opens the store url names. A PostgreSQL URL may carry
-// once_schema and once_prefix to place the tables. It checks the connection, so an
-// unreachable server is reported here, by address.
+// once_schema and once_prefix to place the tables, and once_pooler
+// (transaction, session) to say what pools its connections. It checks
+// the connection, so an unreachable server is reported here, by
+// address.
 func Open(ctx context.Context, url string) (*Store, error) {
 	return open(ctx, url, false)
 }
