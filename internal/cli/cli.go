@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/chaos"
 	"github.com/oncehq/once/internal/dburl"
 	"github.com/oncehq/once/internal/demo"
 	"github.com/oncehq/once/internal/migrate"
@@ -62,6 +63,7 @@ func commands() []command {
 		{"reap", nil, "recover actions whose worker died: one pass, or a loop", defineReap},
 		{"purge", nil, "delete finished actions past their retention", definePurge},
 		{"serve", nil, "the web console, JSON API, /metrics, /healthz and the reaper", defineServe},
+		{"chaos", nil, "prove it under failure: real queue, providers and workers, with kills, pauses, cut connections and broker restarts", defineChaos},
 	}
 }
 
@@ -79,6 +81,9 @@ func lookup(name string) (command, bool) {
 func Main(args []string, stdout, stderr io.Writer) int {
 	if demo.IsWorker() {
 		return demo.WorkerMain(stderr)
+	}
+	if chaos.IsWorker() {
+		return chaos.WorkerMain(stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
