@@ -7,9 +7,10 @@
 //
 // Queue.Declare declares, idempotently, with durable queues:
 //
-//	Config.Queue                 the work queue; consumers take jobs from it
-//	Config.Queue+".retry."+band  retry queues, one per band of delays; nobody consumes them
-//	Config.DeadLetterQueue       optional; the work queue dead-letters dropped jobs to it
+//	Config.Queue                        the work queue; consumers take jobs from it
+//	Config.Queue+".retry.quorum."+band  retry queues, one per band of delays: quorum queues
+//	                                    that nobody consumes
+//	Config.DeadLetterQueue              optional; the work queue dead-letters dropped jobs to it
 //
 // A job to be retried is not nacked back onto the work queue: the broker
 // would deliver it again at once, and a job whose claim another attempt
@@ -75,12 +76,43 @@
 // one consumers use, so that flow control on the publisher does not slow
 // the acks.
 //
-// The broker moves an expired copy back to the work queue without a
-// publisher confirm of its own (classic queues dead-letter at most once):
-// on one node that cannot lose it; in a cluster, a copy expiring while the
-// work queue's node is down is lost. The action is not: it waits in once's
-// store, and a kind with a Redrive hook has its job published again by the
-// reaper.
+// # Retry queues are quorum queues
+//
+// The broker moves an expired copy back to the work queue by
+// dead-lettering it. A classic queue dead-letters at most once, without
+// a confirm, and writes down lazily what it moved: when its node is
+// killed, copies that moved to the work queue just before are lost, and
+// a job whose claim never reached once's store (the database was cut off
+// at the claim, and Dispose said retry) is then lost with nothing left
+// to find it. So the retry queues are quorum queues with at-least-once
+// dead-lettering (x-queue-type "quorum", x-dead-letter-strategy
+// "at-least-once", x-overflow "reject-publish"): the retry queue keeps
+// an expired copy until the work queue has confirmed it, and moves it
+// again after a crash. A crash loses no copy, on one node or in a
+// cluster; at worst a copy is moved twice, and once absorbs the
+// duplicate. A copy that cannot be moved (the work queue was deleted, or
+// its node is down) stays in its retry queue until it can. The work
+// queue may be classic or quorum (Config.QueueArgs): either confirms a
+// persistent message only once it has it on disk. A job published
+// transient stays transient, and a classic work queue does not keep it
+// across a restart of the broker.
+//
+// One caveat is the broker's: RabbitMQ writes down lazily which queues
+// a node runs, and a queue declared moments before its node is killed
+// can come back empty, whatever its type. It matters only when the
+// first Declare and a crash come seconds apart.
+//
+// This needs RabbitMQ 3.10 or later (per-message expiration and
+// at-least-once dead-lettering in quorum queues); Declare refuses an
+// older broker. Each quorum queue is a Raft group of its own, with its
+// own log on each of its replicas: a work queue brings one per band (13
+// by default).
+//
+// Before quorum retry queues the adapter declared classic ones, named
+// Config.Queue+".retry."+band. The new names differ, so Declare works
+// on a broker that still has the old queues; the copies waiting in them
+// still move back to the work queue when they expire. Delete the old
+// queues once they are empty (rabbitmqctl list_queues name messages).
 package rabbitmq
 
 import (
@@ -241,6 +273,7 @@ func (q *Queue) Name() string { return q.name }
 
 // RetryQueues names the retry queues, shortest delay first, for
 // monitoring (their depth is the number of jobs waiting to come back).
+// They are quorum queues; see the package documentation.
 func (q *Queue) RetryQueues() []string {
 	names := make([]string, len(q.bands))
 	for i := range q.bands {
@@ -250,7 +283,7 @@ func (q *Queue) RetryQueues() []string {
 }
 
 func (q *Queue) retryQueue(band int) string {
-	return q.name + ".retry." + q.bands[band].String()
+	return q.name + ".retry.quorum." + q.bands[band].String()
 }
 
 // route says how long a retry that asked to wait after waits, and in
@@ -269,10 +302,16 @@ func (q *Queue) route(after time.Duration) (time.Duration, string) {
 }
 
 // Declare declares the work queue, its retry queues and the dead-letter
-// queue, all durable. It is idempotent, and safe to run from every
-// worker at start-up. A queue that exists with other arguments makes the
-// broker refuse the declaration; the error names it.
+// queue, all durable; the retry queues are quorum queues with
+// at-least-once dead-lettering. It is idempotent, and safe to run from
+// every worker at start-up. A queue that exists with other arguments
+// makes the broker refuse the declaration; the error names it. A broker
+// older than RabbitMQ 3.10 is refused, since its quorum queues would
+// never expire a retried job.
 func (q *Queue) Declare(ctx context.Context) error {
+	if err := checkVersion(q.conn.Properties); err != nil {
+		return err
+	}
 	ch, err := q.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("rabbitmq: opening a channel to declare the queues: %w", err)
@@ -308,12 +347,39 @@ func (q *Queue) Declare(ctx context.Context) error {
 		return err
 	}
 	for _, name := range q.RetryQueues() {
-		if err := declare(name, amqp.Table{
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": q.name,
-		}); err != nil {
+		if err := declare(name, retryQueueArgs(q.name)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// retryQueueArgs are the arguments of a retry queue that dead-letters to
+// the work queue named work. At-least-once dead-lettering needs
+// x-overflow reject-publish: with the default drop-head the broker falls
+// back to at most once.
+func retryQueueArgs(work string) amqp.Table {
+	return amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": work,
+	}
+}
+
+// checkVersion refuses a broker older than RabbitMQ 3.10, whose quorum
+// queues neither expire messages nor dead-letter at least once. A broker
+// that does not say its version, or says it in another form, is let
+// through: the declaration or the first retry tells.
+func checkVersion(props amqp.Table) error {
+	v, _ := props["version"].(string)
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return nil
+	}
+	if major < 3 || major == 3 && minor < 10 {
+		return fmt.Errorf("rabbitmq: the broker is RabbitMQ %s; the retry queues are quorum queues with per-message expiration and at-least-once dead-lettering, which need RabbitMQ 3.10 or later: upgrade the broker", v)
 	}
 	return nil
 }
