@@ -24,36 +24,32 @@ func NATSURL() string {
 	return cmp.Or(os.Getenv("ONCE_TEST_NATS_URL"), DefaultNATSURL)
 }
 
-var (
-	natsOnce sync.Once
-	natsErr  error
-)
+// natsProbe connects once per test binary and asks for JetStream.
+var natsProbe = sync.OnceValue(func() error {
+	nc, err := nats.Connect(NATSURL(), nats.Timeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("JetStream is not available: %w", err)
+	}
+	return nil
+})
 
 // RequireNATS skips (or, under CI, fails) the test when NATS cannot be
 // reached or has JetStream disabled, and returns its URL.
 func RequireNATS(t testing.TB) string {
 	t.Helper()
 	url := NATSURL()
-	natsOnce.Do(func() {
-		nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
-		if err != nil {
-			natsErr = err
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			natsErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := js.AccountInfo(ctx); err != nil {
-			natsErr = fmt.Errorf("JetStream is not available: %w", err)
-		}
-	})
-	if natsErr != nil {
-		msg := "NATS with JetStream is not reachable at " + url + " (" + natsErr.Error() + "); start it with " +
+	if err := natsProbe(); err != nil {
+		msg := "NATS with JetStream is not reachable at " + url + " (" + err.Error() + "); start it with " +
 			"'nats-server -a 127.0.0.1 -p 4222 -js' or set ONCE_TEST_NATS_URL"
 		Unavailable(t, msg)
 	}

@@ -27,29 +27,25 @@ func PostgresURL() string {
 	return cmp.Or(os.Getenv("ONCE_TEST_DATABASE_URL"), DefaultPostgresURL)
 }
 
-var (
-	pgOnce sync.Once
-	pgErr  error
-)
+// pgProbe connects once per test binary.
+var pgProbe = sync.OnceValue(func() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := RetryTooManyClients(ctx, func() (*pgx.Conn, error) { return pgx.Connect(ctx, PostgresURL()) })
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+})
 
 // RequirePostgres skips (or, under CI, fails) the test when PostgreSQL
 // cannot be reached, and returns its URL.
 func RequirePostgres(t testing.TB) string {
 	t.Helper()
 	url := PostgresURL()
-	pgOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := RetryTooManyClients(ctx, func() (*pgx.Conn, error) { return pgx.Connect(ctx, url) })
-		if err != nil {
-			pgErr = err
-			return
-		}
-		pgErr = conn.Ping(ctx)
-		conn.Close(ctx)
-	})
-	if pgErr != nil {
-		msg := "PostgreSQL is not reachable at " + url + " (" + pgErr.Error() + "); start it with " +
+	if err := pgProbe(); err != nil {
+		msg := "PostgreSQL is not reachable at " + url + " (" + err.Error() + "); start it with " +
 			"'pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start' or set ONCE_TEST_DATABASE_URL"
 		Unavailable(t, msg)
 	}
