@@ -54,6 +54,15 @@ type Options struct {
 	// black hole, a planned kill and a planned timeout; a broker restart
 	// per thousand). Zero means 1.
 	FaultScale float64
+	// FaultCounts sets how many faults of a type the run schedules,
+	// by the type's name in the report (kill, stop, conn, proxy,
+	// provider_timeout, broker, failover), in place of what FaultScale
+	// gives that type: a long run asks for hundreds of broker restarts
+	// this way. kill counts the random kills (the kills planned right
+	// after an effect still follow FaultScale); failover needs HA, and
+	// between two failovers the killed node is brought back as the new
+	// standby.
+	FaultCounts map[string]int
 	// Naive runs the seed's broken "check, then send" workers instead
 	// of once: the same workload and faults, and duplicates.
 	Naive bool
@@ -160,6 +169,11 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errors.New("chaos: a PostgreSQL URL is required (--db postgres://user@host:5432/db): the workers are processes of their own, and the faults cut their connections to the server")
 	case o.HA == nil && !dburl.IsPostgres(o.DB):
 		return o, errors.New("chaos: the database must be PostgreSQL (postgres://user@host:5432/db): the faults terminate its backends and cut its connections; SQLite has neither")
+	}
+	if fixed, err := parseFaultCounts(o.FaultCounts); err != nil {
+		return o, err
+	} else if fixed[faultFailover] > 0 && o.HA == nil {
+		return o, errors.New("chaos: failovers need the HA cluster (--ha): without it the ledger has no standby to promote")
 	}
 	if o.SMTP != "" {
 		if _, _, err := net.SplitHostPort(o.SMTP); err != nil {
@@ -303,7 +317,8 @@ func (r *runner) setUp(ctx context.Context, rep *Report) error {
 	}
 
 	// The providers, in this process: they outlive every worker.
-	pl := plans(rand.New(rand.NewPCG(o.Seed, 1)), o.Intents, o.FaultScale)
+	fixed, _ := parseFaultCounts(o.FaultCounts) // checked by withDefaults
+	pl := plans(rand.New(rand.NewPCG(o.Seed, 1)), o.Intents, o.FaultScale, fixed[faultProviderTimeout])
 	r.sup = &supervisor{exe: o.Exe, logDir: r.dir}
 	r.tally = newTally(o.Intents, pl, r.sup.killPid, r.count.add)
 	upstream := o.SMTP
@@ -511,7 +526,8 @@ func (r *runner) work(ctx context.Context, rep *Report) error {
 		stopFor: 2 * o.Lease, blackout: 1500 * time.Millisecond, crashBroker: o.CrashBroker,
 		logf: func(f string, a ...any) { r.log.Warn(fmt.Sprintf(f, a...)) },
 	}
-	faults := schedule(rand.New(rand.NewPCG(o.Seed, 2)), o.Intents, o.Workers, o.FaultScale, r.ha != nil)
+	fixed, _ := parseFaultCounts(o.FaultCounts) // checked by withDefaults
+	faults := schedule(rand.New(rand.NewPCG(o.Seed, 2)), o.Intents, o.Workers, o.FaultScale, r.ha != nil, fixed)
 	faultsDone := make(chan struct{})
 	faultsDoneAll := faultsDone
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -184,11 +185,29 @@ type scheduled struct {
 	Variant int
 }
 
+// parseFaultCounts turns Options.FaultCounts into counts by kind,
+// refusing a name it does not know and a count out of range.
+func parseFaultCounts(m map[string]int) (map[faultKind]int, error) {
+	out := map[faultKind]int{}
+	for name, n := range m {
+		k := slices.Index(faultNames[:], name)
+		if k < 0 {
+			return nil, fmt.Errorf("chaos: no fault type %q; the types are %s", name, strings.Join(faultNames[:], ", "))
+		}
+		if n < 0 || n > 100000 {
+			return nil, fmt.Errorf("chaos: the count of %s faults must be between 0 and 100000, not %d", name, n)
+		}
+		out[faultKind(k)] = n
+	}
+	return out, nil
+}
+
 // schedule draws the scheduled faults of a run: counts scale with the
-// intents (per hundred intents, times scale), at least one of each; each
-// fires when a random share, between 5% and 85%, of the intents are
-// settled.
-func schedule(rng *rand.Rand, intents, workers int, scale float64, ha bool) []scheduled {
+// intents (per hundred intents, times scale), at least one of each,
+// unless fixed sets a type's count; each fires when a random share,
+// between 5% and 85%, of the intents are settled. Failovers are spread
+// evenly over the run instead, one by default.
+func schedule(rng *rand.Rand, intents, workers int, scale float64, ha bool, fixed map[faultKind]int) []scheduled {
 	per := func(per100 float64, most int) int {
 		n := int(float64(intents) / 100 * per100 * scale)
 		return min(max(n, 1), most)
@@ -203,12 +222,18 @@ func schedule(rng *rand.Rand, intents, workers int, scale float64, ha bool) []sc
 	if ha {
 		counts[faultFailover] = 1
 	}
+	for k, n := range fixed {
+		if k == faultProviderTimeout || (k == faultFailover && !ha) {
+			continue // planned per intent; a failover needs HA
+		}
+		counts[k] = n
+	}
 	var out []scheduled
 	for k := faultKind(0); k < numFaults; k++ {
-		for range counts[k] {
+		for i := range counts[k] {
 			at := int(float64(intents) * (0.05 + 0.8*rng.Float64()))
 			if k == faultFailover {
-				at = intents / 2
+				at = intents * (i + 1) / (counts[k] + 1)
 			}
 			out = append(out, scheduled{At: at, Kind: k, Slot: rng.IntN(workers), Variant: rng.IntN(2)})
 		}
@@ -219,11 +244,16 @@ func schedule(rng *rand.Rand, intents, workers int, scale float64, ha bool) []sc
 
 // plans draws which intents' first application is followed by a kill or
 // a withheld reply: per hundred intents, times scale, at least one of
-// each for every kind.
-func plans(rng *rand.Rand, intents int, scale float64) []plan {
+// each for every kind; timeouts, if set, is the number of withheld
+// replies instead (at most a third of the intents).
+func plans(rng *rand.Rand, intents int, scale float64, timeouts int) []plan {
 	p := make([]plan, intents)
 	n := max(int(float64(intents)/100*scale), len(kinds))
 	for _, pl := range []plan{planKill, planTimeout} {
+		n := n
+		if pl == planTimeout && timeouts > 0 {
+			n = min(timeouts, intents/3)
+		}
 		for j := 0; j < n; j++ {
 			// The j-th of each plan goes to kind j%3, so every kind
 			// meets each plan.

@@ -94,7 +94,7 @@ func TestSMTPTap(t *testing.T) {
 // each plan.
 func TestDrawsFollowTheSeed(t *testing.T) {
 	draw := func(seed uint64) ([]plan, []scheduled) {
-		return plans(rand.New(rand.NewPCG(seed, 1)), 300, 1), schedule(rand.New(rand.NewPCG(seed, 2)), 300, 3, 1, false)
+		return plans(rand.New(rand.NewPCG(seed, 1)), 300, 1, 0), schedule(rand.New(rand.NewPCG(seed, 2)), 300, 3, 1, false, nil)
 	}
 	p1, s1 := draw(42)
 	p2, s2 := draw(42)
@@ -132,5 +132,41 @@ func TestDrawsFollowTheSeed(t *testing.T) {
 	}
 	if types[faultFailover] != 0 {
 		t.Error("a failover was scheduled without a failover cluster")
+	}
+}
+
+// TestScheduleFaultCounts: FaultCounts sets exactly how many faults of a
+// type are scheduled, whatever the scale, and failovers are spread over
+// the run.
+func TestScheduleFaultCounts(t *testing.T) {
+	fixed, err := parseFaultCounts(map[string]int{"broker": 300, "stop": 7, "failover": 3, "provider_timeout": 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[faultKind]int{}
+	var failovers []int
+	for _, f := range schedule(rand.New(rand.NewPCG(1, 2)), 10000, 6, 1, true, fixed) {
+		got[f.Kind]++
+		if f.Kind == faultFailover {
+			failovers = append(failovers, f.At)
+		}
+	}
+	want := map[faultKind]int{faultKill: 100, faultStop: 7, faultConn: 100, faultProxy: 100, faultBroker: 300, faultFailover: 3}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s: scheduled %d, want %d", k, got[k], n)
+		}
+	}
+	if !slices.Equal(failovers, []int{2500, 5000, 7500}) {
+		t.Errorf("failovers at %v, want spread evenly at 2500, 5000, 7500", failovers)
+	}
+	timeouts := 0
+	for _, p := range plans(rand.New(rand.NewPCG(1, 1)), 10000, 1, fixed[faultProviderTimeout]) {
+		if p == planTimeout {
+			timeouts++
+		}
+	}
+	if timeouts != 50 {
+		t.Errorf("planned %d withheld replies, want 50", timeouts)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -23,16 +24,28 @@ var startHA chaos.StartFailover = func(ctx context.Context, _ string) (chaos.Fai
 	if err != nil {
 		return nil, err
 	}
-	return haCluster{c}, nil
+	return &haCluster{c: c}, nil
 }
 
-// haCluster is an ha.Cluster as the harness uses it.
-type haCluster struct{ c *ha.Cluster }
+// haCluster is an ha.Cluster as the harness uses it. A second failover
+// first brings the node the first one killed back as the standby, so
+// there is always one to promote.
+type haCluster struct {
+	c      *ha.Cluster
+	killed string // the node the last failover killed
+}
 
-func (h haCluster) URL() string  { return h.c.URL() }
-func (h haCluster) Close() error { return h.c.Close() }
-func (h haCluster) KillPrimary(ctx context.Context) error {
-	_, err := h.c.KillPrimary(ctx)
+func (h *haCluster) URL() string  { return h.c.URL() }
+func (h *haCluster) Close() error { return h.c.Close() }
+func (h *haCluster) KillPrimary(ctx context.Context) error {
+	if h.killed != "" {
+		if _, err := h.c.RestartNode(ctx, h.killed); err != nil {
+			return err
+		}
+		h.killed = ""
+	}
+	f, err := h.c.KillPrimary(ctx)
+	h.killed = f.Killed.Name
 	return err
 }
 
@@ -46,6 +59,11 @@ func defineChaos(fs *flagSet) func(env, []string) error {
 	fs.IntVar(&o.Concurrency, "concurrency", 4, "`N` jobs each worker runs at once")
 	fs.Uint64Var(&o.Seed, "seed", 0, "draw the faults from seed `N` (0 picks one; the report prints it)")
 	fs.Float64Var(&o.FaultScale, "fault-scale", 1, "multiply the number of faults by `X`")
+	fs.Func("faults", "schedule exactly `TYPE=N[,TYPE=N...]` faults of those types, in place of --fault-scale for them (kill, stop, conn, proxy, provider_timeout, broker, failover)", func(v string) error {
+		m, err := parseCounts(v)
+		o.FaultCounts = m
+		return err
+	})
 	fs.BoolVar(&o.CrashBroker, "crash-broker", false, "restart the broker by SIGKILL, a crash, instead of a clean shutdown (on RabbitMQ a crash can lose retried jobs: see docs/chaos.md)")
 	fs.BoolVar(&o.Naive, "naive", false, "run the naive check-then-send workers instead of once, to see duplicates")
 	fs.StringVar(&o.SMTP, "smtp", "", "send the emails through this SMTP server (`HOST:PORT`) instead of the run's own; each intent has its own recipient")
@@ -99,4 +117,19 @@ func runChaos(e env, o chaos.Options, asJSON bool) error {
 		return fmt.Errorf("invariants failed (seed %d reproduces the faults' draws): %s", rep.Seed, strings.Join(rep.Failures, "; "))
 	}
 	return nil
+}
+
+// parseCounts reads --faults: comma-separated TYPE=N pairs. The types
+// are checked by the harness, which knows them.
+func parseCounts(v string) (map[string]int, error) {
+	m := map[string]int{}
+	for pair := range strings.SplitSeq(v, ",") {
+		name, n, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		count, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("%q is not TYPE=N (for example broker=300)", pair)
+		}
+		m[name] = count
+	}
+	return m, nil
 }

@@ -21,6 +21,10 @@ func TestChaosRefusesWhatItCannotRun(t *testing.T) {
 		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--intents", "2"}, "intents must be between 3 and"},
 		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db?once_schema=mine"}, "leave once_schema and once_prefix out"},
 		{[]string{"chaos", "--queue", "rabbitmq", "--db", "postgres://u@127.0.0.1/db", "--smtp", "nowhere"}, `the SMTP server "nowhere" is not HOST:PORT`},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--faults", "broker"}, `"broker" is not TYPE=N (for example broker=300)`},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--faults", "reboot=3"}, `no fault type "reboot"; the types are kill, stop, conn, proxy, provider_timeout, broker, failover`},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--faults", "stop=-1"}, "the count of stop faults must be between 0 and 100000, not -1"},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--faults", "failover=2"}, "failovers need the HA cluster (--ha)"},
 	} {
 		code, _, stderr := run(t, tc.args...)
 		if code == 0 || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 1 {
