@@ -152,3 +152,55 @@ func RecoveryText(r once.Recovery) string {
 	}
 	return r.String()
 }
+
+// Happy-path events are not written: a first claim and the worker's
+// outcome of that first attempt are described by the action row itself
+// (created_at, completed_at, its origin), and writing them as rows of
+// the trail tripled what a plain action cost the database. The trail's
+// readers see them all the same: WithHappyPath puts them back.
+
+// Unwritten reports whether a transition's event is one of the happy
+// path's, which the stores leave out of the trail: the worker's success
+// or failure of attempt 1, straight from in flight.
+func Unwritten(attempt int, e once.Event, to once.Status) bool {
+	return attempt == 1 && e.Actor == once.ActorWorker && e.From == once.StatusInFlight &&
+		(e.Type == once.EventSucceeded && to == once.StatusSucceeded || e.Type == once.EventFailed && to == once.StatusFailed)
+}
+
+// WithHappyPath returns an action's trail as it would have been written
+// in full: stored is what the trail holds, in order; a is the action
+// row, origin the process that first claimed it. The first claim is
+// added at the front unless the trail holds it (rows written before the
+// happy path went unwritten do); the worker's outcome of attempt 1 at
+// the end, when the row stands succeeded or failed at attempt 1 and no
+// written event took it there (a person's resolution, a verification).
+// The added events have ID 0.
+func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Event {
+	claimed, decided := false, false
+	for _, e := range stored {
+		if e.Attempt != 1 {
+			continue
+		}
+		if e.Type == once.EventClaimed {
+			claimed = true
+		}
+		if e.Type != once.EventRefused && e.To == a.Status {
+			decided = true
+		}
+	}
+	out := make([]once.Event, 0, len(stored)+2)
+	if !claimed {
+		out = append(out, once.Event{Key: a.Key, At: a.CreatedAt, Type: once.EventClaimed, Attempt: 1,
+			To: once.StatusInFlight, Actor: once.ActorWorker, Origin: origin})
+	}
+	out = append(out, stored...)
+	if a.Attempt == 1 && !decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed) {
+		typ := once.EventSucceeded
+		if a.Status == once.StatusFailed {
+			typ = once.EventFailed
+		}
+		out = append(out, once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
+			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin})
+	}
+	return out
+}
