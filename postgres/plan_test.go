@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/sqlrows"
 	"github.com/oncehq/once/internal/testdb"
 )
 
@@ -75,4 +78,119 @@ SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() - interval '1 ho
 	if !strings.Contains(text, "_pkey") || strings.Contains(text, "Seq Scan") || strings.Contains(text, "action_due") {
 		t.Fatalf("recovering one key scans the due actions:\n%s", text)
 	}
+}
+
+// TestQueuesUseTheirIndexes: with a large log of finished actions, the
+// reaper's batch query and the operator's queues (review, released
+// actions waiting for a delivery) read their partial indexes, not the
+// log, under generic plans as under custom ones.
+func TestQueuesUseTheirIndexes(t *testing.T) {
+	url := testdb.RequirePostgres(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "once_plan_" + hex.EncodeToString(b[:])
+	s, err := Open(ctx, url, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	table := s.names.Table("action")
+	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until, updated_at)
+SELECT md5(g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days', now() - g * interval '1 second' FROM generate_series(1, 50000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, lease_until)
+SELECT md5('o' || g::text), '', 'r', g, 'k', '', (ARRAY['in_flight', 'unknown', 'review', 'released'])[g % 4 + 1], 1,
+    CASE WHEN g % 4 < 2 THEN now() - interval '1 minute' END FROM generate_series(1, 40) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	review, args := sqlrows.ListClause(once.Filter{Status: once.StatusReview, Limit: 50}, listDialect)
+	waiting, wargs := sqlrows.ListClause(once.Filter{Waiting: true, OldestFirst: true, Limit: 50}, listDialect)
+	for _, c := range []struct {
+		name, sql, index string
+		args         []any
+	}{
+		{"the reaper's batch", s.q.recoverable, "action_active", []any{100, int64(60000000), "tok", nil, []string{}, false, []string{}}},
+		{"the review queue", s.q.list + review, "action_open", args},
+		{"released actions waiting", s.q.list + waiting, "action_open", wargs},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explain(t, conn, mode, c.sql, c.args...)
+			if !strings.Contains(plan, c.index) || strings.Contains(plan, "Seq Scan") {
+				t.Errorf("%s (%s) does not read %s:\n%s", c.name, mode, c.index, plan)
+			}
+		}
+	}
+}
+
+// explain returns the plan PostgreSQL executes for sql with args, under
+// plan_cache_mode mode, in a transaction rolled back after.
+func explain(t *testing.T, conn *pgx.Conn, mode, sql string, args ...any) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Prepare(ctx, "explained", sql); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Conn().Deallocate(ctx, "explained")
+	// EXPLAIN takes no parameters: the arguments go in as literals.
+	params := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case nil:
+			params[i] = "NULL"
+		case int:
+			params[i] = strconv.Itoa(v)
+		case int64:
+			params[i] = strconv.FormatInt(v, 10)
+		case bool:
+			params[i] = strconv.FormatBool(v)
+		case string:
+			params[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case []string:
+			params[i] = "'{" + strings.Join(v, ",") + "}'"
+		default:
+			t.Fatalf("explain: no literal for %T", a)
+		}
+	}
+	q := `EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE explained`
+	if len(args) > 0 {
+		q += "(" + strings.Join(params, ", ") + ")"
+	}
+	rows, err := tx.Query(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
 }

@@ -369,7 +369,7 @@ const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor,
 type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
-	purgeCount, state, await                                           string
+	purgeCount, state, await, eventsRow                                string
 }
 
 // buildQueries renders the statements for the tables; tag names the
@@ -381,6 +381,8 @@ func buildQueries(table, events, tag string) queries {
 	return queries{
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
+		// A first claim writes no event: the row, with its origin, is
+		// the trail's first entry (sqlrows.WithHappyPath).
 		// DO NOTHING, not DO UPDATE: a duplicate then takes no row lock
 		// and writes nothing, so a replay is a read, with no commit to
 		// flush. The time it reports, against which the standing row's
@@ -391,13 +393,10 @@ func buildQueries(table, events, tag string) queries {
 		claim: r.Replace(`
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13)
+        redrive_after_us, redrive, origin)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13, $14)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
-), ev AS (
-    INSERT INTO $E (key, type, attempt, to_status, actor, origin)
-    SELECT key, 'claimed', attempt, 'in_flight', 'worker', $14 FROM claimed
 )
 SELECT $C, true, statement_timestamp() FROM claimed
 UNION ALL
@@ -477,7 +476,27 @@ WHERE key = $1 AND status IN ('in_flight', 'unknown') AND lease_until <= now()
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
-		recent:      r.Replace(`SELECT $V FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1) ORDER BY at DESC, id DESC LIMIT $2`),
+		eventsRow:   r.Replace(`SELECT $C, origin FROM $T WHERE key = $1`),
+		// The trail's events of the given types, newest first, with the
+		// happy path's that were not written (sqlrows.WithHappyPath) made
+		// from the action rows: a first claim for a row whose trail does
+		// not hold one, the worker's outcome of attempt 1 for a row that
+		// stands there with no event that took it there. Asked only for
+		// recoveries (the console), the derived branches are one-time
+		// filtered away and read no row.
+		recent: r.Replace(`
+SELECT * FROM (
+    SELECT $V FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1)
+    UNION ALL
+    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin FROM $T a
+    WHERE (cardinality($1::text[]) = 0 OR 'claimed' = ANY($1))
+      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
+    UNION ALL
+    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin FROM $T a
+    WHERE (cardinality($1::text[]) = 0 OR 'succeeded' = ANY($1) OR 'failed' = ANY($1))
+      AND attempt = 1 AND status IN ('succeeded', 'failed') AND (cardinality($1::text[]) = 0 OR status = ANY($1))
+      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
+) t ORDER BY at DESC, id DESC LIMIT $2`),
 		stats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
 		// Finished actions past their own deadline (retain_until, set
 		// from the retention their kind had when they were claimed), or,
@@ -611,9 +630,13 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		result = string(t.Result)
 	}
 	var n, notified int64
+	event := t.Event.Type
+	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
+		event = "" // the row tells it: sqlrows.WithHappyPath
+	}
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Hold, string(t.Event.Type), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
+		statuses(t.From), t.Hold, string(event), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
 		once.DefaultRetention.Microseconds(), t.Event.Origin).Scan(&n, &notified)
 	if err != nil {
 		return false, s.wrap(err)
@@ -672,9 +695,23 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 	return s.wrap(err)
 }
 
-// Events implements once.Store.
+// Events implements once.Store. The happy path's events, which are not
+// written, are made from the action row (sqlrows.WithHappyPath).
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
-	return s.queryEvents(ctx, s.q.events, string(key))
+	var a once.Action
+	var origin string
+	err := scanAction(s.db.QueryRow(ctx, s.q.eventsRow, string(key)), &a, &origin)
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, s.wrap(err)
+	}
+	stored, err := s.queryEvents(ctx, s.q.events, string(key))
+	if err != nil || !found {
+		// No row (purged, or a refused outcome of one that never was):
+		// the trail is what was written.
+		return stored, err
+	}
+	return sqlrows.WithHappyPath(a, origin, stored), nil
 }
 
 // RecentEvents implements once.Store.
@@ -780,16 +817,19 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	clause, args := sqlrows.ListClause(f, sqlrows.Dialect{
-		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
-		Time:        func(t time.Time) any { return t },
-		Waiting: func(def string) string {
-			return `status = 'released' AND updated_at < now() - coalesce(redrive_after_us, ` + def + `::bigint)::float8 * interval '1 microsecond'`
-		},
-		Duration: func(d time.Duration) any { return d.Microseconds() },
-		Now:      "now()",
-	})
+	clause, args := sqlrows.ListClause(f, listDialect)
 	return query(ctx, s, scanOne, s.q.list+clause, args...)
+}
+
+// listDialect is how List writes its filters.
+var listDialect = sqlrows.Dialect{
+	Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
+	Time:        func(t time.Time) any { return t },
+	Waiting: func(def string) string {
+		return `status = 'released' AND updated_at < now() - coalesce(redrive_after_us, ` + def + `::bigint)::float8 * interval '1 microsecond'`
+	},
+	Duration: func(d time.Duration) any { return d.Microseconds() },
+	Now:      "now()",
 }
 
 // scanOne scans one action.

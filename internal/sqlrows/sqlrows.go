@@ -4,6 +4,7 @@
 package sqlrows
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,12 @@ func ListClause(f once.Filter, d Dialect) (string, []any) {
 		args = append(args, v)
 		where = append(where, column+" = "+placeholder(len(args)))
 	}
-	if f.Status != "" {
+	if f.Status.Valid() {
+		// A literal, not a parameter: the partial indexes on the open
+		// statuses serve a query whose condition implies theirs, which
+		// a parameter's generic plan cannot show.
+		where = append(where, "status = '"+string(f.Status)+"'")
+	} else if f.Status != "" {
 		add("status", string(f.Status))
 	}
 	if f.Kind != "" {
@@ -199,8 +205,15 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 		if a.Status == once.StatusFailed {
 			typ = once.EventFailed
 		}
-		out = append(out, once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
-			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin})
+		e := once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
+			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin}
+		// After the last written event that came before it (a refused
+		// late outcome may have come after).
+		i := len(out)
+		for i > 0 && out[i-1].At.After(e.At) {
+			i--
+		}
+		out = slices.Insert(out, i, e)
 	}
 	return out
 }
