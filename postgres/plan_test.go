@@ -121,7 +121,7 @@ SELECT md5('o' || g::text), '', 'r', g, 'k', '', (ARRAY['in_flight', 'unknown', 
 	waiting, wargs := sqlrows.ListClause(once.Filter{Waiting: true, OldestFirst: true, Limit: 50}, listDialect)
 	for _, c := range []struct {
 		name, sql, index string
-		args         []any
+		args             []any
 	}{
 		{"the reaper's batch", s.q.recoverable, "action_active", []any{100, int64(60000000), "tok", nil, []string{}, false, []string{}}},
 		{"the review queue", s.q.list + review, "action_open", args},

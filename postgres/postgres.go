@@ -497,7 +497,7 @@ SELECT * FROM (
       AND attempt = 1 AND status IN ('succeeded', 'failed') AND (cardinality($1::text[]) = 0 OR status = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
 ) t ORDER BY at DESC, id DESC LIMIT $2`),
-		stats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		stats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
 		// Finished actions past their own deadline (retain_until, set
 		// from the retention their kind had when they were claimed), or,
 		// when $1 is positive, not updated for $1 whatever it says.
