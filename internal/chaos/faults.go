@@ -394,9 +394,13 @@ func (in *injector) fire(ctx context.Context, f scheduled) error {
 		if f.Variant == 1 {
 			pattern = in.appName + "-w%"
 		}
-		// A worker started a moment ago may not have connected yet: try
-		// for a few seconds.
-		for try := 0; try < 30; try++ {
+		// A worker started a moment ago may not have connected yet, and
+		// an idle one (its queue's broker restarting) may hold none:
+		// try for a few seconds, then any worker's.
+		for try := 0; try < 60; try++ {
+			if try == 20 {
+				pattern = in.appName + "-w%"
+			}
 			var n int
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := in.admin.QueryRow(cctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1`, pattern).Scan(&n)
