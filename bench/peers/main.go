@@ -65,6 +65,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		progress: stderr,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted before the end; nothing is reported (%w)", err)
+		}
 		return err
 	}
 	if *asJSON {
