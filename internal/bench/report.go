@@ -148,7 +148,11 @@ func round(x float64, n int) float64 {
 // WriteText writes the report as a table for people, with the ratios
 // under it.
 func (r *Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "once bench: %s, %d rounds of %v per arm", r.Server, r.Rounds, time.Duration(r.DurationMS)*time.Millisecond)
+	rounds := "rounds"
+	if r.Rounds == 1 {
+		rounds = "round"
+	}
+	fmt.Fprintf(w, "once bench: %s, %d %s of %v per arm", r.Server, r.Rounds, rounds, time.Duration(r.DurationMS)*time.Millisecond)
 	if r.Scale > 0 {
 		fmt.Fprintf(w, ", action log and raw table filled with %d rows", r.Scale)
 	}

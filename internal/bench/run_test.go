@@ -49,9 +49,12 @@ func TestRunEveryArm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	// A cleanup, not a defer: it runs after the schema is dropped.
+	t.Cleanup(func() { conn.Close(context.Background()) })
 	t.Cleanup(func() {
-		conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{rep.Schema}.Sanitize()+` CASCADE`)
+		if _, err := conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{rep.Schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("dropping the kept schema %s: %v", rep.Schema, err)
+		}
 		os.RemoveAll(rep.Dir)
 	})
 

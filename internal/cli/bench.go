@@ -51,7 +51,11 @@ func runBench(e env, o bench.Options, asJSON bool) error {
 			// The setup's bar ends; the line says how long the rest takes.
 			measuring = true
 			bar.finish()
-			fmt.Fprintf(e.stderr, "once bench: %d arm runs of %v each, about %v\n", p.Steps, o.Duration, (time.Duration(p.Steps) * o.Duration).Round(time.Second))
+			total := time.Duration(p.Steps) * o.Duration
+			if total > time.Second {
+				total = total.Round(time.Second)
+			}
+			fmt.Fprintf(e.stderr, "once bench: %d arm runs of %v each, about %v\n", p.Steps, o.Duration, total)
 			bar = newBar(e.stderr, "measure", p.Steps)
 		}
 		note := ""
