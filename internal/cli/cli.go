@@ -64,6 +64,7 @@ func commands() []command {
 		{"purge", nil, "delete finished actions past their retention", definePurge},
 		{"serve", nil, "the web console, JSON API, /metrics, /healthz and the reaper", defineServe},
 		{"chaos", nil, "prove it under failure: real queue, providers and workers, with kills, pauses, cut connections and broker restarts", defineChaos},
+		{"bench", nil, "measure what once costs: Do against hand-written SQL, side by side on one PostgreSQL database, and on SQLite", defineBench},
 	}
 }
 
