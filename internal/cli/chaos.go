@@ -59,7 +59,7 @@ func defineChaos(fs *flagSet) func(env, []string) error {
 	fs.IntVar(&o.Concurrency, "concurrency", 4, "`N` jobs each worker runs at once")
 	fs.Uint64Var(&o.Seed, "seed", 0, "draw the faults from seed `N` (0 picks one; the report prints it)")
 	fs.Float64Var(&o.FaultScale, "fault-scale", 1, "multiply the number of faults by `X`")
-	fs.Func("faults", "schedule exactly `TYPE=N[,TYPE=N...]` faults of those types, in place of --fault-scale for them (kill, stop, conn, proxy, provider_timeout, broker, failover)", func(v string) error {
+	fs.Func("faults", "schedule exactly the faults `LIST` names, as TYPE=N pairs separated by commas (kill, stop, conn, proxy, provider_timeout, broker, failover), in place of --fault-scale for those types", func(v string) error {
 		m, err := parseCounts(v)
 		o.FaultCounts = m
 		return err
