@@ -19,12 +19,20 @@ import (
 // needs from a database that fails over. The cluster makes its own
 // directory (the postgres user it runs as must reach it) and removes it
 // on Close.
-var startHA chaos.StartFailover = func(ctx context.Context, _ string) (chaos.Failover, error) {
-	c, err := ha.Start(ctx, ha.Config{Sync: true})
-	if err != nil {
-		return nil, err
+var startHA = startCluster(true)
+
+// startHAAsync is the same cluster with an asynchronous standby, which
+// once's guarantee does not hold on: --ha-async shows what it loses.
+var startHAAsync = startCluster(false)
+
+func startCluster(sync bool) chaos.StartFailover {
+	return func(ctx context.Context, _ string) (chaos.Failover, error) {
+		c, err := ha.Start(ctx, ha.Config{Sync: sync})
+		if err != nil {
+			return nil, err
+		}
+		return &haCluster{c: c}, nil
 	}
-	return &haCluster{c: c}, nil
 }
 
 // haCluster is an ha.Cluster as the harness uses it. A second failover
@@ -68,11 +76,17 @@ func defineChaos(fs *flagSet) func(env, []string) error {
 	fs.BoolVar(&o.Naive, "naive", false, "run the naive check-then-send workers instead of once, to see duplicates")
 	fs.StringVar(&o.SMTP, "smtp", "", "send the emails through this SMTP server (`HOST:PORT`) instead of the run's own; each intent has its own recipient")
 	ha := fs.Bool("ha", false, "put the ledger on a pg_auto_failover primary with a synchronous standby, and kill the primary half way (--db is then not used)")
+	haAsync := fs.Bool("ha-async", false, "as --ha, with an asynchronous standby, which once's guarantee does not hold on: shows what a failover loses (expect the run to fail)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's schema and its directory of logs")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after `DURATION` (default 10m)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	return func(e env, _ []string) error {
-		if *ha {
+		if *ha && *haAsync {
+			return usagef("--ha and --ha-async are two clusters; choose one")
+		}
+		if *haAsync {
+			o.HA = startHAAsync
+		} else if *ha {
 			if startHA == nil {
 				return errors.New("--ha needs the pg_auto_failover cluster (internal/chaos/ha), which this build does not include")
 			}
