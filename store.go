@@ -328,8 +328,9 @@ type Filter struct {
 type Store interface {
 	// Claim inserts a new in-flight action for the key, or claims a
 	// released action with the same fingerprint as attempt+1, and records
-	// a claimed event. When the key is held, it returns the standing row
-	// with Claimed false.
+	// a claimed event (a store may leave a first claim's event unwritten,
+	// read back from the row: docs/state_machine.md). When the key is
+	// held, it returns the standing row with Claimed false.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Heartbeat extends the lease of an in-flight attempt to Now+lease by
 	// the database's clock. It reports false if the attempt no longer

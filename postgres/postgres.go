@@ -57,6 +57,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,6 +371,7 @@ type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
 	purgeCount, state, await, eventsRow                                string
+	outcome                                                            string
 }
 
 // buildQueries renders the statements for the tables; tag names the
@@ -477,6 +479,15 @@ RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
 		eventsRow:   r.Replace(`SELECT $C, origin FROM $T WHERE key = $1`),
+		// The worker's outcome of attempt 1, which the row describes and
+		// the trail does not hold (sqlrows.WithHappyPath), written out
+		// before a decision changes the row; nothing when the trail holds
+		// an event that took the row where it stands.
+		outcome: r.Replace(`
+INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, note, origin)
+SELECT key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin FROM $T a
+WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') AND completed_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
 		// The trail's events of the given types, newest first, with the
 		// happy path's that were not written (sqlrows.WithHappyPath) made
 		// from the action rows: a first claim for a row whose trail does
@@ -634,6 +645,9 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
 		event = "" // the row tells it: sqlrows.WithHappyPath
 	}
+	if err := s.keepOutcome(ctx, t); err != nil {
+		return false, err
+	}
 	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
 		statuses(t.From), t.Hold, string(event), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
@@ -642,6 +656,22 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return false, s.wrap(err)
 	}
 	return n == 1, nil
+}
+
+// keepOutcome writes out the unwritten outcome of a first attempt before
+// a transition from succeeded or failed (a person's decision on a failed
+// action) changes the row that describes it. Written first, and on its
+// own: when the transition then loses its race, the trail holds an
+// outcome that did happen, as it would have in full.
+func (s *Store) keepOutcome(ctx context.Context, t once.Transition) error {
+	if t.Attempt != 1 {
+		return nil
+	}
+	if !slices.Contains(t.From, once.StatusFailed) && !slices.Contains(t.From, once.StatusSucceeded) {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, s.q.outcome, string(t.Key))
+	return s.wrap(err)
 }
 
 func statuses(ss []once.Status) []string {

@@ -29,6 +29,7 @@ func edgeTests() []namedTest {
 		{name: "OnlyAVerifierDecides", fn: testOnlyAVerifierDecides},
 		{name: "PurgeByRowDeadline", fn: testPurgeByRowDeadline},
 		{name: "EventsNameTheirOrigin", fn: testEventsNameTheirOrigin},
+		{name: "ResolvedFailureKeepsItsOutcome", fn: testResolvedFailureKeepsItsOutcome},
 	}
 }
 
@@ -479,5 +480,53 @@ func testEventsNameTheirOrigin(t *testing.T, h Harness) {
 	}
 	if o := c.Origin(); !strings.Contains(o, ":") || strings.HasPrefix(o, ":") {
 		t.Errorf("default origin %q; want host:pid", o)
+	}
+}
+
+// A person's decision on a failed action does not take the worker's
+// failure out of the trail: whatever the person decides, the trail still
+// shows the attempt that failed, then the decision. (A store may leave a
+// first attempt's outcome unwritten while the row describes it; the
+// decision changes the row.)
+func testResolvedFailureKeepsItsOutcome(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	for i, d := range []once.Decision{once.DecisionDone, once.DecisionRetry, once.DecisionAbandon} {
+		in := intent(int64(700 + i))
+		_, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (int, error) {
+			return 0, once.Permanent(errors.New("mailbox does not exist"))
+		})
+		if err == nil {
+			t.Fatalf("%s: the failing effect returned no error", d)
+		}
+		k := keyOf(t, in)
+		if a := mustGet(t, s, k); a.Status != once.StatusFailed || a.Attempt != 1 {
+			t.Fatalf("%s: stored %s attempt %d, want failed attempt 1", d, a.Status, a.Attempt)
+		}
+		if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: d, By: "ops@example.com", Note: "checked", Attempt: 1}); err != nil {
+			t.Fatalf("%s: Resolve: %v", d, err)
+		}
+		if got := trail(t, s, k); got != "claimed,failed,resolved" {
+			t.Fatalf("%s: trail %s, want claimed,failed,resolved", d, got)
+		}
+		evs, err := s.Events(ctx(t), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := evs[1]; f.Attempt != 1 || f.From != once.StatusInFlight || f.To != once.StatusFailed || f.Actor != once.ActorWorker || f.At.After(evs[2].At) {
+			t.Fatalf("%s: the failure reads %+v, want attempt 1 in_flight->failed by the worker, before the decision %+v", d, f, evs[2])
+		}
+		recent, err := s.RecentEvents(ctx(t), []once.EventType{once.EventFailed}, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range recent {
+			if e.Key == k {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%s: RecentEvents lists the failure %d times, want once", d, n)
+		}
 	}
 }

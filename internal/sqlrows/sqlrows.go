@@ -163,7 +163,10 @@ func RecoveryText(r once.Recovery) string {
 // outcome of that first attempt are described by the action row itself
 // (created_at, completed_at, its origin), and writing them as rows of
 // the trail tripled what a plain action cost the database. The trail's
-// readers see them all the same: WithHappyPath puts them back.
+// readers see them all the same: WithHappyPath puts them back. A store
+// writes the unwritten outcome out before anything changes the row that
+// describes it (a person's decision on a failed first attempt), or the
+// trail would lose it.
 
 // Unwritten reports whether a transition's event is one of the happy
 // path's, which the stores leave out of the trail: the worker's success
