@@ -371,7 +371,7 @@ type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
 	purgeCount, state, await, eventsRow                                string
-	outcome                                                            string
+	outcome, lockOutcome                                               string
 }
 
 // buildQueries renders the statements for the tables; tag names the
@@ -483,6 +483,8 @@ RETURNING $C, now()`),
 		// the trail does not hold (sqlrows.WithHappyPath), written out
 		// before a decision changes the row; nothing when the trail holds
 		// an event that took the row where it stands.
+		lockOutcome: r.Replace(`
+SELECT 1 FROM $T WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') FOR NO KEY UPDATE`),
 		outcome: r.Replace(`
 INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, note, origin)
 SELECT key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin FROM $T a
@@ -670,8 +672,34 @@ func (s *Store) keepOutcome(ctx context.Context, t once.Transition) error {
 	if !slices.Contains(t.From, once.StatusFailed) && !slices.Contains(t.From, once.StatusSucceeded) {
 		return nil
 	}
-	_, err := s.db.Exec(ctx, s.q.outcome, string(t.Key))
-	return s.wrap(err)
+	if s.inTx {
+		return s.wrap(s.writeOutcome(ctx, s.db, t.Key))
+	}
+	return s.wrap(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.writeOutcome(ctx, tx, t.Key) }))
+}
+
+// writeOutcome locks the action's row, then writes its outcome out. The
+// lock comes first, in a statement of its own, so that the insert's
+// snapshot is taken after whoever held the row committed: another
+// decision that wrote the same outcome out (the insert then sees it and
+// writes nothing), or a purge that deleted the row (then there is no
+// row to write from). One statement alone would read a snapshot taken
+// before either committed, and write the outcome twice, or for a row
+// the purge took, where the event would outlive it.
+func (s *Store) writeOutcome(ctx context.Context, db dbtx, key once.Key) error {
+	rows, err := db.Query(ctx, s.q.lockOutcome, string(key))
+	if err != nil {
+		return err
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if rows.CommandTag().RowsAffected() == 0 {
+		return nil // gone, or no first attempt's outcome to keep
+	}
+	_, err = db.Exec(ctx, s.q.outcome, string(key))
+	return err
 }
 
 func statuses(ss []once.Status) []string {
