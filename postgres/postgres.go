@@ -496,20 +496,23 @@ WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') AND complet
 		// not hold one, the worker's outcome of attempt 1 for a row that
 		// stands there with no event that took it there. Asked only for
 		// recoveries (the console), the derived branches are one-time
-		// filtered away and read no row.
+		// filtered away and read no row. Events at the same time (a
+		// claim and its success in one transaction, DoTx) keep the
+		// order they would have had written: the claim first, the
+		// outcome after what was written, as in WithHappyPath.
 		recent: r.Replace(`
-SELECT * FROM (
-    SELECT $V FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1)
+SELECT $V FROM (
+    SELECT $V, 1 AS ord FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1)
     UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin FROM $T a
+    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, 0 FROM $T a
     WHERE (cardinality($1::text[]) = 0 OR 'claimed' = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
     UNION ALL
-    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin FROM $T a
+    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, 2 FROM $T a
     WHERE (cardinality($1::text[]) = 0 OR 'succeeded' = ANY($1) OR 'failed' = ANY($1))
       AND attempt = 1 AND status IN ('succeeded', 'failed') AND (cardinality($1::text[]) = 0 OR status = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
-) t ORDER BY at DESC, id DESC LIMIT $2`),
+) t ORDER BY at DESC, ord DESC, id DESC LIMIT $2`),
 		stats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
 		// Finished actions past their own deadline (retain_until, set
 		// from the retention their kind had when they were claimed), or,
