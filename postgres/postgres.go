@@ -379,7 +379,12 @@ type queries struct {
 // identifiers (CheckIdent), so the tag is safe in a literal.
 func buildQueries(table, events, tag string) queries {
 	notify := `pg_notify('` + notifyChannel + `', '` + tag + `:' || key)`
-	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify)
+	// The process that claimed action a: its origin column, or, for a
+	// row claimed before the column was (migration 008), the origin of
+	// its written claim.
+	origin := `CASE WHEN a.origin <> '' THEN a.origin ELSE coalesce((SELECT c.origin FROM ` + events +
+		` c WHERE c.key = a.key AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), '') END`
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify, "$ORIGIN", origin)
 	return queries{
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
@@ -487,7 +492,7 @@ RETURNING $C, now()`),
 SELECT 1 FROM $T WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') FOR NO KEY UPDATE`),
 		outcome: r.Replace(`
 INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, note, origin)
-SELECT key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin FROM $T a
+SELECT key, completed_at, status, 1, 'in_flight', status, 'worker', '', $ORIGIN FROM $T a
 WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') AND completed_at IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
 		// The trail's events of the given types, newest first, with the
@@ -508,7 +513,7 @@ SELECT $V FROM (
     WHERE (cardinality($1::text[]) = 0 OR 'claimed' = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
     UNION ALL
-    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, 2 FROM $T a
+    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', $ORIGIN, 2 FROM $T a
     WHERE (cardinality($1::text[]) = 0 OR 'succeeded' = ANY($1) OR 'failed' = ANY($1))
       AND attempt = 1 AND status IN ('succeeded', 'failed') AND (cardinality($1::text[]) = 0 OR status = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)

@@ -178,12 +178,13 @@ func Unwritten(attempt int, e once.Event, to once.Status) bool {
 
 // WithHappyPath returns an action's trail as it would have been written
 // in full: stored is what the trail holds, in order; a is the action
-// row, origin the process that first claimed it. The first claim is
-// added at the front unless the trail holds it (rows written before the
-// happy path went unwritten do); the worker's outcome of attempt 1 at
-// the end, when the row stands succeeded or failed at attempt 1 and no
-// written event took it there (a person's resolution, a verification).
-// The added events have ID 0.
+// row, origin the process that first claimed it (empty for a row
+// claimed before it was kept: the written claim then names it). The
+// first claim is added at the front unless the trail holds it (rows
+// written before the happy path went unwritten do); the worker's outcome
+// of attempt 1 where it happened, when the row stands succeeded or
+// failed at attempt 1 and no written event took it there (a person's
+// resolution, a verification). The added events have ID 0.
 func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Event {
 	claimed, decided := false, false
 	for _, e := range stored {
@@ -191,6 +192,9 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 			continue
 		}
 		if e.Type == once.EventClaimed {
+			if !claimed && origin == "" {
+				origin = e.Origin
+			}
 			claimed = true
 		}
 		if e.Type != once.EventRefused && e.To == a.Status {
@@ -202,21 +206,33 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 		out = append(out, once.Event{Key: a.Key, At: a.CreatedAt, Type: once.EventClaimed, Attempt: 1,
 			To: once.StatusInFlight, Actor: once.ActorWorker, Origin: origin})
 	}
-	out = append(out, stored...)
+	for _, e := range stored {
+		if Unwritten(e.Attempt, e, e.To) {
+			// Written out by a decision, after whatever was written
+			// between the outcome and the decision (a refusal).
+			out = inPlace(out, e)
+		} else {
+			out = append(out, e)
+		}
+	}
 	if a.Attempt == 1 && !decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed) {
 		typ := once.EventSucceeded
 		if a.Status == once.StatusFailed {
 			typ = once.EventFailed
 		}
-		e := once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
-			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin}
-		// After the last written event that came before it (a refused
-		// late outcome may have come after).
-		i := len(out)
-		for i > 0 && out[i-1].At.After(e.At) {
-			i--
-		}
-		out = slices.Insert(out, i, e)
+		out = inPlace(out, once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
+			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin})
 	}
 	return out
+}
+
+// inPlace inserts a first attempt's outcome after the last event that
+// came before it (a refused late outcome or decision may have come
+// after).
+func inPlace(out []once.Event, e once.Event) []once.Event {
+	i := len(out)
+	for i > 0 && out[i-1].At.After(e.At) {
+		i--
+	}
+	return slices.Insert(out, i, e)
 }
