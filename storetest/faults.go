@@ -52,6 +52,7 @@ func faultTests() []namedTest {
 		{name: "FaultClaimWonAfterCallerGaveUp", fn: testFaultClaimWonAfterCallerGaveUp, needs: needFaults | needLostReplies},
 		{name: "FaultResolveReplyLost", fn: testFaultResolveReplyLost, needs: needFaults | needLostReplies},
 		{name: "FaultOutcomeReplyLost", fn: testFaultOutcomeReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultFailureReplyLostThenDecided", fn: testFaultFailureReplyLostThenDecided, needs: needFaults | needLostReplies},
 		{name: "FaultClaimOnKeyHeldByOpenTx", fn: testFaultClaimOnKeyHeldByOpenTx, needs: needTx},
 	}
 }
@@ -358,5 +359,48 @@ func testFaultOutcomeReplyLost(t *testing.T, h Harness) {
 	})
 	if err != nil || !dup.Replayed || dup.Value != "250 queued" || ran != 1 {
 		t.Fatalf("redelivery = %+v, %v (ran %d); want the result replayed", dup, err, ran)
+	}
+}
+
+// A worker's permanent failure of a first attempt commits and its reply
+// is lost; while the worker tries again, a person decides on the
+// failure (retry). The worker's next try is refused, and reading back
+// whether its lost try applied must still find the failure in the
+// trail, though the decision changed the row (and its token): the
+// worker reports the failure it recorded, not a refused outcome, and the
+// trail holds the failure once, then the decision.
+func testFaultFailureReplyLostThenDecided(t *testing.T, h Harness) {
+	c, direct, s, f := faultClients(t, h, once.Config{})
+	in := once.Intent{Run: "lost-failure", Kind: "send_email", Target: "ada@example.com"}
+	k := keyOf(t, in)
+	lost := make(chan (<-chan struct{}), 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+			lost <- f.LoseReply(h.Markers.Transition, true)
+			return "", once.Permanent(errors.New("550 mailbox does not exist"))
+		})
+		done <- err
+	}()
+	select {
+	case <-(<-lost):
+	case err := <-done:
+		t.Fatalf("Do returned %v before its outcome's reply was lost", err)
+	}
+	// The failure is committed: the person sees it and decides.
+	if a := mustGet(t, s, k); a.Status != once.StatusFailed || a.Attempt != 1 {
+		t.Fatalf("stored %s attempt %d, want the failure of attempt 1 committed", a.Status, a.Attempt)
+	}
+	if _, err := direct.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "ops", Note: "address fixed", Attempt: 1}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	f.Hang(false)
+	err := <-done
+	var failed *once.FailedError
+	if !errors.As(err, &failed) {
+		t.Fatalf("Do = %v; want the failure it recorded reported (*once.FailedError)", err)
+	}
+	if tr := trail(t, s, k); tr != "claimed,failed,resolved" {
+		t.Fatalf("trail %s; want the failure once, then the decision, and no refusal", tr)
 	}
 }
