@@ -492,6 +492,19 @@ func TestTrailReadsAgree(t *testing.T) {
 			hpMove(t, s, workerOutcome(k, 2, once.StatusInFlight, once.StatusSucceeded, "reaper:1"))
 			refuse(k, once.StatusFailed)
 		}, "claimed,taken_over,succeeded,refused"},
+		{"verifier could not tell, then the worker's success", func(k once.Key) {
+			hpClaim(t, s, k, "w:1")
+			tr := reaper(k, 1, once.StatusInFlight, once.StatusInFlight, once.EventVerifyFailed, false)
+			tr.VerifyFailures = 1
+			hpMove(t, s, tr)
+			hpMove(t, s, workerOutcome(k, 1, once.StatusInFlight, once.StatusSucceeded, "w:1"))
+		}, "claimed,verify_failed,succeeded"},
+		{"released by the reaper, late failure", func(k once.Key) {
+			hpClaim(t, s, k, "w:1")
+			hpMove(t, s, reaper(k, 1, once.StatusInFlight, once.StatusReleased, once.EventReleased, false))
+			hpMove(t, s, workerOutcome(k, 1, once.StatusReleased, once.StatusFailed, "w:1"))
+			resolve(k, once.DecisionRetry)
+		}, "claimed,released,failed,resolved"},
 		{"success, refused decision", func(k once.Key) {
 			hpClaim(t, s, k, "w:1")
 			hpMove(t, s, workerOutcome(k, 1, once.StatusInFlight, once.StatusSucceeded, "w:1"))
