@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 	if err != nil {
 		return Result[T]{}, err
 	}
-	return finish[T](c.do(ctx, in, func(ctx context.Context, a Attempt) (any, error) { return fn(ctx, a) }, o))
+	return finish[T](c.do(ctx, in, effectOf[T](fn), o))
 }
 
 // DoTx is Do inside the caller's transaction, for effects that are writes
@@ -218,7 +219,16 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 
 // effect is an effect function with its type parameter dropped: the
 // protocol below is one non-generic loop, and T meets JSON only in finish.
-type effect func(context.Context, Attempt) (any, error)
+// It is an interface, not a func, so that Do passes fn along without
+// allocating a closure around it.
+type effect interface {
+	run(context.Context, Attempt) (any, error)
+}
+
+// effectOf is Do's effect function as an effect.
+type effectOf[T any] func(context.Context, Attempt) (T, error)
+
+func (f effectOf[T]) run(ctx context.Context, a Attempt) (any, error) { return f(ctx, a) }
 
 // outcome is what one call of the protocol came to.
 type outcome struct {
@@ -483,7 +493,9 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 	}
 	switch a.Status {
 	case StatusSucceeded:
-		c.log.Debug("once: replayed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+		if c.log.Enabled(ctx, slog.LevelDebug) {
+			c.log.Debug("once: replayed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+		}
 		observe(EventReplayed)
 		o.stored, o.replayed = a.Result, true
 	case StatusFailed:
@@ -523,7 +535,11 @@ func attemptOf(a Action, in Intent) Attempt {
 // is when the claim's request was sent, where its lease starts for this
 // process.
 func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time) outcome {
-	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		// Checked first: the arguments would cost allocations on every
+		// claim that nobody logs.
+		c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while the claim was on its way (its reply
 		// was slow, or lost and read back): nothing ran, so release it
@@ -591,7 +607,7 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	if errors.Is(cause, errLeaseSpent) {
 		note = "the process stalled between the claim and the effect for longer than the lease; nothing ran"
 	}
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusReleased, Error: note,
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
 	o := outcome{key: a.Key, attempt: a.Attempt}
 	ok, err := c.record(ctx, a, t)
@@ -635,10 +651,14 @@ func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt,
 		returned = true
 		return nil, errLeaseSpent
 	}
-	value, err = fn(runCtx, att)
+	value, err = fn.run(runCtx, att)
 	returned = true
 	return value, err
 }
+
+// fromInFlight is the From of a transition out of a claim. Stores only
+// read it.
+var fromInFlight = []Status{StatusInFlight}
 
 // outcomeTransition is the transition that records what an effect
 // returned, by the rules in Do's doc and the kind's recovery. It does no
@@ -650,20 +670,20 @@ func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err e
 		// A slow worker whose claim was decided meanwhile may still say
 		// how it ended (settle tries again from the decision). A newer
 		// attempt fences it out through the attempt number.
-		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight}, Event: Event{Type: EventSucceeded}}
+		t = Transition{To: StatusSucceeded, From: fromInFlight, Event: Event{Type: EventSucceeded}}
 		t.Result, resultErr = encodeResult(value, maxResult)
 		if resultErr != nil {
-			t = Transition{To: StatusReview, From: []Status{StatusInFlight}, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
+			t = Transition{To: StatusReview, From: fromInFlight, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
 		}
 	case StatusReleased:
-		t = Transition{To: StatusReleased, From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Type: EventReleased}}
+		t = Transition{To: StatusReleased, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventReleased}}
 	case StatusFailed:
-		t = Transition{To: StatusFailed, From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Type: EventFailed}}
+		t = Transition{To: StatusFailed, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventFailed}}
 	default:
 		// Unknown: a person is asked at once, a provider-idempotent
 		// effect is released for the next delivery, and a verifiable one
 		// is left due for verification right away.
-		t = Transition{From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
+		t = Transition{From: fromInFlight, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
 		switch pol.Recovery {
 		case RetryWithProviderKey:
 			t.To, t.Event.Type = StatusReleased, EventReleased
@@ -810,19 +830,34 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 // recordAs is record, also returning the transition it wrote: t, or a
 // placeholder for what the database refused.
 func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
-	defer cancel()
+	detached := context.WithoutCancel(ctx)
+	deadline := time.Now().Add(c.recordTimeout)
+	// rctx bounds all the tries. It is made when a try fails: the first
+	// try's deadline is the earlier of its own and RecordTimeout's, and
+	// most outcomes are recorded by it.
+	var rctx context.Context
 	t = storableTransition(c.stamp(t))
 	if t.Token == "" {
 		t.Token = newToken()
 	}
+	try := max(c.recordTimeout/3, time.Second)
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
 		// Each try has a deadline of its own, so one hung connection
 		// does not use up the whole RecordTimeout: the next try may
 		// get a healthy one.
-		tctx, cancelTry := context.WithTimeout(rctx, max(c.recordTimeout/3, time.Second))
+		var tctx context.Context
+		var cancelTry context.CancelFunc
+		if rctx == nil {
+			end := time.Now().Add(try)
+			if deadline.Before(end) {
+				end = deadline
+			}
+			tctx, cancelTry = context.WithDeadline(detached, end)
+		} else {
+			tctx, cancelTry = context.WithTimeout(rctx, try)
+		}
 		ok, err := c.store.Transition(tctx, t)
 		cancelTry()
 		if err == nil {
@@ -839,6 +874,11 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 			return t, ok, nil
 		}
 		lastErr = err
+		if rctx == nil {
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithDeadline(detached, deadline)
+			defer cancel()
+		}
 		if errors.Is(err, ErrRejected) {
 			// The database refused what this outcome says, not the
 			// connection: sending it again gets the same answer. Record
