@@ -259,11 +259,22 @@ func finish[T any](o outcome) (Result[T], error) {
 		return Result[T]{}, o.err
 	}
 	if len(o.stored) > 0 {
-		if err := json.Unmarshal(o.stored, &r.Value); err != nil {
+		v, err := decodeStored[T](o.stored)
+		if err != nil {
 			return Result[T]{}, fmt.Errorf("once: action %s succeeded but its stored result does not decode into %T: %w; decode it with the type the first attempt returned", o.key, r.Value, err)
 		}
+		r.Value = v
 	}
 	return r, nil
+}
+
+// decodeStored decodes a stored result. It is apart from finish so that
+// the value it decodes into, which escapes, is allocated only for a
+// replay.
+func decodeStored[T any](raw json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(raw, &v)
+	return v, err
 }
 
 // do is the protocol: claim, then execute, refuse, replay, or recover the
