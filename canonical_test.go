@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 // TestCanonicalShortcutTaken checks which payloads the shortcut writes
@@ -202,4 +205,33 @@ func FuzzCanonicalShortcuts(f *testing.F) {
 			t.Fatalf("%#v: appendPayload = %q, %v; want %q, %v", v, p, err, want, wantErr)
 		}
 	})
+}
+
+// appendFloat writes every finite double as RFC 8785's reference
+// formatter (jcs.NumberToJSON) does.
+func TestAppendFloatMatchesJCS(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	edges := []float64{0, math.Copysign(0, -1), 1, -1, 1e21, 1e21 - 65536, 1e-6, 1e-6 - 1e-22, 1e-7, 5e-324, math.MaxFloat64, -math.MaxFloat64, 1 << 53, 0.1, 1e100, 123e-20, 4.5}
+	for i := range 200000 {
+		var f float64
+		switch {
+		case i < len(edges):
+			f = edges[i]
+		case i%2 == 0:
+			f = math.Float64frombits(r.Uint64())
+		default:
+			f = float64(r.Int64N(1<<62)) * math.Pow(10, float64(r.IntN(60)-30))
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			if _, ok := appendFloat(nil, f); ok {
+				t.Fatalf("appendFloat(%v) taken", f)
+			}
+			continue
+		}
+		want, err := jcs.NumberToJSON(f)
+		got, ok := appendFloat(nil, f)
+		if err != nil || !ok || string(got) != want {
+			t.Fatalf("appendFloat(%v) = %q (%v), jcs.NumberToJSON = %q (%v)", f, got, ok, want, err)
+		}
+	}
 }
