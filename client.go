@@ -187,11 +187,10 @@ func (c *Client) Policy(kind string) KindPolicy {
 // prepare validates an intent and turns it into a claim request. It is
 // the last step before I/O: anything wrong with the input fails here.
 func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
-	payload, err := in.validate(c.maxPayload)
+	payload, key, fp, err := in.validate(c.maxPayload, true)
 	if err != nil {
 		return ClaimRequest{}, KindPolicy{}, err
 	}
-	key, fp := keyOf(in, payload)
 	pol := c.Policy(in.Kind)
 	return ClaimRequest{
 		Key: key, Fingerprint: fp,

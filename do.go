@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 	if err != nil {
 		return Result[T]{}, err
 	}
-	return finish[T](c.do(ctx, in, func(ctx context.Context, a Attempt) (any, error) { return fn(ctx, a) }, o))
+	return finish[T](c.do(ctx, in, effectOf[T](fn), o))
 }
 
 // DoTx is Do inside the caller's transaction, for effects that are writes
@@ -218,7 +219,16 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 
 // effect is an effect function with its type parameter dropped: the
 // protocol below is one non-generic loop, and T meets JSON only in finish.
-type effect func(context.Context, Attempt) (any, error)
+// It is an interface, not a func, so that Do passes fn along without
+// allocating a closure around it.
+type effect interface {
+	run(context.Context, Attempt) (any, error)
+}
+
+// effectOf is Do's effect function as an effect.
+type effectOf[T any] func(context.Context, Attempt) (T, error)
+
+func (f effectOf[T]) run(ctx context.Context, a Attempt) (any, error) { return f(ctx, a) }
 
 // outcome is what one call of the protocol came to.
 type outcome struct {
@@ -249,11 +259,22 @@ func finish[T any](o outcome) (Result[T], error) {
 		return Result[T]{}, o.err
 	}
 	if len(o.stored) > 0 {
-		if err := json.Unmarshal(o.stored, &r.Value); err != nil {
+		v, err := decodeStored[T](o.stored)
+		if err != nil {
 			return Result[T]{}, fmt.Errorf("once: action %s succeeded but its stored result does not decode into %T: %w; decode it with the type the first attempt returned", o.key, r.Value, err)
 		}
+		r.Value = v
 	}
 	return r, nil
+}
+
+// decodeStored decodes a stored result. It is apart from finish so that
+// the value it decodes into, which escapes, is allocated only for a
+// replay.
+func decodeStored[T any](raw json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(raw, &v)
+	return v, err
 }
 
 // do is the protocol: claim, then execute, refuse, replay, or recover the
@@ -483,7 +504,9 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 	}
 	switch a.Status {
 	case StatusSucceeded:
-		c.log.Debug("once: replayed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+		if c.log.Enabled(ctx, slog.LevelDebug) {
+			c.log.Debug("once: replayed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+		}
 		observe(EventReplayed)
 		o.stored, o.replayed = a.Result, true
 	case StatusFailed:
@@ -523,7 +546,11 @@ func attemptOf(a Action, in Intent) Attempt {
 // is when the claim's request was sent, where its lease starts for this
 // process.
 func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time) outcome {
-	c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		// Checked first: the arguments would cost allocations on every
+		// claim that nobody logs.
+		c.log.Debug("once: claimed", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt)
+	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while the claim was on its way (its reply
 		// was slow, or lost and read back): nothing ran, so release it
@@ -591,7 +618,7 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	if errors.Is(cause, errLeaseSpent) {
 		note = "the process stalled between the claim and the effect for longer than the lease; nothing ran"
 	}
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusInFlight}, To: StatusReleased, Error: note,
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
 	o := outcome{key: a.Key, attempt: a.Attempt}
 	ok, err := c.record(ctx, a, t)
@@ -613,13 +640,10 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, sent time.Time, aborted func(p any)) (value any, err error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
-	// The heartbeat outlives the effect's deadline and the caller's
-	// context: an effect that ignores its context may still be running,
-	// and its claim must hold until it returns.
-	stopHeartbeat := c.heartbeat(context.WithoutCancel(ctx), cancel, a, pol, sent)
+	hb := c.startHeartbeat(ctx, cancel, a, pol, sent)
 	returned := false
 	defer func() {
-		stopHeartbeat()
+		hb.stop()
 		cancelTimeout()
 		cancel(nil)
 		if returned {
@@ -638,10 +662,14 @@ func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt,
 		returned = true
 		return nil, errLeaseSpent
 	}
-	value, err = fn(runCtx, att)
+	value, err = fn.run(runCtx, att)
 	returned = true
 	return value, err
 }
+
+// fromInFlight is the From of a transition out of a claim. Stores only
+// read it.
+var fromInFlight = []Status{StatusInFlight}
 
 // outcomeTransition is the transition that records what an effect
 // returned, by the rules in Do's doc and the kind's recovery. It does no
@@ -653,20 +681,20 @@ func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err e
 		// A slow worker whose claim was decided meanwhile may still say
 		// how it ended (settle tries again from the decision). A newer
 		// attempt fences it out through the attempt number.
-		t = Transition{To: StatusSucceeded, From: []Status{StatusInFlight}, Event: Event{Type: EventSucceeded}}
+		t = Transition{To: StatusSucceeded, From: fromInFlight, Event: Event{Type: EventSucceeded}}
 		t.Result, resultErr = encodeResult(value, maxResult)
 		if resultErr != nil {
-			t = Transition{To: StatusReview, From: []Status{StatusInFlight}, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
+			t = Transition{To: StatusReview, From: fromInFlight, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
 		}
 	case StatusReleased:
-		t = Transition{To: StatusReleased, From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Type: EventReleased}}
+		t = Transition{To: StatusReleased, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventReleased}}
 	case StatusFailed:
-		t = Transition{To: StatusFailed, From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Type: EventFailed}}
+		t = Transition{To: StatusFailed, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventFailed}}
 	default:
 		// Unknown: a person is asked at once, a provider-idempotent
 		// effect is released for the next delivery, and a verifiable one
 		// is left due for verification right away.
-		t = Transition{From: []Status{StatusInFlight}, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
+		t = Transition{From: fromInFlight, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
 		switch pol.Recovery {
 		case RetryWithProviderKey:
 			t.To, t.Event.Type = StatusReleased, EventReleased
@@ -813,19 +841,34 @@ func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, erro
 // recordAs is record, also returning the transition it wrote: t, or a
 // placeholder for what the database refused.
 func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
-	defer cancel()
+	detached := context.WithoutCancel(ctx)
+	deadline := time.Now().Add(c.recordTimeout)
+	// rctx bounds all the tries. It is made when a try fails: the first
+	// try's deadline is the earlier of its own and RecordTimeout's, and
+	// most outcomes are recorded by it.
+	var rctx context.Context
 	t = storableTransition(c.stamp(t))
 	if t.Token == "" {
 		t.Token = newToken()
 	}
+	try := max(c.recordTimeout/3, time.Second)
 	backoff := 20 * time.Millisecond
 	var lastErr error
 	for {
 		// Each try has a deadline of its own, so one hung connection
 		// does not use up the whole RecordTimeout: the next try may
 		// get a healthy one.
-		tctx, cancelTry := context.WithTimeout(rctx, max(c.recordTimeout/3, time.Second))
+		var tctx context.Context
+		var cancelTry context.CancelFunc
+		if rctx == nil {
+			end := time.Now().Add(try)
+			if deadline.Before(end) {
+				end = deadline
+			}
+			tctx, cancelTry = context.WithDeadline(detached, end)
+		} else {
+			tctx, cancelTry = context.WithTimeout(rctx, try)
+		}
 		ok, err := c.store.Transition(tctx, t)
 		cancelTry()
 		if err == nil {
@@ -842,6 +885,11 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 			return t, ok, nil
 		}
 		lastErr = err
+		if rctx == nil {
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithDeadline(detached, deadline)
+			defer cancel()
+		}
 		if errors.Is(err, ErrRejected) {
 			// The database refused what this outcome says, not the
 			// connection: sending it again gets the same answer. Record
@@ -939,57 +987,120 @@ func placeholder(t Transition, refused error) (Transition, bool) {
 	return t, true
 }
 
-// heartbeat extends the attempt's lease every Lease/3 while the effect
-// runs. Each call has a deadline of its own, so a connection that hangs
-// instead of failing cannot hold it up. Independently of the calls, a
-// timer cancels the effect at Lease−margin after the last heartbeat that
-// got through was sent (the claim's, to begin with): by then recovery
-// may be about to take over, so the effect must stop. A claim found lost
-// (a newer attempt took over) cancels it at once. The cause is a
-// *FencedError. The returned func stops the heartbeat and waits.
-func (c *Client) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, pol KindPolicy, sent time.Time) (stop func()) {
-	hbCtx, hbCancel := context.WithCancel(ctx)
-	every := pol.Lease / 3
-	stopIn := func(from time.Time) time.Duration { return time.Until(from.Add(pol.Lease - pol.margin())) }
-	expire := time.AfterFunc(stopIn(sent), func() {
-		c.log.Warn("once: no heartbeat got through for a lease; stopping the effect", "key", a.Key, "attempt", a.Attempt)
-		cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
-	})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
+// heartbeat keeps an attempt's claim while its effect runs: it extends
+// the lease every Lease/3. Each call has a deadline of its own, so a
+// connection that hangs instead of failing cannot hold it up.
+// Independently of the calls, a timer of its own cancels the effect at
+// Lease−margin after the last heartbeat that got through was sent (the
+// claim's, to begin with): by then recovery may be about to take over, so
+// the effect must stop. A claim found lost (a newer attempt took over)
+// cancels it at once. The cause is a *FencedError.
+//
+// Most effects return well within Lease/3, before any heartbeat is due,
+// so nothing runs for them but one timer: when it fires (the effect
+// outlived the first interval) it arms the effect's stop timer, with the
+// deadline counted from sent as always, and starts the loop, whose first
+// heartbeat is due then. Until then the stop timer has nothing to do: it
+// is due at Lease−margin after sent, later than the first heartbeat, and
+// the first timer fires no later than it would.
+type heartbeat struct {
+	c *Client
+	// ctx is the effect's context without its cancellation: the
+	// heartbeat outlives the effect's deadline and the caller's context,
+	// since an effect that ignores its context may still be running, and
+	// its claim must hold until it returns.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	key     Key
+	attempt int
+	pol     KindPolicy
+	sent    time.Time
+
+	mu      sync.Mutex
+	stopped bool
+	// first starts the loop; expire (nil until then) stops the effect.
+	first, expire *time.Timer
+	stopLoop      context.CancelFunc
+	loop          sync.WaitGroup
+}
+
+// startHeartbeat starts keeping a's claim, whose lease counts from sent,
+// for an effect that cancel stops. Call stop when the effect returns.
+func (c *Client) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, pol KindPolicy, sent time.Time) *heartbeat {
+	hb := &heartbeat{c: c, ctx: ctx, cancel: cancel, key: a.Key, attempt: a.Attempt, pol: pol, sent: sent}
+	hb.first = time.AfterFunc(min(pol.Lease/3, hb.stopIn(sent)), hb.begin)
+	return hb
+}
+
+// stopIn is how long from now the effect may run on a lease renewed by a
+// call sent at from.
+func (hb *heartbeat) stopIn(from time.Time) time.Duration {
+	return time.Until(from.Add(hb.pol.Lease - hb.pol.margin()))
+}
+
+// begin runs when the effect outlives the first interval: it arms the
+// stop timer and starts the loop.
+func (hb *heartbeat) begin() {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.stopped {
+		return
+	}
+	hb.expire = time.AfterFunc(hb.stopIn(hb.sent), hb.expired)
+	ctx, stop := context.WithCancel(context.WithoutCancel(hb.ctx))
+	hb.stopLoop = stop
+	hb.loop.Go(func() { hb.run(ctx) })
+}
+
+// expired stops the effect: no heartbeat got through for a lease.
+func (hb *heartbeat) expired() {
+	hb.c.log.Warn("once: no heartbeat got through for a lease; stopping the effect", "key", hb.key, "attempt", hb.attempt)
+	hb.cancel(&FencedError{Key: hb.key, Attempt: hb.attempt, Outcome: StatusInFlight})
+}
+
+// run sends a heartbeat at once (begin ran when the first was due), and
+// every Lease/3 after, until ctx ends or the claim is found lost.
+func (hb *heartbeat) run(ctx context.Context) {
+	every := hb.pol.Lease / 3
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		sentAt := time.Now()
+		callCtx, cancelCall := context.WithTimeout(ctx, every)
+		_, held, err := hb.c.store.Heartbeat(callCtx, hb.key, hb.attempt, hb.pol.storedLease())
+		cancelCall()
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
 				return
-			case <-tick.C:
 			}
-			sentAt := time.Now()
-			callCtx, cancelCall := context.WithTimeout(hbCtx, every)
-			_, held, err := c.store.Heartbeat(callCtx, a.Key, a.Attempt, pol.storedLease())
-			cancelCall()
-			switch {
-			case err != nil:
-				if hbCtx.Err() != nil {
-					return
-				}
-				c.log.Warn("once: heartbeat failed; the lease may expire", "key", a.Key, "attempt", a.Attempt, "err", err)
-			case held:
-				expire.Reset(stopIn(sentAt))
-			default:
-				c.log.Warn("once: claim lost while the effect ran", "key", a.Key, "attempt", a.Attempt)
-				cancel(&FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight})
-				return
-			}
+			hb.c.log.Warn("once: heartbeat failed; the lease may expire", "key", hb.key, "attempt", hb.attempt, "err", err)
+		case held:
+			hb.expire.Reset(hb.stopIn(sentAt))
+		default:
+			hb.c.log.Warn("once: claim lost while the effect ran", "key", hb.key, "attempt", hb.attempt)
+			hb.cancel(&FencedError{Key: hb.key, Attempt: hb.attempt, Outcome: StatusInFlight})
+			return
 		}
-	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			expire.Stop()
-			hbCancel()
-			wg.Wait()
-		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stop stops the heartbeat: the loop, which it waits for, then the stop
+// timer, which the loop's last heartbeat may have reset.
+func (hb *heartbeat) stop() {
+	hb.mu.Lock()
+	hb.stopped = true
+	hb.first.Stop()
+	expire, stopLoop := hb.expire, hb.stopLoop
+	hb.mu.Unlock()
+	if expire != nil {
+		stopLoop()
+		hb.loop.Wait()
+		expire.Stop()
 	}
 }

@@ -57,29 +57,23 @@ type Intent struct {
 	PayloadInKey bool
 }
 
-// validate checks the intent and returns its canonical payload. Every
-// check runs before any I/O, so bad input never claims, executes or writes.
-func (in Intent) validate(maxPayload int) ([]byte, error) {
+// validate checks the intent and returns its key, its fingerprint and,
+// when keep is set, its canonical payload. Every check runs before any
+// I/O, so bad input never claims, executes or writes.
+func (in Intent) validate(maxPayload int, keep bool) ([]byte, Key, Fingerprint, error) {
 	if err := checkText("Run", in.Run, MaxIDBytes, true); err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
 	if in.Step < 0 {
-		return nil, &IntentError{Field: "Step", Reason: fmt.Sprintf("is %d; steps are numbered from 0", in.Step)}
+		return nil, "", "", &IntentError{Field: "Step", Reason: fmt.Sprintf("is %d; steps are numbered from 0", in.Step)}
 	}
 	if err := checkText("Kind", in.Kind, MaxIDBytes, true); err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
 	if err := checkText("Target", in.Target, MaxTargetBytes, false); err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
-	payload, err := canonicalPayload(in.Payload)
-	if err != nil {
-		return nil, &IntentError{Field: "Payload", Reason: err.Error()}
-	}
-	if len(payload) > maxPayload {
-		return nil, &IntentError{Field: "Payload", Reason: fmt.Sprintf("is %d bytes, over the limit of %d; store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", len(payload), maxPayload)}
-	}
-	return payload, nil
+	return keyOf(in, maxPayload, keep)
 }
 
 func checkText(field, s string, max int, required bool) error {

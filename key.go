@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
@@ -52,36 +53,89 @@ const (
 // *IntentError if the intent is not valid. It is a pure function: no clock,
 // no randomness, no I/O.
 func KeyOf(in Intent) (Key, Fingerprint, error) {
-	payload, err := in.validate(DefaultMaxPayloadBytes)
-	if err != nil {
-		return "", "", err
-	}
-	k, fp := keyOf(in, payload)
-	return k, fp, nil
+	_, k, fp, err := in.validate(DefaultMaxPayloadBytes, false)
+	return k, fp, err
 }
 
-// keyOf hashes a validated intent whose payload is already canonical.
-func keyOf(in Intent, payload []byte) (Key, Fingerprint) {
-	fsum := sha256.New()
-	writeField(fsum, []byte(payloadDomain))
-	writeField(fsum, []byte(payloadTag(in.Payload)))
-	writeField(fsum, payload)
-	fp := Fingerprint(hex.EncodeToString(fsum.Sum(nil)))
+// sums is the scratch space of one hashing: the digest, the canonical
+// payload and the fields are written into buffers kept between calls, so
+// that a key costs one allocation, for its text.
+type sums struct {
+	h hash.Hash
+	// payload holds a JSON payload's canonical form, fields the fields
+	// around it.
+	payload, fields []byte
+	sum             [sha256.Size]byte
+	// hex holds the fingerprint's text, then the key's.
+	hex [4 * sha256.Size]byte
+}
 
-	ksum := sha256.New()
-	writeField(ksum, []byte(keyDomain))
-	writeField(ksum, []byte(in.Run))
-	writeField(ksum, []byte(strconv.FormatInt(in.Step, 10)))
-	writeField(ksum, []byte(in.Kind))
-	writeField(ksum, []byte(in.Target))
+var sumsPool = sync.Pool{New: func() any { return &sums{h: sha256.New()} }}
+
+// maxKeptBuffer bounds the buffer a pooled sums keeps: a rare large
+// payload is not held on to.
+const maxKeptBuffer = 64 << 10
+
+// keyOf computes the canonical payload, the fingerprint and the key of an
+// intent whose other fields are valid. It returns the canonical payload
+// only when keep is set (it is stored with a claim); raw bytes are
+// returned as they were given.
+func keyOf(in Intent, maxPayload int, keep bool) ([]byte, Key, Fingerprint, error) {
+	s := sumsPool.Get().(*sums)
+	defer func() {
+		if cap(s.payload) > maxKeptBuffer {
+			s.payload = nil
+		}
+		sumsPool.Put(s)
+	}()
+	payload, raw := in.Payload.([]byte)
+	tag := payloadTag(in.Payload)
+	if tag == jsonTag {
+		var err error
+		s.payload, err = appendPayload(s.payload[:0], in.Payload)
+		if err != nil {
+			return nil, "", "", &IntentError{Field: "Payload", Reason: err.Error()}
+		}
+		payload = s.payload
+	}
+	if len(payload) > maxPayload {
+		return nil, "", "", &IntentError{Field: "Payload", Reason: fmt.Sprintf("is %d bytes, over the limit of %d; store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", len(payload), maxPayload)}
+	}
+
+	s.h.Reset()
+	f := appendField(s.fields[:0], payloadDomain)
+	f = appendField(f, tag)
+	f = binary.BigEndian.AppendUint64(f, uint64(len(payload)))
+	s.h.Write(f)
+	s.h.Write(payload)
+	hex.Encode(s.hex[:2*sha256.Size], s.h.Sum(s.sum[:0]))
+
+	s.h.Reset()
+	f = appendField(f[:0], keyDomain)
+	f = appendField(f, in.Run)
+	f = binary.BigEndian.AppendUint64(f, uint64(decimalLen(in.Step)))
+	f = strconv.AppendInt(f, in.Step, 10)
+	f = appendField(f, in.Kind)
+	f = appendField(f, in.Target)
 	if in.PayloadInKey {
-		writeField(ksum, []byte(fp))
+		f = appendField(f, s.hex[:2*sha256.Size])
 	} else {
 		// A distinct marker, so that folding the payload in can never
 		// produce the same key as leaving it out.
-		writeField(ksum, nil)
+		f = appendField(f, "")
 	}
-	return Key(hex.EncodeToString(ksum.Sum(nil))), fp
+	s.fields = f
+	s.h.Write(f)
+	hex.Encode(s.hex[2*sha256.Size:], s.h.Sum(s.sum[:0]))
+
+	// One string holds both texts.
+	both := string(s.hex[:])
+	if keep && !raw && payload != nil {
+		payload = bytes.Clone(payload)
+	} else if !keep {
+		payload = nil
+	}
+	return payload, Key(both[2*sha256.Size:]), Fingerprint(both[:2*sha256.Size]), nil
 }
 
 // payloadTag names the kind of a payload: raw bytes for a []byte (and for
@@ -94,14 +148,21 @@ func payloadTag(p any) string {
 	return jsonTag
 }
 
-// writeField writes an 8-byte big-endian length and then the bytes. The
-// length prefix is what makes the encoding unambiguous: "a b"+"c" and
-// "a"+"b c" have different lengths in first position.
-func writeField(h hash.Hash, b []byte) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-	h.Write(n[:])
-	h.Write(b)
+// decimalLen is the length of n's decimal text; n is not negative.
+func decimalLen(n int64) int {
+	l := 1
+	for ; n >= 10; n /= 10 {
+		l++
+	}
+	return l
+}
+
+// appendField appends an 8-byte big-endian length and then the bytes.
+// The length prefix is what makes the encoding unambiguous: "a b"+"c"
+// and "a"+"b c" have different lengths in first position.
+func appendField[S ~string | ~[]byte](b []byte, field S) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(field)))
+	return append(b, field...)
 }
 
 // canonicalPayload returns the bytes a payload is fingerprinted (and
@@ -123,7 +184,32 @@ func canonicalPayload(p any) ([]byte, error) {
 		return nil, nil
 	case []byte:
 		return v, nil
-	case json.RawMessage:
+	}
+	return appendPayload(nil, p)
+}
+
+// appendPayload appends the canonical form of a JSON payload to b: by the
+// shortcut (canonical.go) when it applies, and otherwise by the general
+// path, whose result and errors define the canonical form.
+func appendPayload(b []byte, p any) ([]byte, error) {
+	n := len(b)
+	out, ok := appendCanonical(b, p, 0)
+	if ok {
+		return out, nil
+	}
+	c, err := canonicalGeneral(p)
+	if err != nil {
+		return out[:n], err
+	}
+	return append(out[:n], c...), nil
+}
+
+// canonicalGeneral is the definition of a JSON payload's canonical form:
+// encoding/json's text of the value (a json.RawMessage as given), read
+// and written again per RFC 8785, refused where that would hide a
+// difference.
+func canonicalGeneral(p any) ([]byte, error) {
+	if v, ok := p.(json.RawMessage); ok {
 		return canonicalJSON(v, "")
 	}
 	b, err := json.Marshal(p)

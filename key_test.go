@@ -595,6 +595,17 @@ func checkJSONPayload(t *testing.T, p []byte) {
 	if _, fp4, err := KeyOf(Intent{Run: "r", Kind: "k", Payload: v}); err != nil || fp4 != fp {
 		t.Fatalf("%q and its parsed value hash apart (%v)", p, err)
 	}
+	// Read with float64 numbers, the value is one the canonical shortcut
+	// writes itself (maps, slices, strings, float64s): it must hash as
+	// the text does, since every number the text was accepted with is
+	// one a double holds.
+	var f any
+	if err := json.Unmarshal(p, &f); err != nil {
+		t.Fatalf("accepted %q, which encoding/json cannot read: %v", p, err)
+	}
+	if _, fp5, err := KeyOf(Intent{Run: "r", Kind: "k", Payload: f}); err != nil || fp5 != fp {
+		t.Fatalf("%q and its value read with float64 numbers hash apart (%v)", p, err)
+	}
 }
 
 func TestNewValidatesConfig(t *testing.T) {

@@ -3,9 +3,7 @@ package once
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -75,24 +73,28 @@ func resultProblem(raw []byte) string {
 	if !json.Valid(raw) {
 		return "is not valid JSON"
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	depth := 0
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return ""
-		}
-		if err != nil {
-			return "is not valid JSON"
-		}
-		switch tok {
-		case json.Delim('['), json.Delim('{'):
+	// raw is valid JSON: outside strings, every bracket opens or
+	// closes an array or object.
+	depth, inString := 0, false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case inString:
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
 			depth++
 			if depth > MaxResultDepth {
 				return fmt.Sprintf("nests deeper than %d levels; return a smaller value (an id, not a document)", MaxResultDepth)
 			}
-		case json.Delim(']'), json.Delim('}'):
+		case c == ']' || c == '}':
 			depth--
 		}
 	}
+	return ""
 }

@@ -61,6 +61,10 @@ func WaitFor(d time.Duration) DoOption {
 
 // optionsOf applies opts; a nil option is skipped.
 func optionsOf(opts []DoOption) (doOptions, error) {
+	if len(opts) == 0 {
+		// Without options o would still escape to the calls below.
+		return doOptions{}, nil
+	}
 	var o doOptions
 	for _, f := range opts {
 		if f != nil {
