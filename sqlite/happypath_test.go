@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -373,5 +374,41 @@ func TestPoolOfOneConnection(t *testing.T) {
 	}
 	if _, _, err := s.Recoverable(ctx, once.RecoverRequest{Limit: 10, Hold: time.Second, Token: "h"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClaimReturnsTheRow: a new key's claim answers with the row it
+// inserted, made from the request, not read back: it must be the row Get
+// reads, whatever the request holds.
+func TestClaimReturnsTheRow(t *testing.T) {
+	ctx := context.Background()
+	s, _ := testdb.NewSQLite(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []once.ClaimRequest{
+		{Fingerprint: "f", Kind: "k", Lease: time.Minute, Token: "t"},
+		{Fingerprint: "f", Run: "r", Step: 7, Kind: "k", Target: "t", Payload: []byte{}, Lease: 1500 * time.Microsecond, Token: "t", Origin: "h:1",
+			Recovery: once.VerifyThenDecide, Retention: 90 * time.Minute, RedriveAfter: 1500 * time.Microsecond, Redrive: true},
+		{Fingerprint: "g", Run: "r", Step: -1, Kind: "send_email", Target: "ada@example.com", Payload: []byte(`{"a":1}`), Lease: time.Hour,
+			Recovery: once.RetryWithProviderKey, Retention: time.Microsecond},
+		{Fingerprint: "h", Kind: "k", Payload: []byte{0, 1, 2}, Lease: time.Millisecond, Recovery: once.AskPerson},
+	}
+	for i, req := range reqs {
+		req.Key = once.Key(fmt.Sprintf("%064x", i))
+		res, err := s.Claim(ctx, req)
+		if err != nil || !res.Claimed {
+			t.Fatalf("claim %d: %+v, %v", i, res, err)
+		}
+		got, err := s.Get(ctx, req.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(res.Action, got) {
+			t.Errorf("claim %d answered\n%+v\nbut the row reads\n%+v", i, res.Action, got)
+		}
+		if !res.Now.Equal(got.CreatedAt) {
+			t.Errorf("claim %d: now %v, created at %v", i, res.Now, got.CreatedAt)
+		}
 	}
 }

@@ -14,6 +14,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"embed"
@@ -359,13 +360,14 @@ func buildQueries(table, events string) queries {
 		// first claim writes no event: the row, with its origin, is the
 		// trail's first entry (sqlrows.WithHappyPath). DO NOTHING: a key
 		// that stands is answered by selectRow, or claimed again by
-		// reclaim, in a transaction of their own.
+		// reclaim, in a transaction of their own. It returns only the
+		// time: the rest of the row is the request's (claimedRow).
 		stClaim: r.Replace(`
 INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
     redrive_after_ms, redrive, origin)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14)
 ON CONFLICT (key) DO NOTHING
-RETURNING $C, $NOW`),
+RETURNING created_at`),
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same. Its claim is an event of the trail.
 		stReclaim: r.Replace(`
@@ -606,13 +608,12 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	if !known {
 		res = once.ClaimResult{}
 		err := s.write(ctx, func() error {
-			return s.queryRow(ctx, stClaim, scan,
+			return s.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
 				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
 				sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
 		})
 		if err == nil {
-			res.Claimed, res.Now = true, msTime(now)
-			return res, nil
+			return once.ClaimResult{Claimed: true, Action: claimedRow(req, now), Now: msTime(now)}, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return once.ClaimResult{}, s.wrap(err)
@@ -644,6 +645,22 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		return once.ClaimResult{}, s.wrap(err)
 	}
 	return res, nil
+}
+
+// claimedRow is the row stClaim inserts for req at now, as scanAction
+// reads it.
+func claimedRow(req once.ClaimRequest, now int64) once.Action {
+	a := once.Action{Key: req.Key, Fingerprint: req.Fingerprint, Run: req.Run, Step: req.Step, Kind: req.Kind, Target: req.Target,
+		Payload: bytes.Clone(req.Payload), Status: once.StatusInFlight, Attempt: 1, LeaseUntil: msTime(now + leaseMS(req.Lease)),
+		CreatedAt: msTime(now), ClaimedAt: msTime(now), UpdatedAt: msTime(now), Token: req.Token,
+		Recovery: once.ParseRecovery(sqlrows.RecoveryText(req.Recovery)), Redrive: req.Redrive}
+	if ms, ok := optMillis(req.Retention).(int64); ok {
+		a.Retention = time.Duration(ms) * time.Millisecond
+	}
+	if ms, ok := optMillis(req.RedriveAfter).(int64); ok {
+		a.RedriveAfter = time.Duration(ms) * time.Millisecond
+	}
+	return a
 }
 
 // Heartbeat implements once.Store.
