@@ -24,6 +24,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,6 +349,22 @@ type queries struct {
 	list string
 }
 
+// transitionSet is the SET clause of a transition, whose WHERE clause
+// matches its statuses as a JSON array (?11) or, for one, as text.
+const transitionSet = `
+UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
+    attempt = attempt + ?6,
+    claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
+    lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
+    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
+    retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
+    verify_failures = ?8,
+    resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
+    resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
+    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
+    hold_token = NULL,
+    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
+
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS)
 	// The finished actions a purge may delete; kinds come as JSON arrays.
@@ -384,21 +401,14 @@ WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
 RETURNING lease_until`),
 		// The statuses to match come as one JSON array, so the statement
 		// text is the same whatever their number.
-		stTransition: r.Replace(`
-UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
-    attempt = attempt + ?6,
-    claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
-    lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
-    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
-    retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
-    verify_failures = ?8,
-    resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
-    resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
-    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
-    hold_token = NULL,
-    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END
+		stTransition: r.Replace(transitionSet + `
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
 RETURNING attempt, status`),
+		// The worker's outcome, and any transition from one status that
+		// writes no event: the same, with one status to match and
+		// nothing to return but the count.
+		stOutcome: r.Replace(transitionSet + `
+WHERE key = ?1 AND attempt = ?2 AND status = ?11 AND (?12 = '' OR hold_token = ?12)`),
 		// Before a transition takes an action out of the worker's
 		// outcome of attempt 1, which was never written (the row told
 		// it), the outcome is written, with its time and its origin:
@@ -539,6 +549,12 @@ func nullBytes(b []byte) any {
 // process and hands the lock from one writer of the process to the next
 // without a sleep. A store bound to a caller's transaction already holds
 // the lock.
+//
+// The writer done yields its processor: the next writer, woken by the
+// release, runs on it at once, rather than when the one done next blocks
+// (it goes on to run its effect, or reads its next key), and the write
+// lock, which every writer of the process waits for, is not left idle
+// for that time.
 func (s *Store) write(ctx context.Context, fn func() error) error {
 	if s.inTx {
 		return fn()
@@ -548,7 +564,10 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.writer }()
+	defer func() {
+		<-s.writer
+		runtime.Gosched()
+	}()
 	return fn()
 }
 
@@ -625,7 +644,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 			sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
 		if err == nil {
 			res.Claimed = true
-			err = tx.exec(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),
+			err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),
 				string(once.StatusInFlight), once.ActorWorker, "", req.Origin)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
@@ -684,10 +703,6 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 // action out of such an outcome, which must then be written first, runs
 // in a transaction.
 func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
-	from, err := jsonStrings(statusStrings(t.From))
-	if err != nil {
-		return false, s.wrap(err)
-	}
 	var result any
 	if len(t.Result) > 0 {
 		result = string(t.Result)
@@ -697,27 +712,47 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		event = "" // the row tells it: sqlrows.WithHappyPath
 	}
 	backfill := slices.Contains(t.From, once.StatusSucceeded) || slices.Contains(t.From, once.StatusFailed)
+	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
+		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
+		once.DefaultRetention.Milliseconds()}
+	if event == "" && !backfill && len(t.From) == 1 {
+		args[10] = string(t.From[0])
+		var n int64
+		err := s.write(ctx, func() error {
+			res, err := s.exec(ctx, stOutcome, args...)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return false, s.wrap(err)
+		}
+		return n == 1, nil
+	}
+	from, err := jsonStrings(statusStrings(t.From))
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	args[10] = from
 	var attempt int
 	var status string
 	update := func(s *Store) error {
-		return s.queryRow(ctx, stTransition, func(r *sql.Rows) error { return r.Scan(&attempt, &status) },
-			string(t.Key), t.Attempt, string(t.To), result, t.Error,
-			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold, t.Token,
-			once.DefaultRetention.Milliseconds())
+		return s.queryRow(ctx, stTransition, func(r *sql.Rows) error { return r.Scan(&attempt, &status) }, args...)
 	}
 	if event == "" && !backfill {
 		err = s.write(ctx, func() error { return update(s) })
 	} else {
 		err = s.inWriteTx(ctx, func(tx *Store) error {
 			if backfill {
-				if err := tx.exec(ctx, stBackfill, string(t.Key), t.Attempt, from, t.Hold); err != nil {
+				if err := tx.execOnly(ctx, stBackfill, string(t.Key), t.Attempt, from, t.Hold); err != nil {
 					return err
 				}
 			}
 			if err := update(tx); err != nil || event == "" {
 				return err
 			}
-			return tx.exec(ctx, stEvent, string(t.Key), string(event), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
+			return tx.execOnly(ctx, stEvent, string(t.Key), string(event), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
 		})
 	}
 	if errors.Is(err, sql.ErrNoRows) {
@@ -801,7 +836,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 // AppendEvent implements once.Store.
 func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 	return s.wrap(s.write(ctx, func() error {
-		return s.exec(ctx, stEvent, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note, e.Origin)
+		return s.execOnly(ctx, stEvent, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note, e.Origin)
 	}))
 }
 
@@ -918,7 +953,7 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 		if err != nil {
 			return err
 		}
-		return tx.exec(ctx, stPurgeEvents, gone)
+		return tx.execOnly(ctx, stPurgeEvents, gone)
 	})
 	n := len(keys)
 	return int(n), s.wrap(err)

@@ -15,6 +15,7 @@ const (
 	stSelectRow
 	stHeartbeat
 	stTransition
+	stOutcome
 	stBackfill
 	stEvent
 	stGet
@@ -125,13 +126,16 @@ func (s *Store) query(ctx context.Context, id stmtID, args ...any) (*sql.Rows, e
 
 // exec runs statement id with args on the store's database or
 // transaction.
-func (s *Store) exec(ctx context.Context, id stmtID, args ...any) error {
-	var err error
+func (s *Store) exec(ctx context.Context, id stmtID, args ...any) (sql.Result, error) {
 	if st := s.stmt(ctx, id); st != nil {
-		_, err = st.ExecContext(ctx, args...)
-	} else {
-		_, err = s.db.ExecContext(ctx, s.stmts.text[id], args...)
+		return st.ExecContext(ctx, args...)
 	}
+	return s.db.ExecContext(ctx, s.stmts.text[id], args...)
+}
+
+// execOnly is exec for a statement whose result tells nothing.
+func (s *Store) execOnly(ctx context.Context, id stmtID, args ...any) error {
+	_, err := s.exec(ctx, id, args...)
 	return err
 }
 
