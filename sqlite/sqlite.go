@@ -979,6 +979,13 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
+	q, args := s.listQuery(f)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	return collect(s, rows, err, scanOne)
+}
+
+// listQuery is List's statement for f, and its arguments.
+func (s *Store) listQuery(f once.Filter) (string, []any) {
 	clause, args := sqlrows.ListClause(f, sqlrows.Dialect{
 		Placeholder: func(int) string { return "?" },
 		Time: func(t time.Time) any {
@@ -996,8 +1003,14 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 		Duration: func(d time.Duration) any { return d.Milliseconds() },
 		Now:      nowMS,
 	})
-	rows, err := s.db.QueryContext(ctx, s.q.list+clause, args...)
-	return collect(s, rows, err, scanOne)
+	if f.Run != "" {
+		// The runs' index holds the rows that have a run id, and SQLite
+		// reads a partial index only for a query whose WHERE clause has
+		// the index's condition as one of its terms: run_id = ? does
+		// not show it.
+		clause = strings.Replace(clause, " WHERE ", " WHERE run_id <> '' AND ", 1)
+	}
+	return s.q.list + clause, args
 }
 
 // Migrations returns the schema migrations rendered for this store's
