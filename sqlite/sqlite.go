@@ -357,6 +357,7 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
     lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
     completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
+    outcome_seq = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $SEQ END,
     retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
     verify_failures = ?8,
     resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
@@ -366,7 +367,8 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
 
 func buildQueries(table, events string) queries {
-	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS)
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
+		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
 	// The finished actions a purge may delete; kinds come as JSON arrays.
 	purgeWhere := r.Replace(`status IN ('succeeded', 'failed')
     AND CASE WHEN ?1 > 0 THEN updated_at < $NOW - ?1 ELSE retain_until <= $NOW END`)
@@ -381,8 +383,8 @@ func buildQueries(table, events string) queries {
 		// time: the rest of the row is the request's (claimedRow).
 		stClaim: r.Replace(`
 INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
-    redrive_after_ms, redrive, origin)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+    redrive_after_ms, redrive, origin, claim_seq)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14, $SEQ)
 ON CONFLICT (key) DO NOTHING
 RETURNING created_at`),
 		// A released action is claimed again as the next attempt, if the
@@ -434,22 +436,23 @@ WHERE key = ?1 AND attempt = ?2 AND attempt = 1 AND status IN ('succeeded', 'fai
 		// from the action rows: a first claim for a row whose trail does
 		// not hold one, the worker's outcome of attempt 1 for a row that
 		// stands there with no event that took it there. Times are
-		// milliseconds, so a claim and its outcome often share one: ord
-		// orders them as WithHappyPath does (the claim first, the
-		// outcome after what was written), and the key ties the rest.
+		// milliseconds, and events often share one: pos, the last event
+		// id when a made up one was recorded (claim_seq, outcome_seq),
+		// orders them among the written ones, then a claim before its
+		// outcome, then the actions' rows in the order they were made.
 		stRecent: r.Replace(`
 SELECT $V FROM (
-    SELECT $V, 1 AS ord FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1))
+    SELECT $V, id AS pos, 0 AS ord, 0 AS rid FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1))
     UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, 0 FROM $T a
+    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, coalesce(claim_seq, 0), 1, rowid FROM $T a
     WHERE (json_array_length(?1) = 0 OR 'claimed' IN (SELECT value FROM json_each(?1)))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
     UNION ALL
-    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, 2 FROM $T a
+    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, coalesce(outcome_seq, 0), 2, rowid FROM $T a
     WHERE attempt = 1 AND status IN ('succeeded', 'failed')
       AND (json_array_length(?1) = 0 OR status IN (SELECT value FROM json_each(?1)))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
-) ORDER BY at DESC, ord DESC, id DESC, key DESC LIMIT ?2`),
+) ORDER BY at DESC, pos DESC, ord DESC, rid DESC LIMIT ?2`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		stRecoverable: r.Replace(`

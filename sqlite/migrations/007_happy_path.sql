@@ -3,6 +3,12 @@
 -- rebuild from the action row (created_at, completed_at) and the process
 -- that claimed it, kept here.
 ALTER TABLE {{.Table "action"}} ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+-- Where the first claim and the worker's outcome stand among the events
+-- that were written: the last event id when each was recorded. Times are
+-- milliseconds, and many events share one; the trail's readers order by
+-- these what the clock cannot.
+ALTER TABLE {{.Table "action"}} ADD COLUMN claim_seq INTEGER;
+ALTER TABLE {{.Table "action"}} ADD COLUMN outcome_seq INTEGER;
 
 -- Indexes only where a query needs one, and partial, so that a plain
 -- action passes through as few as possible: each index is a b-tree whose
