@@ -1047,6 +1047,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 		ran, err = s.apply(ctx, tx.db, ms)
 		return err
 	})
+	s.stmts.migrated()
 	if err != nil {
 		return nil, s.wrap(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 )
 
 // stmtID names one of the store's statements.
@@ -44,7 +45,8 @@ const (
 // one is needed outside a transaction: a store bound to a transaction,
 // its caller's or its own, holds a connection, and with a pool of one
 // preparing on another would wait for ever. Until then, and if preparing
-// fails (the schema is not migrated yet), statements run from their text.
+// fails (the schema is not migrated yet), statements run from their text,
+// and preparing is tried again a second later, or after a migration.
 // SQLite prepares a statement again by itself when the schema changes
 // under it.
 type statements struct {
@@ -54,8 +56,13 @@ type statements struct {
 	mu     sync.Mutex
 	ready  bool
 	closed bool
+	failed time.Time // when preparing last failed
 	stmts  [nStmt]*sql.Stmt
 }
+
+// prepareRetry is how long statements run from their text after
+// preparing them failed, before it is tried again.
+const prepareRetry = time.Second
 
 func newStatements(db *sql.DB, text [nStmt]string) *statements {
 	return &statements{db: db, text: text}
@@ -66,7 +73,7 @@ func newStatements(db *sql.DB, text [nStmt]string) *statements {
 func (c *statements) get(ctx context.Context, id stmtID, prepare bool) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ready && prepare && !c.closed {
+	if !c.ready && prepare && !c.closed && time.Since(c.failed) >= prepareRetry {
 		c.prepare(ctx)
 	}
 	return c.stmts[id]
@@ -81,11 +88,20 @@ func (c *statements) prepare(ctx context.Context) {
 			for _, st := range stmts[:i] {
 				st.Close()
 			}
+			c.failed = time.Now()
 			return
 		}
 		stmts[i] = st
 	}
 	c.stmts, c.ready = stmts, true
+}
+
+// migrated lets the next call prepare the statements at once: the
+// schema they failed on may have changed.
+func (c *statements) migrated() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failed = time.Time{}
 }
 
 // close closes the statements; later calls run from the text.
