@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -119,6 +120,8 @@ type Store struct {
 	// writer admits this store's writes to SQLite's write lock one at a
 	// time; see write.
 	writer chan struct{}
+	// waiting counts the writers waiting for their turn.
+	waiting *atomic.Int64
 	// closed is closed by Close: its waiters can read nothing more.
 	closed    chan struct{}
 	closeOnce *sync.Once
@@ -195,6 +198,7 @@ func newStore(db *sql.DB, path string, cfg Config) *Store {
 		q:         q,
 		stmts:     newStatements(db, q.text),
 		writer:    make(chan struct{}, 1),
+		waiting:   new(atomic.Int64),
 		closed:    make(chan struct{}),
 		closeOnce: new(sync.Once),
 	}
@@ -553,8 +557,8 @@ func nullBytes(b []byte) any {
 // without a sleep. A store bound to a caller's transaction already holds
 // the lock.
 //
-// The writer done yields its processor: the next writer, woken by the
-// release, runs on it at once, rather than when the one done next blocks
+// The writer done yields its processor when another waits: the next
+// writer, woken by the release, runs on it at once, rather than when the one done next blocks
 // (it goes on to run its effect, or reads its next key), and the write
 // lock, which every writer of the process waits for, is not left idle
 // for that time.
@@ -562,14 +566,19 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 	if s.inTx {
 		return fn()
 	}
+	s.waiting.Add(1)
 	select {
 	case s.writer <- struct{}{}:
+		s.waiting.Add(-1)
 	case <-ctx.Done():
+		s.waiting.Add(-1)
 		return ctx.Err()
 	}
 	defer func() {
 		<-s.writer
-		runtime.Gosched()
+		if s.waiting.Load() > 0 {
+			runtime.Gosched()
+		}
 	}()
 	return fn()
 }
