@@ -53,6 +53,8 @@ func TestPlans(t *testing.T) {
 		{"transition", stmt(stTransition), []string{"sqlite_autoindex_once_action_1"}},
 		{"backfill", stmt(stBackfill), []string{"sqlite_autoindex_once_action_1", "once_event_key_idx"}},
 		{"trail", stmt(stEvents), []string{"once_event_key_idx"}},
+		{"purge", stmt(stPurgeDue), []string{"once_action_retain_idx"}},
+		{"purge's count", stmt(stCountDue), []string{"once_action_retain_idx"}},
 	} {
 		q, args := c.query()
 		rows, err := s.sqlDB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, args...)

@@ -373,9 +373,12 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
 		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
-	// The finished actions a purge may delete; kinds come as JSON arrays.
-	purgeWhere := r.Replace(`status IN ('succeeded', 'failed')
-    AND CASE WHEN ?1 > 0 THEN updated_at < $NOW - ?1 ELSE retain_until <= $NOW END`)
+	// The finished actions a purge may delete: past their own deadline,
+	// which the purge deadlines' index finds, or, when ?1 is positive,
+	// not updated for ?1 milliseconds, which reads the table. Two
+	// statements, not one with a CASE, which no index serves.
+	purgeDue := r.Replace(`status IN ('succeeded', 'failed') AND retain_until <= $NOW`)
+	purgeOlder := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1`)
 	var q queries
 	q.list = r.Replace(`SELECT $C FROM $T`)
 	q.text = [nStmt]string{
@@ -476,11 +479,13 @@ WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
   AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
        OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
 RETURNING $C, $NOW`),
-		stStats:        r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
-		stPurgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
-		stPurgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?2) RETURNING key`),
-		stPurgeCount:   r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeWhere),
-		stNow:          `SELECT ` + nowMS,
+		stStats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		stPurgeEvents: r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
+		stPurgeDue:    r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeDue + ` ORDER BY retain_until LIMIT ?1) RETURNING key`),
+		stPurgeOlder:  r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeOlder + ` ORDER BY key LIMIT ?2) RETURNING key`),
+		stCountDue:    r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeDue),
+		stCountOlder:  r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeOlder),
+		stNow:         `SELECT ` + nowMS,
 	}
 	return q
 }
@@ -945,14 +950,22 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 	older := req.OlderThan.Milliseconds()
 	if req.DryRun {
 		var n int
-		err := s.queryRow(ctx, stPurgeCount, func(r *sql.Rows) error { return r.Scan(&n) }, older)
+		id, args := stCountDue, []any{}
+		if older > 0 {
+			id, args = stCountOlder, []any{older}
+		}
+		err := s.queryRow(ctx, id, func(r *sql.Rows) error { return r.Scan(&n) }, args...)
 		return n, s.wrap(err)
 	}
 	// The actions first, then the events of exactly those actions, in
 	// one transaction.
 	var keys []string
 	err := s.inWriteTx(ctx, func(tx *Store) error {
-		rows, err := tx.query(ctx, stPurgeActions, older, max(req.Limit, 1))
+		id, args := stPurgeDue, []any{max(req.Limit, 1)}
+		if older > 0 {
+			id, args = stPurgeOlder, []any{older, max(req.Limit, 1)}
+		}
+		rows, err := tx.query(ctx, id, args...)
 		if err != nil {
 			return err
 		}

@@ -27,9 +27,11 @@ const (
 	stRecoverable
 	stRecoverKey
 	stStats
-	stPurgeActions
+	stPurgeDue
+	stPurgeOlder
 	stPurgeEvents
-	stPurgeCount
+	stCountDue
+	stCountOlder
 	stNow
 	nStmt
 )
