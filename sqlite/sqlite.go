@@ -14,6 +14,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"embed"
@@ -23,9 +24,12 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -105,12 +109,19 @@ type Store struct {
 	db    dbtx
 	sqlDB *sql.DB
 	inTx  bool
+	// ownTx is the transaction of inWriteTx, in which the prepared
+	// statements run; a caller's transaction (BindTx) may come from
+	// another *sql.DB, so it runs their text.
+	ownTx *sql.Tx
 	path  string
 	names migrate.Names
 	q     queries
+	stmts *statements
 	// writer admits this store's writes to SQLite's write lock one at a
 	// time; see write.
 	writer chan struct{}
+	// waiting counts the writers waiting for their turn.
+	waiting *atomic.Int64
 	// closed is closed by Close: its waiters can read nothing more.
 	closed    chan struct{}
 	closeOnce *sync.Once
@@ -178,13 +189,16 @@ func Open(path string, cfg Config) (*Store, error) {
 
 func newStore(db *sql.DB, path string, cfg Config) *Store {
 	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
+	q := buildQueries(names.Table("action"), names.Table("event"))
 	return &Store{
 		db:        db,
 		sqlDB:     db,
 		path:      path,
 		names:     names,
-		q:         buildQueries(names.Table("action"), names.Table("event")),
+		q:         q,
+		stmts:     newStatements(db, q.text),
 		writer:    make(chan struct{}, 1),
+		waiting:   new(atomic.Int64),
 		closed:    make(chan struct{}),
 		closeOnce: new(sync.Once),
 	}
@@ -271,6 +285,7 @@ func (s *Store) Close() error {
 	}
 	// Waiters first: a read of the closed database tells them nothing.
 	s.closeOnce.Do(func() { close(s.closed) })
+	s.stmts.close()
 	return s.sqlDB.Close()
 }
 
@@ -287,7 +302,7 @@ func (s *Store) String() string { return "sqlite store at " + s.path }
 // can fail at once with "database is locked".
 func (s *Store) BindTx(tx *sql.Tx) once.Store {
 	c := *s
-	c.db, c.inTx = tx, true
+	c.db, c.inTx, c.ownTx = tx, true, nil
 	return &c
 }
 
@@ -330,63 +345,124 @@ const columns = `key, fingerprint, run_id, step, kind, target, payload, status, 
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note, origin`
 
+// queries are the store's statements: those it prepares once (text, by
+// stmtID), and the action list's head, to which each call adds its own
+// clause.
 type queries struct {
-	claim, selectRow, heartbeat, transition, get, list, state string
-	event, recoverable, recoverKey, events, recent, stats     string
-	purgeWhere                                                string
-	purgeEvents, purgeActions, purgeCount                     string
+	text [nStmt]string
+	list string
 }
 
-func buildQueries(table, events string) queries {
-	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS)
-	// The finished actions a purge may delete; kinds come as JSON arrays.
-	purgeWhere := r.Replace(`status IN ('succeeded', 'failed')
-    AND CASE WHEN ?1 > 0 THEN updated_at < $NOW - ?1 ELSE retain_until <= $NOW END`)
-	return queries{
-		// One statement claims a new key or a released one. It runs in a
-		// write transaction with selectRow, its fallback when the key is
-		// held, so the standing row it reads is the one the claim lost to.
-		claim: r.Replace(`
-INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
-    redrive_after_ms, redrive)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13)
-ON CONFLICT (key) DO UPDATE
-    SET status = 'in_flight', attempt = attempt + 1, lease_until = excluded.lease_until,
-        claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL, token = excluded.token, recovery = excluded.recovery, retention_ms = excluded.retention_ms,
-        retain_until = NULL, redrive_after_ms = excluded.redrive_after_ms, redrive = excluded.redrive
-    WHERE status = 'released' AND fingerprint = excluded.fingerprint
-RETURNING $C, $NOW`),
-		selectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
-		heartbeat: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3, hold_token = NULL
-WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
-RETURNING lease_until`),
-		// The statuses to match come as one JSON array, so the statement
-		// text is the same whatever their number.
-		transition: r.Replace(`
+// transitionSet is the SET clause of a transition, whose WHERE clause
+// matches its statuses as a JSON array (?11) or, for one, as text.
+const transitionSet = `
 UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     attempt = attempt + ?6,
     claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
     lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
     completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
+    outcome_seq = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $SEQ END,
     retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
     verify_failures = ?8,
     resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
     resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
     resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
     hold_token = NULL,
-    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END
+    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
+
+func buildQueries(table, events string) queries {
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
+		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
+	// The finished actions a purge may delete: past their own deadline,
+	// which the purge deadlines' index finds, or, when ?1 is positive,
+	// not updated for ?1 milliseconds, which reads the table. Two
+	// statements, not one with a CASE, which no index serves.
+	purgeDue := r.Replace(`status IN ('succeeded', 'failed') AND retain_until <= $NOW`)
+	purgeOlder := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1`)
+	var q queries
+	q.list = r.Replace(`SELECT $C FROM $T`)
+	q.text = [nStmt]string{
+		// A new key, in one statement that is its own transaction. A
+		// first claim writes no event: the row, with its origin, is the
+		// trail's first entry (sqlrows.WithHappyPath). DO NOTHING: a key
+		// that stands is answered by selectRow, or claimed again by
+		// reclaim, in a transaction of their own. It returns only the
+		// time: the rest of the row is the request's (claimedRow).
+		stClaim: r.Replace(`
+INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
+    redrive_after_ms, redrive, origin, claim_seq)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14, $SEQ)
+ON CONFLICT (key) DO NOTHING
+RETURNING created_at`),
+		// A released action is claimed again as the next attempt, if the
+		// payload is the same. Its claim is an event of the trail.
+		stReclaim: r.Replace(`
+UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = $NOW + ?3,
+    claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
+    hold_token = NULL, token = ?4, recovery = ?5, retention_ms = ?6,
+    retain_until = NULL, redrive_after_ms = ?7, redrive = ?8
+WHERE key = ?1 AND status = 'released' AND fingerprint = ?2
+RETURNING $C, $NOW`),
+		stSelectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
+		stHeartbeat: r.Replace(`
+UPDATE $T SET lease_until = $NOW + ?3, hold_token = NULL
+WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
+RETURNING lease_until`),
+		// The statuses to match come as one JSON array, so the statement
+		// text is the same whatever their number.
+		stTransition: r.Replace(transitionSet + `
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
 RETURNING attempt, status`),
-		get: r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
+		// The worker's outcome, and any transition from one status that
+		// writes no event: the same, with one status to match and
+		// nothing to return but the count.
+		stOutcome: r.Replace(transitionSet + `
+WHERE key = ?1 AND attempt = ?2 AND status = ?11 AND (?12 = '' OR hold_token = ?12)`),
+		// Before a transition takes an action out of the worker's
+		// outcome of attempt 1, which was never written (the row told
+		// it), the outcome is written, with its time and its origin:
+		// the row will tell it no more. The condition is the
+		// transition's, so both apply or neither, and the trail's test
+		// for a written outcome is sqlrows.WithHappyPath's, so a row
+		// from before the happy path, whose outcome was written, gets no
+		// second one.
+		stBackfill: r.Replace(`
+INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, origin)
+SELECT key, coalesce(completed_at, updated_at), status, 1, 'in_flight', status, 'worker', origin FROM $T a
+WHERE key = ?1 AND attempt = ?2 AND attempt = 1 AND status IN ('succeeded', 'failed')
+  AND status IN (SELECT value FROM json_each(?3)) AND (?4 = '' OR hold_token = ?4)
+  AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
+		stEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`),
+		stGet:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
 		// A waiter's poll: where the action stands, without its payload.
-		state: r.Replace(`SELECT status, attempt FROM $T WHERE key = ?1`),
-		list:  r.Replace(`SELECT $C FROM $T`),
-		event: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`),
+		stState:     r.Replace(`SELECT status, attempt FROM $T WHERE key = ?1`),
+		stEventsRow: r.Replace(`SELECT $C, origin FROM $T WHERE key = ?1`),
+		stEvents:    r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
+		// The trail's events of the given types, newest first, with the
+		// happy path's that were not written (sqlrows.WithHappyPath) made
+		// from the action rows: a first claim for a row whose trail does
+		// not hold one, the worker's outcome of attempt 1 for a row that
+		// stands there with no event that took it there. Times are
+		// milliseconds, and events often share one: pos, the last event
+		// id when a made up one was recorded (claim_seq, outcome_seq),
+		// orders them among the written ones, then a claim before its
+		// outcome, then the actions' rows in the order they were made.
+		stRecent: r.Replace(`
+SELECT $V FROM (
+    SELECT $V, id AS pos, 0 AS ord, 0 AS rid FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1))
+    UNION ALL
+    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, coalesce(claim_seq, 0), 1, rowid FROM $T a
+    WHERE (json_array_length(?1) = 0 OR 'claimed' IN (SELECT value FROM json_each(?1)))
+      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
+    UNION ALL
+    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, coalesce(outcome_seq, 0), 2, rowid FROM $T a
+    WHERE attempt = 1 AND status IN ('succeeded', 'failed')
+      AND (json_array_length(?1) = 0 OR status IN (SELECT value FROM json_each(?1)))
+      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
+) ORDER BY at DESC, pos DESC, ord DESC, rid DESC LIMIT ?2`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
-		recoverable: r.Replace(`
+		stRecoverable: r.Replace(`
 UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
@@ -397,20 +473,21 @@ WHERE key IN (
     LIMIT ?1)
 RETURNING $C, $NOW`),
 		// One key, for inline recovery, by its primary key.
-		recoverKey: r.Replace(`
+		stRecoverKey: r.Replace(`
 UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
 WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
   AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
        OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
 RETURNING $C, $NOW`),
-		events:       r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
-		recent:       r.Replace(`SELECT $V FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1)) ORDER BY at DESC, id DESC LIMIT ?2`),
-		stats:        r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
-		purgeWhere:   purgeWhere,
-		purgeEvents:  r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
-		purgeActions: r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeWhere + ` ORDER BY key LIMIT ?2) RETURNING key`),
-		purgeCount:   r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeWhere),
+		stStats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		stPurgeEvents: r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
+		stPurgeDue:    r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeDue + ` ORDER BY retain_until LIMIT ?1) RETURNING key`),
+		stPurgeOlder:  r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeOlder + ` ORDER BY key LIMIT ?2) RETURNING key`),
+		stCountDue:    r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeDue),
+		stCountOlder:  r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeOlder),
+		stNow:         `SELECT ` + nowMS,
 	}
+	return q
 }
 
 // msTime turns the database's milliseconds into a time in UTC.
@@ -484,33 +561,51 @@ func nullBytes(b []byte) any {
 // process and hands the lock from one writer of the process to the next
 // without a sleep. A store bound to a caller's transaction already holds
 // the lock.
+//
+// The writer done yields its processor when another waits: the next
+// writer, woken by the release, runs on it at once, rather than when the one done next blocks
+// (it goes on to run its effect, or reads its next key), and the write
+// lock, which every writer of the process waits for, is not left idle
+// for that time.
 func (s *Store) write(ctx context.Context, fn func() error) error {
 	if s.inTx {
 		return fn()
 	}
+	s.waiting.Add(1)
 	select {
 	case s.writer <- struct{}{}:
+		s.waiting.Add(-1)
 	case <-ctx.Done():
+		s.waiting.Add(-1)
 		return ctx.Err()
 	}
-	defer func() { <-s.writer }()
+	defer func() {
+		<-s.writer
+		if s.waiting.Load() > 0 {
+			runtime.Gosched()
+		}
+	}()
 	return fn()
 }
 
 // inWriteTx runs fn in a write transaction: the caller's if the store is
 // bound to one, otherwise a new one that holds the write lock from its
-// BEGIN.
-func (s *Store) inWriteTx(ctx context.Context, fn func(dbtx) error) error {
+// BEGIN. fn gets the store bound to the transaction.
+func (s *Store) inWriteTx(ctx context.Context, fn func(*Store) error) error {
 	if s.inTx {
-		return fn(s.db)
+		return fn(s)
 	}
+	// Prepared before the transaction holds a connection: see statements.
+	s.stmts.get(ctx, stNow, true)
 	return s.write(ctx, func() error {
 		tx, err := s.sqlDB.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback()
-		if err := fn(tx); err != nil {
+		c := *s
+		c.db, c.inTx, c.ownTx = tx, true, tx
+		if err := fn(&c); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -524,45 +619,55 @@ func (s *Store) inWriteTx(ctx context.Context, fn func(dbtx) error) error {
 // another fingerprint, is answered from that read, and duplicates do not
 // queue behind every writer on the machine. The answer is what the
 // insert would have returned at the moment of the read. Only a new or
-// reclaimable key takes the write lock.
+// reclaimable key takes the write lock: a new key with one statement,
+// which is its own transaction; a released one in a transaction that
+// claims it again and writes the claim to the trail, or, if it was
+// claimed first, reads what stands.
 func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
 	var res once.ClaimResult
+	var now int64
+	scan := func(r *sql.Rows) error { return scanAction(r, &res.Action, &now) }
+	known := false
 	if !s.inTx {
-		var now int64
-		err := scanAction(s.db.QueryRowContext(ctx, s.q.selectRow, string(req.Key)), &res.Action, &now)
+		err := s.queryRow(ctx, stSelectRow, scan, string(req.Key))
 		switch {
 		case err == nil:
 			if res.Action.Status != once.StatusReleased || res.Action.Fingerprint != req.Fingerprint {
 				res.Now = msTime(now)
 				return res, nil
 			}
+			known = true
 		case !errors.Is(err, sql.ErrNoRows):
 			return once.ClaimResult{}, s.wrap(err)
 		}
 	}
-	err := s.inWriteTx(ctx, func(db dbtx) error {
+	if !known {
 		res = once.ClaimResult{}
-		var now int64
-		err := scanAction(db.QueryRowContext(ctx, s.q.claim,
-			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-			sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive),
-			&res.Action, &now)
-		res.Claimed = err == nil
-		if res.Claimed {
-			from := ""
-			if res.Action.Attempt > 1 {
-				from = string(once.StatusReleased)
-			}
-			if _, err := db.ExecContext(ctx, s.q.event, string(req.Key), string(once.EventClaimed), res.Action.Attempt, from, string(once.StatusInFlight), once.ActorWorker, "", req.Origin); err != nil {
-				return err
-			}
+		err := s.write(ctx, func() error {
+			return s.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
+				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
+				sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
+		})
+		if err == nil {
+			return once.ClaimResult{Claimed: true, Action: claimedRow(req, now), Now: msTime(now)}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return once.ClaimResult{}, s.wrap(err)
+		}
+	}
+	err := s.inWriteTx(ctx, func(tx *Store) error {
+		res = once.ClaimResult{}
+		err := tx.queryRow(ctx, stReclaim, scan, string(req.Key), string(req.Fingerprint), leaseMS(req.Lease), req.Token,
+			sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
+		if err == nil {
+			res.Claimed = true
+			err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),
+				string(once.StatusInFlight), once.ActorWorker, "", req.Origin)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
-			err = scanAction(db.QueryRowContext(ctx, s.q.selectRow, string(req.Key)), &res.Action, &now)
+			err = tx.queryRow(ctx, stSelectRow, scan, string(req.Key))
 			if errors.Is(err, sql.ErrNoRows) {
-				// The row the insert met cannot go while this
-				// transaction holds the write lock; if it did, say so
-				// rather than answer with an empty action.
+				// The insert met a row, which a purge has taken since.
 				return fmt.Errorf("claim of %s raced with a purge; try again", req.Key)
 			}
 		}
@@ -578,11 +683,27 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	return res, nil
 }
 
+// claimedRow is the row stClaim inserts for req at now, as scanAction
+// reads it.
+func claimedRow(req once.ClaimRequest, now int64) once.Action {
+	a := once.Action{Key: req.Key, Fingerprint: req.Fingerprint, Run: req.Run, Step: req.Step, Kind: req.Kind, Target: req.Target,
+		Payload: bytes.Clone(req.Payload), Status: once.StatusInFlight, Attempt: 1, LeaseUntil: msTime(now + leaseMS(req.Lease)),
+		CreatedAt: msTime(now), ClaimedAt: msTime(now), UpdatedAt: msTime(now), Token: req.Token,
+		Recovery: once.ParseRecovery(sqlrows.RecoveryText(req.Recovery)), Redrive: req.Redrive}
+	if ms, ok := optMillis(req.Retention).(int64); ok {
+		a.Retention = time.Duration(ms) * time.Millisecond
+	}
+	if ms, ok := optMillis(req.RedriveAfter).(int64); ok {
+		a.RedriveAfter = time.Duration(ms) * time.Millisecond
+	}
+	return a
+}
+
 // Heartbeat implements once.Store.
 func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
 	var until int64
 	err := s.write(ctx, func() error {
-		return s.db.QueryRowContext(ctx, s.q.heartbeat, string(key), attempt, leaseMS(lease)).Scan(&until)
+		return s.queryRow(ctx, stHeartbeat, func(r *sql.Rows) error { return r.Scan(&until) }, string(key), attempt, leaseMS(lease))
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
@@ -593,40 +714,71 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 	return msTime(until), true, nil
 }
 
-// Transition implements once.Store.
+// Transition implements once.Store. The worker's outcome of attempt 1
+// writes no event (sqlrows.Unwritten): it is one statement, its own
+// transaction. A transition with an event to write, or one that takes an
+// action out of such an outcome, which must then be written first, runs
+// in a transaction.
 func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
-	from, err := jsonStrings(statusStrings(t.From))
-	if err != nil {
-		return false, s.wrap(err)
-	}
 	var result any
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	applied := false
-	err = s.inWriteTx(ctx, func(db dbtx) error {
-		var attempt int
-		var status string
-		err := db.QueryRowContext(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-			t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, from, t.Hold, t.Token,
-			once.DefaultRetention.Milliseconds()).Scan(&attempt, &status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+	event := t.Event.Type
+	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
+		event = "" // the row tells it: sqlrows.WithHappyPath
+	}
+	backfill := slices.Contains(t.From, once.StatusSucceeded) || slices.Contains(t.From, once.StatusFailed)
+	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
+		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
+		once.DefaultRetention.Milliseconds()}
+	if event == "" && !backfill && len(t.From) == 1 {
+		args[10] = string(t.From[0])
+		var n int64
+		err := s.write(ctx, func() error {
+			res, err := s.exec(ctx, stOutcome, args...)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
 			return err
+		})
+		if err != nil {
+			return false, s.wrap(err)
 		}
-		applied = true
-		if t.Event.Type == "" {
-			return nil
-		}
-		_, err = db.ExecContext(ctx, s.q.event, string(t.Key), string(t.Event.Type), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
-		return err
-	})
+		return n == 1, nil
+	}
+	from, err := jsonStrings(statusStrings(t.From))
 	if err != nil {
 		return false, s.wrap(err)
 	}
-	return applied, nil
+	args[10] = from
+	var attempt int
+	var status string
+	update := func(s *Store) error {
+		return s.queryRow(ctx, stTransition, func(r *sql.Rows) error { return r.Scan(&attempt, &status) }, args...)
+	}
+	if event == "" && !backfill {
+		err = s.write(ctx, func() error { return update(s) })
+	} else {
+		err = s.inWriteTx(ctx, func(tx *Store) error {
+			if backfill {
+				if err := tx.execOnly(ctx, stBackfill, string(t.Key), t.Attempt, from, t.Hold); err != nil {
+					return err
+				}
+			}
+			if err := update(tx); err != nil || event == "" {
+				return err
+			}
+			return tx.execOnly(ctx, stEvent, string(t.Key), string(event), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
+		})
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.wrap(err)
+	}
+	return true, nil
 }
 
 func statusStrings(ss []once.Status) []string {
@@ -669,11 +821,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		}
 		// Both statements number their parameters alike, so one list
 		// serves: ?1 is the key or the limit.
-		q, args := s.q.recoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve}
+		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve}
 		if req.Key != "" {
-			q, args[0] = s.q.recoverKey, string(req.Key)
+			id, args[0] = stRecoverKey, string(req.Key)
 		}
-		rows, err := s.db.QueryContext(ctx, q, args...)
+		rows, err := s.query(ctx, id, args...)
 		if err != nil {
 			return err
 		}
@@ -684,8 +836,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		if err != nil {
 			return err
 		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
 		if now == 0 {
-			return s.db.QueryRowContext(ctx, `SELECT `+nowMS).Scan(&now)
+			return s.queryRow(ctx, stNow, func(r *sql.Rows) error { return r.Scan(&now) })
 		}
 		return nil
 	})
@@ -698,14 +853,27 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 // AppendEvent implements once.Store.
 func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 	return s.wrap(s.write(ctx, func() error {
-		_, err := s.db.ExecContext(ctx, s.q.event, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note, e.Origin)
-		return err
+		return s.execOnly(ctx, stEvent, string(e.Key), string(e.Type), e.Attempt, string(e.From), string(e.To), e.Actor, e.Note, e.Origin)
 	}))
 }
 
-// Events implements once.Store.
+// Events implements once.Store. The happy path's events, which are not
+// written, are made from the action row (sqlrows.WithHappyPath).
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
-	return s.queryEvents(ctx, s.q.events, string(key))
+	var a once.Action
+	var origin string
+	err := s.queryRow(ctx, stEventsRow, func(r *sql.Rows) error { return scanAction(r, &a, &origin) }, string(key))
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, s.wrap(err)
+	}
+	stored, err := s.queryEvents(ctx, stEvents, string(key))
+	if err != nil || !found {
+		// No row (purged, or a refused outcome of one that never was):
+		// the trail is what was written.
+		return stored, err
+	}
+	return sqlrows.WithHappyPath(a, origin, stored), nil
 }
 
 // RecentEvents implements once.Store.
@@ -718,7 +886,7 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	if err != nil {
 		return nil, s.wrap(err)
 	}
-	return s.queryEvents(ctx, s.q.recent, js, max(limit, 1))
+	return s.queryEvents(ctx, stRecent, js, max(limit, 1))
 }
 
 // Versions returns every migration version the schema records, in
@@ -756,13 +924,13 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 	return v, s.wrap(err)
 }
 
-func (s *Store) queryEvents(ctx context.Context, stmt string, args ...any) ([]once.Event, error) {
-	return query(ctx, s, sqlrows.Event(msTime), stmt, args...)
+func (s *Store) queryEvents(ctx context.Context, id stmtID, args ...any) ([]once.Event, error) {
+	rows, err := s.query(ctx, id, args...)
+	return collect(s, rows, err, sqlrows.Event(msTime))
 }
 
-// query runs a query and scans every row with scan.
-func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, error), stmt string, args ...any) ([]T, error) {
-	rows, err := s.db.QueryContext(ctx, stmt, args...)
+// collect scans every row of a query's rows with scan.
+func collect[T any](s *Store, rows *sql.Rows, err error, scan func(sqlrows.Rows) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -773,7 +941,8 @@ func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, err
 
 // Stats implements once.Store.
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
-	return query(ctx, s, sqlrows.StatusCount, s.q.stats)
+	rows, err := s.query(ctx, stStats)
+	return collect(s, rows, err, sqlrows.StatusCount)
 }
 
 // Purge implements once.Store.
@@ -781,14 +950,22 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 	older := req.OlderThan.Milliseconds()
 	if req.DryRun {
 		var n int
-		err := s.db.QueryRowContext(ctx, s.q.purgeCount, older).Scan(&n)
+		id, args := stCountDue, []any{}
+		if older > 0 {
+			id, args = stCountOlder, []any{older}
+		}
+		err := s.queryRow(ctx, id, func(r *sql.Rows) error { return r.Scan(&n) }, args...)
 		return n, s.wrap(err)
 	}
 	// The actions first, then the events of exactly those actions, in
 	// one transaction.
 	var keys []string
-	err := s.inWriteTx(ctx, func(db dbtx) error {
-		rows, err := db.QueryContext(ctx, s.q.purgeActions, older, max(req.Limit, 1))
+	err := s.inWriteTx(ctx, func(tx *Store) error {
+		id, args := stPurgeDue, []any{max(req.Limit, 1)}
+		if older > 0 {
+			id, args = stPurgeOlder, []any{older, max(req.Limit, 1)}
+		}
+		rows, err := tx.query(ctx, id, args...)
 		if err != nil {
 			return err
 		}
@@ -801,8 +978,7 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 		if err != nil {
 			return err
 		}
-		_, err = db.ExecContext(ctx, s.q.purgeEvents, gone)
-		return err
+		return tx.execOnly(ctx, stPurgeEvents, gone)
 	})
 	n := len(keys)
 	return int(n), s.wrap(err)
@@ -819,7 +995,7 @@ func optMillis(d time.Duration) any {
 // Get implements once.Store.
 func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 	var a once.Action
-	err := scanAction(s.db.QueryRowContext(ctx, s.q.get, string(key)), &a)
+	err := s.queryRow(ctx, stGet, func(r *sql.Rows) error { return scanAction(r, &a) }, string(key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, fmt.Errorf("%w: %s", once.ErrNotFound, key)
 	}
@@ -828,6 +1004,13 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
+	q, args := s.listQuery(f)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	return collect(s, rows, err, scanOne)
+}
+
+// listQuery is List's statement for f, and its arguments.
+func (s *Store) listQuery(f once.Filter) (string, []any) {
 	clause, args := sqlrows.ListClause(f, sqlrows.Dialect{
 		Placeholder: func(int) string { return "?" },
 		Time: func(t time.Time) any {
@@ -845,7 +1028,14 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 		Duration: func(d time.Duration) any { return d.Milliseconds() },
 		Now:      nowMS,
 	})
-	return query(ctx, s, scanOne, s.q.list+clause, args...)
+	if f.Run != "" {
+		// The runs' index holds the rows that have a run id, and SQLite
+		// reads a partial index only for a query whose WHERE clause has
+		// the index's condition as one of its terms: run_id = ? does
+		// not show it.
+		clause = strings.Replace(clause, " WHERE ", " WHERE run_id <> '' AND ", 1)
+	}
+	return s.q.list + clause, args
 }
 
 // Migrations returns the schema migrations rendered for this store's
@@ -875,10 +1065,11 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 		return nil, s.wrap(err)
 	}
 	var ran []once.Migration
-	err = s.inWriteTx(ctx, func(tx dbtx) (err error) {
-		ran, err = s.apply(ctx, tx, ms)
+	err = s.inWriteTx(ctx, func(tx *Store) (err error) {
+		ran, err = s.apply(ctx, tx.db, ms)
 		return err
 	})
+	s.stmts.migrated()
 	if err != nil {
 		return nil, s.wrap(err)
 	}
@@ -946,7 +1137,7 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		var status string
 		var attempt int
 		rctx, cancel := context.WithDeadline(ctx, req.Until)
-		err := s.db.QueryRowContext(rctx, s.q.state, string(req.Key)).Scan(&status, &attempt)
+		err := s.queryRow(rctx, stState, func(r *sql.Rows) error { return r.Scan(&status, &attempt) }, string(req.Key))
 		cancel()
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
