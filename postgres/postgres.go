@@ -32,7 +32,8 @@
 // pool_mode=transaction) set Config.Pooler to PoolerTransaction. The
 // store keeps no state in a session: its tables are qualified by their
 // schema, not found on a search_path; its one advisory lock, Migrate's,
-// is transaction-scoped; it sets nothing with SET. What it needs is a
+// is transaction-scoped; it sets nothing with SET (a batch's SET LOCAL
+// lock_timeout ends with its transaction). What it needs is a
 // pool that prepares no named statements, which such a pooler loses
 // between transactions: default_query_exec_mode exec, cache_describe or
 // simple_protocol. Open sets exec when the URL names no mode; New
@@ -107,6 +108,21 @@ type Config struct {
 	// waiter polls because Pooler keeps it from listening. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Unbatched turns group commit off: each Claim and Transition is a
+	// statement of its own, with a round trip and a commit of its own.
+	// By default (false) the claims and outcomes that queue up while
+	// others are being written are sent together, a batch to a
+	// transaction (see group.go's comment and ClaimMany), which many
+	// concurrent workers need to get past the server's commit rate; a
+	// lone caller is sent at once either way.
+	Unbatched bool
+	// MaxBatch caps the requests one batch carries. Zero means 128.
+	MaxBatch int
+	// BatchesInFlight caps the batches sent at once, each on a
+	// connection of the pool; requests that arrive meanwhile wait for
+	// one to end. Zero means 4. Keep it below the pool's size, so
+	// other statements (reads, heartbeats, recovery) find connections.
+	BatchesInFlight int
 }
 
 // dbtx is what a pool and a transaction have in common.
@@ -144,6 +160,9 @@ type Store struct {
 	// pollWhy, when not nil, says once that the pooler keeps waiters
 	// from listening; shared with the stores BindTx makes.
 	pollWhy *sync.Once
+	// batch queues claims and outcomes for group commit; nil with
+	// Config.Unbatched.
+	batch *batcher
 }
 
 var (
@@ -169,6 +188,18 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "once_"
+	}
+	switch {
+	case cfg.MaxBatch < 0:
+		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.MaxBatch is %d; it must be positive, or zero for %d", cfg.MaxBatch, defaultMaxBatch)
+	case cfg.BatchesInFlight < 0:
+		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.BatchesInFlight is %d; it must be positive, or zero for %d", cfg.BatchesInFlight, defaultBatchesInFlight)
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = defaultMaxBatch
+	}
+	if cfg.BatchesInFlight == 0 {
+		cfg.BatchesInFlight = defaultBatchesInFlight
 	}
 	if err := migrate.CheckIdent("postgres: Config.Schema", cfg.Schema, false); err != nil {
 		return cfg, migrate.Names{}, err
@@ -231,6 +262,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if !cfg.Unbatched {
+		s.batch = &batcher{s: s, maxBatch: cfg.MaxBatch, runners: cfg.BatchesInFlight}
 	}
 	// LISTEN through a pooler in transaction mode would hold no session
 	// to listen on.
@@ -581,16 +615,46 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	return nil
 }
 
-// Claim implements once.Store.
+// Claim implements once.Store. Unless Config.Unbatched, a claim that
+// arrives while batches are in flight waits for a runner and is sent
+// with the others queued then, in one transaction.
 func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
+	if s.batched() {
+		r := &request{claim: &req}
+		if err := s.batch.submit(ctx, r); err != nil {
+			return once.ClaimResult{}, s.wrap(err)
+		}
+		return s.claimAnswer(ctx, req, r)
+	}
+	res, err := s.claimOne(ctx, req)
+	return s.claimRest(ctx, req, res, err)
+}
+
+// claimAnswer finishes a claim from its batch's answer: sent again
+// alone when the batch asks, read again when its statement found no
+// row.
+func (s *Store) claimAnswer(ctx context.Context, req once.ClaimRequest, r *request) (once.ClaimResult, error) {
+	if r.alone {
+		res, err := s.claimOne(ctx, req)
+		return s.claimRest(ctx, req, res, err)
+	}
+	return s.claimRest(ctx, req, r.cr, r.err)
+}
+
+// claimOne runs the claim's statement: a new row, or the standing one.
+func (s *Store) claimOne(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
 	var res once.ClaimResult
-	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
-		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
-		&res.Action, &res.Claimed, &res.Now)
+	err := scanAction(s.db.QueryRow(ctx, s.q.claim, claimArgs(req)...), &res.Action, &res.Claimed, &res.Now)
+	return res, err
+}
+
+// claimRest follows the claim's statement: a row it could not see is
+// read again, and a released one claimed again.
+func (s *Store) claimRest(ctx context.Context, req once.ClaimRequest, res once.ClaimResult, err error) (once.ClaimResult, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
 		// snapshot was taken; read it with a fresh one.
+		res = once.ClaimResult{}
 		err = scanAction(s.db.QueryRow(ctx, s.q.selectRow, string(req.Key)), &res.Action, &res.Claimed, &res.Now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return res, s.wrap(fmt.Errorf("claim of %s raced with a purge; try again", req.Key))
@@ -623,23 +687,35 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 	return until, true, nil
 }
 
-// Transition implements once.Store.
+// Transition implements once.Store. Unless Config.Unbatched, it is
+// batched as Claim is.
 func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
-	var result any
-	if len(t.Result) > 0 {
-		result = string(t.Result)
+	if s.batched() {
+		r := &request{transition: &t}
+		if err := s.batch.submit(ctx, r); err != nil {
+			return false, s.wrap(err)
+		}
+		return s.transitionAnswer(ctx, t, r)
 	}
+	ok, err := s.transitionOne(ctx, t)
+	return ok, s.wrap(err)
+}
+
+// transitionAnswer is a transition's answer from its batch, or its own
+// when the batch asks for it to be sent alone.
+func (s *Store) transitionAnswer(ctx context.Context, t once.Transition, r *request) (bool, error) {
+	if r.alone {
+		ok, err := s.transitionOne(ctx, t)
+		return ok, s.wrap(err)
+	}
+	return r.applied, s.wrap(r.err)
+}
+
+// transitionOne runs the transition's statement.
+func (s *Store) transitionOne(ctx context.Context, t once.Transition) (bool, error) {
 	var n, notified int64
-	event := t.Event.Type
-	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
-		event = "" // the row tells it: sqlrows.WithHappyPath
-	}
-	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Hold, string(event), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
-		once.DefaultRetention.Microseconds(), t.Event.Origin).Scan(&n, &notified)
-	if err != nil {
-		return false, s.wrap(err)
+	if err := s.db.QueryRow(ctx, s.q.transition, transitionArgs(t)...).Scan(&n, &notified); err != nil {
+		return false, err
 	}
 	return n == 1, nil
 }

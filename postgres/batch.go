@@ -1,0 +1,236 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/sqlrows"
+)
+
+// batchLockTimeout bounds each lock wait of a batch's statements. A
+// batch that waits behind another transaction (a DoTx holding a key, a
+// person's resolution) holds up every request in it; past this it rolls
+// back and its requests are sent alone, where only the one that must
+// wait does.
+const batchLockTimeout = "100ms"
+
+// errBatchRolledBack is a COMMIT that PostgreSQL answered by rolling
+// back: nothing of the batch was written.
+var errBatchRolledBack = errors.New("the batch's transaction rolled back")
+
+// exec runs reqs, alone or as one transaction, and answers each.
+func (b *batcher) exec(reqs []*request) {
+	ctx, cancel := batchContext(reqs)
+	defer cancel()
+	if len(reqs) == 1 {
+		// Nothing queued up behind a batch: the request's own statement,
+		// with no transaction around it, is the cheapest there is.
+		r := reqs[0]
+		if r.claim != nil {
+			r.cr, r.err = b.s.claimOne(ctx, *r.claim)
+		} else {
+			r.applied, r.err = b.s.transitionOne(ctx, *r.transition)
+		}
+		close(r.done)
+		return
+	}
+	// Rows are locked in the order of their keys, so two batches, each
+	// holding some of the other's rows, never wait on each other. The
+	// sort is stable: two requests for one key run in the order they
+	// came.
+	slices.SortStableFunc(reqs, func(x, y *request) int { return strings.Compare(string(x.key()), string(y.key())) })
+	b.send(ctx, reqs)
+	for _, r := range reqs {
+		close(r.done)
+	}
+}
+
+// batchContext is the context a batch runs under: not any one caller's,
+// so that a caller who stops waiting cancels nothing for the others; it
+// ends when every caller in the batch has stopped waiting.
+func batchContext(reqs []*request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int64
+	left.Store(int64(len(reqs)))
+	stops := make([]func() bool, len(reqs))
+	for i, r := range reqs {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// send runs reqs as one transaction in one round trip: BEGIN, a lock
+// timeout, each request's statement, COMMIT, pipelined. It sets each
+// request's answer: its statement's, when the batch committed; alone,
+// when the batch surely rolled back for a reason that may be one
+// request's; the error, when the batch failed otherwise, committed or
+// not.
+func (b *batcher) send(ctx context.Context, reqs []*request) {
+	s := b.s
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		for _, r := range reqs {
+			r.err = err
+		}
+		return
+	}
+	defer conn.Release()
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue("SET LOCAL lock_timeout = '" + batchLockTimeout + "'")
+	for _, r := range reqs {
+		if r.claim != nil {
+			batch.Queue(s.q.claim, claimArgs(*r.claim)...)
+		} else {
+			batch.Queue(s.q.transition, transitionArgs(*r.transition)...)
+		}
+	}
+	batch.Queue("COMMIT")
+	br := conn.SendBatch(ctx, batch)
+	var failed error
+	for range 2 {
+		if _, err := br.Exec(); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	for _, r := range reqs {
+		if failed != nil {
+			break
+		}
+		if r.claim != nil {
+			// No row is an answer (claimRest reads it again), not a
+			// failure.
+			r.err = scanAction(br.QueryRow(), &r.cr.Action, &r.cr.Claimed, &r.cr.Now)
+			if r.err != nil && !errors.Is(r.err, pgx.ErrNoRows) {
+				failed = r.err
+			}
+		} else {
+			var n, notified int64
+			if err := br.QueryRow().Scan(&n, &notified); err != nil {
+				failed = err
+			}
+			r.applied = n == 1
+		}
+	}
+	committed := false
+	if failed == nil {
+		tag, err := br.Exec()
+		switch {
+		case err != nil:
+			failed = err
+		case tag.String() == "COMMIT":
+			committed = true
+		default:
+			failed = errBatchRolledBack
+		}
+	}
+	// What follows COMMIT's answer (the pipeline's end) cannot undo it.
+	if err := br.Close(); err != nil && failed == nil && !committed {
+		failed = err
+	}
+	if committed {
+		return
+	}
+	for _, r := range reqs {
+		r.cr, r.err, r.applied = once.ClaimResult{}, nil, false
+	}
+	if !rolledBack(failed) {
+		// The batch was sent and its end not heard: it may have
+		// committed. Every request gets the error a statement of its own
+		// gets when its reply is lost, and is read back by its token.
+		for _, r := range reqs {
+			r.err = failed
+		}
+		return
+	}
+	if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		// The failed transaction is still open on the connection: end
+		// it, so the pool keeps the connection.
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+			conn.Conn().Close(rctx)
+		}
+		cancel()
+	}
+	again := sendAlone(failed)
+	for _, r := range reqs {
+		if again {
+			r.alone = true
+		} else {
+			r.err = failed
+		}
+	}
+}
+
+// rolledBack reports whether a batch that failed with err surely wrote
+// nothing: PostgreSQL answered with an error before COMMIT was done (it
+// then skips the rest of the pipeline, COMMIT included), COMMIT itself
+// rolled back, or nothing was sent.
+func rolledBack(err error) bool {
+	var pe *pgconn.PgError
+	var pre pgx.ErrPreprocessingBatch
+	return errors.As(err, &pe) || errors.Is(err, errBatchRolledBack) || errors.As(err, &pre) || pgconn.SafeToRetry(err)
+}
+
+// sendAlone reports whether a batch that rolled back with err is sent
+// again request by request: the error may be about one request's data
+// (a data exception, an integrity or syntax rule, class 22, 23 or 42; a
+// protocol violation, 08P01, such as a value the protocol cannot
+// carry), or about the batch as a whole having waited (a lock timeout,
+// 55P03, a deadlock, 40P01, a serialization failure, 40001); a request
+// alone then gets its own answer. Anything else (the server shutting
+// down, the connection lost before anything was sent) would fail the
+// requests alone too; they get the error.
+func sendAlone(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected, pgerrcode.SerializationFailure, pgerrcode.ProtocolViolation:
+			return true
+		}
+		return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||
+			pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
+	}
+	var pre pgx.ErrPreprocessingBatch
+	return errors.As(err, &pre) || errors.Is(err, errBatchRolledBack)
+}
+
+// claimArgs are the claim statement's arguments.
+func claimArgs(req once.ClaimRequest) []any {
+	return []any{string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
+		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin}
+}
+
+// transitionArgs are the transition statement's arguments.
+func transitionArgs(t once.Transition) []any {
+	var result any
+	if len(t.Result) > 0 {
+		result = string(t.Result)
+	}
+	event := t.Event.Type
+	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
+		event = "" // the row tells it: sqlrows.WithHappyPath
+	}
+	return []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
+		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
+		statuses(t.From), t.Hold, string(event), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
+		once.DefaultRetention.Microseconds(), t.Event.Origin}
+}
