@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -96,11 +97,13 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
 	batch.Queue("SET LOCAL lock_timeout = '" + batchLockTimeout + "'")
-	for _, r := range reqs {
-		if r.claim != nil {
-			batch.Queue(s.q.claim, claimArgs(*r.claim)...)
-		} else {
-			batch.Queue(s.q.transition, transitionArgs(*r.transition)...)
+	rounds := roundsOf(reqs)
+	for _, rd := range rounds {
+		if len(rd.claims) > 0 {
+			batch.Queue(s.q.claims, claimsArgs(rd.claims)...)
+		}
+		if len(rd.transitions) > 0 {
+			batch.Queue(s.q.transitions, transitionsArgs(rd.transitions)...)
 		}
 	}
 	batch.Queue("COMMIT")
@@ -111,23 +114,15 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 			failed = err
 		}
 	}
-	for _, r := range reqs {
+	for _, rd := range rounds {
 		if failed != nil {
 			break
 		}
-		if r.claim != nil {
-			// No row is an answer (claimRest reads it again), not a
-			// failure.
-			r.err = scanAction(br.QueryRow(), &r.cr.Action, &r.cr.Claimed, &r.cr.Now)
-			if r.err != nil && !errors.Is(r.err, pgx.ErrNoRows) {
-				failed = r.err
-			}
-		} else {
-			var n, notified int64
-			if err := br.QueryRow().Scan(&n, &notified); err != nil {
-				failed = err
-			}
-			r.applied = n == 1
+		if len(rd.claims) > 0 {
+			failed = readClaims(br, rd.claims)
+		}
+		if failed == nil && len(rd.transitions) > 0 {
+			failed = readTransitions(br, rd.transitions)
 		}
 	}
 	committed := false
@@ -211,6 +206,146 @@ func sendAlone(err error) bool {
 	}
 	var pre pgx.ErrPreprocessingBatch
 	return errors.As(err, &pre) || errors.Is(err, errBatchRolledBack)
+}
+
+// round is what one pair of statements of a batch carries: claims and
+// transitions, at most one request per key, in the order of their keys.
+type round struct {
+	claims, transitions []*request
+}
+
+// roundsOf splits reqs, sorted by key, into rounds: the first request
+// for each key in the first, the second in the next, and so on, so two
+// requests for one key run one after the other, in the order they came.
+func roundsOf(reqs []*request) []round {
+	var rounds []round
+	n := 0
+	for i, r := range reqs {
+		if i > 0 && r.key() == reqs[i-1].key() {
+			n++
+		} else {
+			n = 0
+		}
+		if n == len(rounds) {
+			rounds = append(rounds, round{})
+		}
+		if r.claim != nil {
+			rounds[n].claims = append(rounds[n].claims, r)
+		} else {
+			rounds[n].transitions = append(rounds[n].transitions, r)
+		}
+	}
+	return rounds
+}
+
+// readClaims reads the claims statement's rows into reqs' answers: a
+// request whose key came back with no row gets pgx.ErrNoRows, which
+// claimRest answers by reading again.
+func readClaims(br pgx.BatchResults, reqs []*request) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for _, r := range reqs {
+		r.err = pgx.ErrNoRows
+	}
+	for rows.Next() {
+		var res once.ClaimResult
+		var i int64
+		if err := scanAction(rows, &res.Action, &res.Claimed, &res.Now, &i); err != nil {
+			return err
+		}
+		if i < 1 || i > int64(len(reqs)) {
+			return fmt.Errorf("the claims statement answered for request %d of %d", i, len(reqs))
+		}
+		reqs[i-1].cr, reqs[i-1].err = res, nil
+	}
+	return rows.Err()
+}
+
+// readTransitions reads which of reqs applied.
+func readTransitions(br pgx.BatchResults, reqs []*request) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i, notified int64
+		if err := rows.Scan(&i, &notified); err != nil {
+			return err
+		}
+		if i < 1 || i > int64(len(reqs)) {
+			return fmt.Errorf("the transitions statement answered for request %d of %d", i, len(reqs))
+		}
+		reqs[i-1].applied = true
+	}
+	return rows.Err()
+}
+
+// claimsArgs are the claims statement's arguments: one array per
+// column.
+func claimsArgs(reqs []*request) []any {
+	n := len(reqs)
+	var (
+		keys, fps, runs, kinds, targets, tokens, recoveries, origins = make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		steps, leases             = make([]int64, n), make([]int64, n)
+		payloads                  = make([][]byte, n)
+		retentions, redriveAfters = make([]*int64, n), make([]*int64, n)
+		redrives                  = make([]bool, n)
+	)
+	for i, r := range reqs {
+		c := r.claim
+		keys[i], fps[i], runs[i], kinds[i], targets[i] = string(c.Key), string(c.Fingerprint), c.Run, c.Kind, c.Target
+		tokens[i], recoveries[i], origins[i] = c.Token, sqlrows.RecoveryText(c.Recovery), c.Origin
+		steps[i], leases[i], payloads[i], redrives[i] = c.Step, c.Lease.Microseconds(), c.Payload, c.Redrive
+		retentions[i], redriveAfters[i] = optMicrosPtr(c.Retention), optMicrosPtr(c.RedriveAfter)
+	}
+	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins}
+}
+
+// transitionsArgs are the transitions statement's arguments: one array
+// per column, and the default retention.
+func transitionsArgs(reqs []*request) []any {
+	n := len(reqs)
+	var (
+		keys, tos, errs, resolvedBy, notes, froms, holds = make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		evTypes, evFroms, actors, evNotes, tokens, origins = make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n)
+		attempts, leases, failures = make([]int64, n), make([]int64, n), make([]int64, n)
+		results                    = make([]*string, n)
+		newAttempts                = make([]bool, n)
+	)
+	for i, r := range reqs {
+		t := r.transition
+		if len(t.Result) > 0 {
+			res := string(t.Result)
+			results[i] = &res
+		}
+		event := t.Event.Type
+		if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
+			event = "" // the row tells it: sqlrows.WithHappyPath
+		}
+		keys[i], attempts[i], tos[i], errs[i], newAttempts[i] = string(t.Key), int64(t.Attempt), string(t.To), t.Error, t.NewAttempt
+		leases[i], failures[i], resolvedBy[i], notes[i] = t.Lease.Microseconds(), int64(t.VerifyFailures), t.ResolvedBy, t.ResolveNote
+		froms[i], holds[i] = strings.Join(statuses(t.From), ","), t.Hold
+		evTypes[i], evFroms[i], actors[i], evNotes[i] = string(event), string(t.Event.From), t.Event.Actor, t.Event.Note
+		tokens[i], origins[i] = t.Token, t.Event.Origin
+	}
+	return []any{keys, attempts, tos, results, errs, newAttempts, leases, failures, resolvedBy, notes, froms, holds,
+		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins}
+}
+
+// optMicrosPtr is a duration in microseconds, zero as NULL.
+func optMicrosPtr(d time.Duration) *int64 {
+	if d == 0 {
+		return nil
+	}
+	us := d.Microseconds()
+	return &us
 }
 
 // claimArgs are the claim statement's arguments.

@@ -404,6 +404,9 @@ type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
 	purgeCount, state, await, eventsRow                                string
+	// claims and transitions are claim and transition for many keys at
+	// once, in one statement each (batch.go).
+	claims, transitions string
 }
 
 // buildQueries renders the statements for the tables; tag names the
@@ -411,8 +414,69 @@ type queries struct {
 // identifiers (CheckIdent), so the tag is safe in a literal.
 func buildQueries(table, events, tag string) queries {
 	notify := `pg_notify('` + notifyChannel + `', '` + tag + `:' || key)`
-	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify)
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify,
+		"$QC", qualified("c", columns), "$QT", qualified("t", columns))
 	return queries{
+		// The claim statement for many keys, one each (batch.go): the
+		// rows are inserted in the order of their keys, and each comes
+		// back with its request's index, i. A key whose standing row was
+		// committed after the statement's snapshot comes back not at
+		// all, and is read again, as after the claim statement alone.
+		claims: r.Replace(`
+WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[],
+        $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[])
+        WITH ORDINALITY AS b(key, fingerprint, run_id, step, kind, target, payload, lease_us, token, recovery, retention_us,
+            redrive_after_us, redrive, origin, i)
+), claimed AS (
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
+        redrive_after_us, redrive, origin)
+    SELECT key, fingerprint, run_id, step, kind, target, payload, 'in_flight', 1, statement_timestamp() + lease_us::float8 * interval '1 microsecond',
+        token, recovery, retention_us, redrive_after_us, redrive, origin
+    FROM b ORDER BY i
+    ON CONFLICT (key) DO NOTHING
+    RETURNING $C
+)
+SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.key
+UNION ALL
+SELECT $QT, false, statement_timestamp(), b.i FROM b JOIN $T t ON t.key = b.key
+WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.key = b.key)`),
+		// The transition statement for many keys, one each: every
+		// request's compare-and-set, event and notification as the
+		// statement alone makes them. $11 holds each request's From
+		// statuses joined by commas. It returns the index, i, of each
+		// request that applied.
+		transitions: r.Replace(`
+WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[],
+        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[])
+        WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
+            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, i)
+), u AS (
+    UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
+        attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
+        claimed_at = CASE WHEN b.new_attempt THEN now() ELSE t.claimed_at END,
+        lease_until = CASE WHEN b.lease_us > 0 THEN now() + b.lease_us::float8 * interval '1 microsecond' END,
+        completed_at = CASE WHEN b.to_status IN ('succeeded', 'failed') THEN now() END,
+        retain_until = CASE WHEN b.to_status IN ('succeeded', 'failed')
+            THEN now() + coalesce(t.retention_us, $18::bigint)::float8 * interval '1 microsecond' END,
+        verify_failures = b.verify_failures,
+        resolved_by = CASE WHEN b.resolved_by <> '' THEN b.resolved_by ELSE t.resolved_by END,
+        resolved_at = CASE WHEN b.resolved_by <> '' THEN now() ELSE t.resolved_at END,
+        resolve_note = CASE WHEN b.resolved_by <> '' THEN b.resolve_note ELSE t.resolve_note END,
+        hold_token = NULL,
+        token = CASE WHEN b.token <> '' THEN b.token ELSE t.token END
+    FROM b
+    WHERE t.key = b.key AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
+      AND (b.hold = '' OR t.hold_token = b.hold)
+    RETURNING b.i, t.key, t.attempt, t.status, t.waiters
+), ev AS (
+    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
+    SELECT u.key, b.ev_type, u.attempt, b.ev_from, u.status, b.actor, b.note, b.origin FROM u JOIN b ON b.i = u.i WHERE b.ev_type <> ''
+), n AS (
+    SELECT $NOTIFY FROM u WHERE waiters
+)
+SELECT i, (SELECT count(*) FROM n) FROM u`),
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
 		// A first claim writes no event: the row, with its origin, is
@@ -573,6 +637,16 @@ WITH cur AS (
 )
 SELECT EXISTS (SELECT 1 FROM cur WHERE waiters) OR EXISTS (SELECT 1 FROM u)`),
 	}
+}
+
+// qualified is the column list cols with each column qualified by
+// alias.
+func qualified(alias, cols string) string {
+	fields := strings.Split(cols, ", ")
+	for i, f := range fields {
+		fields[i] = alias + "." + f
+	}
+	return strings.Join(fields, ", ")
 }
 
 // scanAction scans the column list, plus extra destinations.
