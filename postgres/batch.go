@@ -24,9 +24,9 @@ import (
 // wait does.
 const batchLockTimeout = "100ms"
 
-// errBatchRolledBack is a COMMIT that PostgreSQL answered by rolling
-// back: nothing of the batch was written.
-var errBatchRolledBack = errors.New("the batch's transaction rolled back")
+// lockTimeoutSQL sets the lock timeout for the batch's transaction
+// only (SET LOCAL, as a function, which an implicit transaction takes).
+const lockTimeoutSQL = `SELECT set_config('lock_timeout', '` + batchLockTimeout + `', true)`
 
 // exec runs reqs, alone or as one transaction, and answers each.
 func (b *batcher) exec(reqs []*request) {
@@ -78,12 +78,15 @@ func batchContext(reqs []*request) (context.Context, context.CancelFunc) {
 	}
 }
 
-// send runs reqs as one transaction in one round trip: BEGIN, a lock
-// timeout, each request's statement, COMMIT, pipelined. It sets each
-// request's answer: its statement's, when the batch committed; alone,
-// when the batch surely rolled back for a reason that may be one
-// request's; the error, when the batch failed otherwise, committed or
-// not.
+// send runs reqs as one transaction in one round trip: a lock timeout
+// and each round's statements, pipelined. They are sent with no BEGIN
+// and no COMMIT: PostgreSQL runs the statements of a pipeline, up to its
+// end (Sync), as one implicit transaction, which commits at the end if
+// no statement failed; one that fails rolls it back, and the server
+// skips the rest. send sets each request's answer: its statement's,
+// when the batch committed; alone, when the batch surely rolled back
+// for a reason that may be one request's; the error, when the batch
+// failed otherwise, committed or not.
 func (b *batcher) send(ctx context.Context, reqs []*request) {
 	s := b.s
 	conn, err := s.pool.Acquire(ctx)
@@ -95,8 +98,7 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 	}
 	defer conn.Release()
 	batch := &pgx.Batch{}
-	batch.Queue("BEGIN")
-	batch.Queue("SET LOCAL lock_timeout = '" + batchLockTimeout + "'")
+	batch.Queue(lockTimeoutSQL)
 	rounds := roundsOf(reqs)
 	for _, rd := range rounds {
 		if len(rd.claims) > 0 {
@@ -106,14 +108,8 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 			batch.Queue(s.q.transitions, transitionsArgs(rd.transitions)...)
 		}
 	}
-	batch.Queue("COMMIT")
 	br := conn.SendBatch(ctx, batch)
-	var failed error
-	for range 2 {
-		if _, err := br.Exec(); err != nil && failed == nil {
-			failed = err
-		}
-	}
+	_, failed := br.Exec()
 	for _, rd := range rounds {
 		if failed != nil {
 			break
@@ -125,23 +121,11 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 			failed = readTransitions(br, rd.transitions)
 		}
 	}
-	committed := false
-	if failed == nil {
-		tag, err := br.Exec()
-		switch {
-		case err != nil:
-			failed = err
-		case tag.String() == "COMMIT":
-			committed = true
-		default:
-			failed = errBatchRolledBack
-		}
-	}
-	// What follows COMMIT's answer (the pipeline's end) cannot undo it.
-	if err := br.Close(); err != nil && failed == nil && !committed {
+	// Close reads the pipeline's end: the answer to the commit.
+	if err := br.Close(); failed == nil {
 		failed = err
 	}
-	if committed {
+	if failed == nil {
 		return
 	}
 	for _, r := range reqs {
@@ -156,15 +140,6 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 		}
 		return
 	}
-	if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
-		// The failed transaction is still open on the connection: end
-		// it, so the pool keeps the connection.
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
-			conn.Conn().Close(rctx)
-		}
-		cancel()
-	}
 	again := sendAlone(failed)
 	for _, r := range reqs {
 		if again {
@@ -176,13 +151,13 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 }
 
 // rolledBack reports whether a batch that failed with err surely wrote
-// nothing: PostgreSQL answered with an error before COMMIT was done (it
-// then skips the rest of the pipeline, COMMIT included), COMMIT itself
-// rolled back, or nothing was sent.
+// nothing: PostgreSQL answered with an error (it then skips the rest of
+// the pipeline and rolls its transaction back, or the error is the
+// commit's own), or nothing was sent.
 func rolledBack(err error) bool {
 	var pe *pgconn.PgError
 	var pre pgx.ErrPreprocessingBatch
-	return errors.As(err, &pe) || errors.Is(err, errBatchRolledBack) || errors.As(err, &pre) || pgconn.SafeToRetry(err)
+	return errors.As(err, &pe) || errors.As(err, &pre) || pgconn.SafeToRetry(err)
 }
 
 // sendAlone reports whether a batch that rolled back with err is sent
@@ -205,7 +180,7 @@ func sendAlone(err error) bool {
 			pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
 	}
 	var pre pgx.ErrPreprocessingBatch
-	return errors.As(err, &pre) || errors.Is(err, errBatchRolledBack)
+	return errors.As(err, &pre)
 }
 
 // round is what one pair of statements of a batch carries: claims and

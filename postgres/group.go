@@ -12,33 +12,40 @@ import (
 //
 // Every Claim and Transition of a Do is a write that commits, and a
 // commit waits for the write-ahead log to reach the disk. Alone, each
-// call pays a round trip and a flush of its own; the server's flushes,
-// not its statements, then cap how many actions a second one pool can
-// record. A store (unless Config.Unbatched) therefore queues its
-// claims and outcomes: a few runners (Config.BatchesInFlight) each take
-// what has queued up (up to Config.MaxBatch) and send it to PostgreSQL
-// as one transaction in one round trip, every request its own
-// statement, the same statement it would run alone. A request that
-// finds a runner idle is sent at once, alone: nothing waits to fill a
+// call pays a round trip, a statement and a flush of its own, and the
+// server's commits, not its statements, then cap how many actions a
+// second one pool records. A store (unless Config.Unbatched) therefore
+// queues its claims and outcomes: a few runners (Config.BatchesInFlight)
+// each take what has queued up (up to Config.MaxBatch) and send it as
+// one transaction in one round trip: a statement for its claims and
+// one for its outcomes, each taking its requests as arrays (batch.go).
+// A request that finds a runner idle is sent at once, alone, as the
+// statement it runs with Config.Unbatched: nothing waits to fill a
 // batch, so one worker sees no added latency, and requests are batched
 // only when they queued behind batches in flight.
 //
 // Each request's answer is what its statement alone would have given:
-// the statements are the same, their fencing is the same, and each
-// reads what the ones before it in the batch wrote, as it would have
-// had they run one after the other. Rows are taken in the order of
-// their keys, so two batches never wait on each other in a cycle.
+// the batch statements do, row by row, what the statements for one key
+// do, with the same conditions (fencing on the attempt, the hold token)
+// and the same writes (token, event, notification). Two requests for
+// one key go into successive statements of the batch, in the order
+// they came, so the second reads what the first wrote, as it would
+// have had they run one after the other. Rows are taken in the order
+// of their keys, so two batches do not wait on each other in a cycle.
+//
 // What one request does cannot decide another's answer: a batch that
-// PostgreSQL refuses because of one request's data, or that waited on
-// a lock too long (SET LOCAL lock_timeout), or met a deadlock, rolled
-// back whole, and its requests are each sent again alone. A batch
-// whose connection failed after it was sent may have committed or not:
-// every request in it gets the connection's error, which is what a
-// statement of its own whose reply was lost gets, and the engine reads
-// the row back by the request's token. A caller whose context ends
-// stops waiting; its request stays in the batch, whose answer it then
-// does not hear, as with a reply lost; the batch is cancelled only when
-// all its callers have stopped waiting.
+// PostgreSQL refuses because of one request's data, that waited on a
+// lock too long (a lock_timeout set for the batch's transaction), or
+// that met a deadlock, rolled back whole, and its requests are each
+// sent again alone. A batch whose connection failed after it was sent
+// may have committed or not: every request in it gets the connection's
+// error, which is what a statement of its own whose reply was lost
+// gets, and the engine reads the row back by the request's token. A
+// caller whose context ends stops waiting; its request stays in the
+// batch, whose answer it then does not hear, as with a reply lost; the
+// batch is cancelled only when all its callers have stopped waiting. A
+// request whose caller stopped waiting before a runner took it is not
+// sent.
 
 // Defaults of the batching settings.
 const (

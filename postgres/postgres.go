@@ -32,8 +32,8 @@
 // pool_mode=transaction) set Config.Pooler to PoolerTransaction. The
 // store keeps no state in a session: its tables are qualified by their
 // schema, not found on a search_path; its one advisory lock, Migrate's,
-// is transaction-scoped; it sets nothing with SET (a batch's SET LOCAL
-// lock_timeout ends with its transaction). What it needs is a
+// is transaction-scoped; it sets nothing with SET (a batch's
+// lock_timeout is set for its transaction only). What it needs is a
 // pool that prepares no named statements, which such a pooler loses
 // between transactions: default_query_exec_mode exec, cache_describe or
 // simple_protocol. Open sets exec when the URL names no mode; New
