@@ -194,13 +194,20 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []once.ClaimRequest) ([]once
 		rs[i] = &request{claim: &reqs[i]}
 	}
 	err := s.batch.submit(ctx, rs...)
+	// A request sent again alone, or read again, may wait on a lock:
+	// the others do not wait behind it.
+	var wg sync.WaitGroup
 	for i, r := range rs {
-		if err != nil && !isDone(r) {
+		switch {
+		case err != nil && !isDone(r):
 			errs[i] = s.wrap(err)
-			continue
+		case r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased):
+			wg.Go(func() { res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r) })
+		default:
+			res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
 		}
-		res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
 	}
+	wg.Wait()
 	return res, errs
 }
 
@@ -223,13 +230,20 @@ func (s *Store) TransitionMany(ctx context.Context, ts []once.Transition) ([]boo
 		rs[i] = &request{transition: &ts[i]}
 	}
 	err := s.batch.submit(ctx, rs...)
+	var wg sync.WaitGroup
 	for i, r := range rs {
-		if err != nil && !isDone(r) {
+		switch {
+		case err != nil && !isDone(r):
 			errs[i] = s.wrap(err)
-			continue
+		case r.alone:
+			// Sent again alone, it may wait on a lock: the others do
+			// not wait behind it.
+			wg.Go(func() { ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r) })
+		default:
+			ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
 		}
-		ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
 	}
+	wg.Wait()
 	return ok, errs
 }
 

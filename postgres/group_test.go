@@ -373,3 +373,76 @@ func TestGroupCommitFewerCommits(t *testing.T) {
 		t.Logf("unbatched %v: %d claims, %d commits", unbatched, n, got)
 	}
 }
+
+// TestGroupCommitLockTimeout: a batch that waits on a row another
+// transaction holds gives up after its lock timeout and sends its
+// requests alone: the others are written while the row is still held,
+// and the one that must wait does, then applies.
+func TestGroupCommitLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := groupStore(t, postgres.Config{})
+	const n, held = 5, 2
+	reqs := make([]once.ClaimRequest, n)
+	for i := range reqs {
+		reqs[i] = claimOf(groupKey(t, i), fmt.Sprint("tok-", i))
+	}
+	if _, errs := s.ClaimMany(ctx, reqs); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "once_action"}.Sanitize()+` WHERE key = $1 FOR UPDATE`, string(reqs[held].Key)); err != nil {
+		t.Fatal(err)
+	}
+	ts := make([]once.Transition, n)
+	for i := range ts {
+		ts[i] = succeed(reqs[i].Key, fmt.Sprint("done-", i), `{"id":1}`)
+	}
+	type answer struct {
+		ok   []bool
+		errs []error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ok, errs := s.TransitionMany(ctx, ts)
+		done <- answer{ok, errs}
+	}()
+	// While the row is held, every other outcome is written.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < n; {
+		if i == held {
+			i++
+			continue
+		}
+		a, err := s.Get(ctx, ts[i].Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status == once.StatusSucceeded {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outcome %d is not written while another batch member's row is held", i)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("TransitionMany returned while a row it writes was held: %v %v", a.ok, a.errs)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	for i := range ts {
+		if a.errs[i] != nil || !a.ok[i] {
+			t.Fatalf("transition %d: %v, %v; want applied", i, a.ok[i], a.errs[i])
+		}
+	}
+}
