@@ -53,6 +53,13 @@ const (
 	defaultBatchesInFlight = 4
 )
 
+// spareRunnerQueue is how many requests must wait before another runner
+// starts beside those in flight. Fewer wait for the batch in flight to
+// end, and go together in the next: a batch costs the server a commit
+// and a round trip whatever it carries, and a request waits for at most
+// one batch either way.
+const spareRunnerQueue = 16
+
 // request is one Claim or Transition waiting for, or riding in, a batch.
 type request struct {
 	ctx context.Context
@@ -106,8 +113,8 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 	}
 	b.mu.Lock()
 	b.queue = append(b.queue, reqs...)
-	start := min(b.runners-b.running, (len(b.queue)+b.maxBatch-1)/b.maxBatch)
-	b.running += max(start, 0)
+	start := max(0, min(b.runners, 1+len(b.queue)/spareRunnerQueue)-b.running)
+	b.running += start
 	b.mu.Unlock()
 	for range start {
 		go b.run()

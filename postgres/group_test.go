@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -443,6 +444,34 @@ func TestGroupCommitLockTimeout(t *testing.T) {
 	for i := range ts {
 		if a.errs[i] != nil || !a.ok[i] {
 			t.Fatalf("transition %d: %v, %v; want applied", i, a.ok[i], a.errs[i])
+		}
+	}
+}
+
+// TestGroupCommitMaxBatch: a batch carries at most Config.MaxBatch
+// requests, and a negative setting is refused by name.
+func TestGroupCommitMaxBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := groupStore(t, postgres.Config{MaxBatch: 3})
+	const n = 10
+	reqs := make([]once.ClaimRequest, n)
+	for i := range reqs {
+		reqs[i] = claimOf(groupKey(t, i), fmt.Sprint("tok-", i))
+	}
+	res, errs := s.ClaimMany(ctx, reqs)
+	for i := range reqs {
+		if errs[i] != nil || !res[i].Claimed {
+			t.Fatalf("claim %d: %+v, %v", i, res[i], errs[i])
+		}
+	}
+	if got, least := commits(t, schema), (n+2)/3; got < least {
+		t.Fatalf("%d claims in batches of at most 3 were written by %d transactions, want at least %d", n, got, least)
+	}
+	for _, cfg := range []postgres.Config{{MaxBatch: -1}, {BatchesInFlight: -1}} {
+		_, err := postgres.New(sharedPool(t), cfg)
+		if err == nil || !strings.Contains(err.Error(), "Config.") {
+			t.Errorf("New(%+v) = %v, want an error naming the field", cfg, err)
 		}
 	}
 }

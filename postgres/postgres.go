@@ -119,9 +119,11 @@ type Config struct {
 	// MaxBatch caps the requests one batch carries. Zero means 128.
 	MaxBatch int
 	// BatchesInFlight caps the batches sent at once, each on a
-	// connection of the pool; requests that arrive meanwhile wait for
-	// one to end. Zero means 4. Keep it below the pool's size, so
-	// other statements (reads, heartbeats, recovery) find connections.
+	// connection of the pool. One is sent as soon as a request finds
+	// none in flight; another starts beside it only when 16 requests
+	// wait, and fewer wait for it to end, to go together in the next.
+	// Zero means 4. Keep it below the pool's size, so other
+	// statements (reads, heartbeats, recovery) find connections.
 	BatchesInFlight int
 }
 
