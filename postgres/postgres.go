@@ -26,6 +26,18 @@
 // all along (every 250ms, backing off to every second), so a lost
 // notification only delays them. Config.PollOnly turns listening off.
 //
+// # Group commit
+//
+// Claims and outcomes that arrive while others are being written are
+// sent together: one transaction, one round trip and one commit for a
+// batch of them, each answered as its own statement would have been
+// (Config.MaxBatch, Config.BatchesInFlight). A lone call is sent at
+// once, as its own statement; Config.Unbatched sends every call so.
+// A batch whose reply is lost gives each of its callers the error of a
+// lost reply, and the engine reads each write back by its token, as it
+// does for a statement of its own. Store.ClaimMany and
+// Store.TransitionMany send many at once.
+//
 // # Behind a connection pooler
 //
 // Through a pooler in transaction mode (PgBouncer's
