@@ -37,3 +37,11 @@ func ListenerReady(s *Store) bool { return s.listen != nil && s.listen.state.Loa
 func ListenerUnavailable(s *Store) bool {
 	return s.listen != nil && s.listen.state.Load() == listenUnavailable
 }
+
+// SetBeforeBatch has f run before each batch the store's runners send,
+// with the batch's size; a test holds the runners in f to let requests
+// queue up. It must be set before the store's first claim.
+func SetBeforeBatch(s *Store, f func(n int)) { s.batch.beforeBatch = f }
+
+// Queued is how many requests wait for the store's runners.
+func Queued(s *Store) int { return s.batch.queued() }

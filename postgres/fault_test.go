@@ -17,8 +17,8 @@ import (
 // pgFaults gives the partial-failure tests a second store on the schema,
 // reached through a loopback fault proxy, as a worker on another machine
 // would reach the same database.
-func pgFaults(t *testing.T, schema string) (once.Store, storetest.Faults) {
-	s, p := proxiedStore(t, schema)
+func pgFaults(t *testing.T, spec string) (once.Store, storetest.Faults) {
+	s, p := proxiedStoreWith(t, specConfig(spec))
 	return s, proxyFaults{p}
 }
 
@@ -57,16 +57,22 @@ func (f proxyFaults) LoseReply(marker string, hang bool) <-chan struct{} {
 // execution.
 func proxiedStore(t *testing.T, schema string) (*postgres.Store, *faultproxy.Proxy) {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	return proxiedStoreWith(t, postgres.Config{Schema: schema})
+}
+
+// proxiedStoreWith is proxiedStore with cfg.
+func proxiedStoreWith(t *testing.T, cfg postgres.Config) (*postgres.Store, *faultproxy.Proxy) {
+	t.Helper()
+	cc, err := pgx.ParseConfig(testdb.RequirePostgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cfg.Host, cfg.Port))
+	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cc.Host, cc.Port))
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4", cfg.User, p.Addr(), cfg.Database)
-	s, err := postgres.Open(context.Background(), url, postgres.Config{Schema: schema})
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4", cc.User, p.Addr(), cc.Database)
+	s, err := postgres.Open(context.Background(), url, cfg)
 	if err != nil {
 		p.Close()
 		t.Fatal(err)

@@ -26,13 +26,26 @@
 // all along (every 250ms, backing off to every second), so a lost
 // notification only delays them. Config.PollOnly turns listening off.
 //
+// # Group commit
+//
+// Claims and outcomes that arrive while others are being written are
+// sent together: one transaction, one round trip and one commit for a
+// batch of them, each answered as its own statement would have been
+// (Config.MaxBatch, Config.BatchesInFlight). A lone call is sent at
+// once, as its own statement; Config.Unbatched sends every call so.
+// A batch whose reply is lost gives each of its callers the error of a
+// lost reply, and the engine reads each write back by its token, as it
+// does for a statement of its own. Store.ClaimMany and
+// Store.TransitionMany send many at once.
+//
 // # Behind a connection pooler
 //
 // Through a pooler in transaction mode (PgBouncer's
 // pool_mode=transaction) set Config.Pooler to PoolerTransaction. The
 // store keeps no state in a session: its tables are qualified by their
 // schema, not found on a search_path; its one advisory lock, Migrate's,
-// is transaction-scoped; it sets nothing with SET. What it needs is a
+// is transaction-scoped; it sets nothing with SET (a batch's
+// lock_timeout is set for its transaction only). What it needs is a
 // pool that prepares no named statements, which such a pooler loses
 // between transactions: default_query_exec_mode exec, cache_describe or
 // simple_protocol. Open sets exec when the URL names no mode; New
@@ -108,6 +121,23 @@ type Config struct {
 	// waiter polls because Pooler keeps it from listening. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Unbatched turns group commit off: each Claim and Transition is a
+	// statement of its own, with a round trip and a commit of its own.
+	// By default (false) the claims and outcomes that queue up while
+	// others are being written are sent together, a batch to a
+	// transaction (see group.go's comment and ClaimMany), which many
+	// concurrent workers need to get past the server's commit rate; a
+	// lone caller is sent at once either way.
+	Unbatched bool
+	// MaxBatch caps the requests one batch carries. Zero means 128.
+	MaxBatch int
+	// BatchesInFlight caps the batches sent at once, each on a
+	// connection of the pool. One is sent as soon as a request finds
+	// none in flight; another starts beside it only when 16 requests
+	// wait, and fewer wait for it to end, to go together in the next.
+	// Zero means 4. Keep it below the pool's size, so other
+	// statements (reads, heartbeats, recovery) find connections.
+	BatchesInFlight int
 }
 
 // dbtx is what a pool and a transaction have in common.
@@ -145,6 +175,9 @@ type Store struct {
 	// pollWhy, when not nil, says once that the pooler keeps waiters
 	// from listening; shared with the stores BindTx makes.
 	pollWhy *sync.Once
+	// batch queues claims and outcomes for group commit; nil with
+	// Config.Unbatched.
+	batch *batcher
 }
 
 var (
@@ -170,6 +203,18 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "once_"
+	}
+	switch {
+	case cfg.MaxBatch < 0:
+		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.MaxBatch is %d; it must be positive, or zero for %d", cfg.MaxBatch, defaultMaxBatch)
+	case cfg.BatchesInFlight < 0:
+		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.BatchesInFlight is %d; it must be positive, or zero for %d", cfg.BatchesInFlight, defaultBatchesInFlight)
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = defaultMaxBatch
+	}
+	if cfg.BatchesInFlight == 0 {
+		cfg.BatchesInFlight = defaultBatchesInFlight
 	}
 	if err := migrate.CheckIdent("postgres: Config.Schema", cfg.Schema, false); err != nil {
 		return cfg, migrate.Names{}, err
@@ -232,6 +277,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if !cfg.Unbatched {
+		s.batch = &batcher{s: s, maxBatch: cfg.MaxBatch, runners: cfg.BatchesInFlight}
 	}
 	// LISTEN through a pooler in transaction mode would hold no session
 	// to listen on.
@@ -372,6 +420,9 @@ type queries struct {
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
 	purgeCount, state, await, eventsRow                                string
 	outcome, lockOutcome                                               string
+	// claims and transitions are claim and transition for many keys at
+	// once, in one statement each (batch.go).
+	claims, transitions string
 }
 
 // buildQueries renders the statements for the tables; tag names the
@@ -384,8 +435,69 @@ func buildQueries(table, events, tag string) queries {
 	// its written claim.
 	origin := `CASE WHEN a.origin <> '' THEN a.origin ELSE coalesce((SELECT c.origin FROM ` + events +
 		` c WHERE c.key = a.key AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), '') END`
-	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify, "$ORIGIN", origin)
+	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify, "$ORIGIN", origin,
+		"$QC", qualified("c", columns), "$QT", qualified("t", columns))
 	return queries{
+		// The claim statement for many keys, one each (batch.go): the
+		// rows are inserted in the order of their keys, and each comes
+		// back with its request's index, i. A key whose standing row was
+		// committed after the statement's snapshot comes back not at
+		// all, and is read again, as after the claim statement alone.
+		claims: r.Replace(`
+WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[],
+        $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[])
+        WITH ORDINALITY AS b(key, fingerprint, run_id, step, kind, target, payload, lease_us, token, recovery, retention_us,
+            redrive_after_us, redrive, origin, i)
+), claimed AS (
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
+        redrive_after_us, redrive, origin)
+    SELECT key, fingerprint, run_id, step, kind, target, payload, 'in_flight', 1, statement_timestamp() + lease_us::float8 * interval '1 microsecond',
+        token, recovery, retention_us, redrive_after_us, redrive, origin
+    FROM b ORDER BY i
+    ON CONFLICT (key) DO NOTHING
+    RETURNING $C
+)
+SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.key
+UNION ALL
+SELECT $QT, false, statement_timestamp(), b.i FROM b JOIN $T t ON t.key = b.key
+WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.key = b.key)`),
+		// The transition statement for many keys, one each: every
+		// request's compare-and-set, event and notification as the
+		// statement alone makes them. $11 holds each request's From
+		// statuses joined by commas. It returns the index, i, of each
+		// request that applied.
+		transitions: r.Replace(`
+WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[],
+        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[])
+        WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
+            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, i)
+), u AS (
+    UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
+        attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
+        claimed_at = CASE WHEN b.new_attempt THEN now() ELSE t.claimed_at END,
+        lease_until = CASE WHEN b.lease_us > 0 THEN now() + b.lease_us::float8 * interval '1 microsecond' END,
+        completed_at = CASE WHEN b.to_status IN ('succeeded', 'failed') THEN now() END,
+        retain_until = CASE WHEN b.to_status IN ('succeeded', 'failed')
+            THEN now() + coalesce(t.retention_us, $18::bigint)::float8 * interval '1 microsecond' END,
+        verify_failures = b.verify_failures,
+        resolved_by = CASE WHEN b.resolved_by <> '' THEN b.resolved_by ELSE t.resolved_by END,
+        resolved_at = CASE WHEN b.resolved_by <> '' THEN now() ELSE t.resolved_at END,
+        resolve_note = CASE WHEN b.resolved_by <> '' THEN b.resolve_note ELSE t.resolve_note END,
+        hold_token = NULL,
+        token = CASE WHEN b.token <> '' THEN b.token ELSE t.token END
+    FROM b
+    WHERE t.key = b.key AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
+      AND (b.hold = '' OR t.hold_token = b.hold)
+    RETURNING b.i, t.key, t.attempt, t.status, t.waiters
+), ev AS (
+    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
+    SELECT u.key, b.ev_type, u.attempt, b.ev_from, u.status, b.actor, b.note, b.origin FROM u JOIN b ON b.i = u.i WHERE b.ev_type <> ''
+), n AS (
+    SELECT $NOTIFY FROM u WHERE waiters
+)
+SELECT i, (SELECT count(*) FROM n) FROM u`),
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
 		// A first claim writes no event: the row, with its origin, is
@@ -562,6 +674,16 @@ SELECT EXISTS (SELECT 1 FROM cur WHERE waiters) OR EXISTS (SELECT 1 FROM u)`),
 	}
 }
 
+// qualified is the column list cols with each column qualified by
+// alias.
+func qualified(alias, cols string) string {
+	fields := strings.Split(cols, ", ")
+	for i, f := range fields {
+		fields[i] = alias + "." + f
+	}
+	return strings.Join(fields, ", ")
+}
+
 // scanAction scans the column list, plus extra destinations.
 func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	var key, fp, status string
@@ -602,16 +724,46 @@ func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
 	return nil
 }
 
-// Claim implements once.Store.
+// Claim implements once.Store. Unless Config.Unbatched, a claim that
+// arrives while batches are in flight waits for a runner and is sent
+// with the others queued then, in one transaction.
 func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
+	if s.batched() {
+		r := &request{claim: &req}
+		if err := s.batch.submit(ctx, r); err != nil {
+			return once.ClaimResult{}, s.wrap(err)
+		}
+		return s.claimAnswer(ctx, req, r)
+	}
+	res, err := s.claimOne(ctx, req)
+	return s.claimRest(ctx, req, res, err)
+}
+
+// claimAnswer finishes a claim from its batch's answer: sent again
+// alone when the batch asks, read again when its statement found no
+// row.
+func (s *Store) claimAnswer(ctx context.Context, req once.ClaimRequest, r *request) (once.ClaimResult, error) {
+	if r.alone {
+		res, err := s.claimOne(ctx, req)
+		return s.claimRest(ctx, req, res, err)
+	}
+	return s.claimRest(ctx, req, r.cr, r.err)
+}
+
+// claimOne runs the claim's statement: a new row, or the standing one.
+func (s *Store) claimOne(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
 	var res once.ClaimResult
-	err := scanAction(s.db.QueryRow(ctx, s.q.claim,
-		string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
-		&res.Action, &res.Claimed, &res.Now)
+	err := scanAction(s.db.QueryRow(ctx, s.q.claim, claimArgs(req)...), &res.Action, &res.Claimed, &res.Now)
+	return res, err
+}
+
+// claimRest follows the claim's statement: a row it could not see is
+// read again, and a released one claimed again.
+func (s *Store) claimRest(ctx context.Context, req once.ClaimRequest, res once.ClaimResult, err error) (once.ClaimResult, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row was committed after this statement's
 		// snapshot was taken; read it with a fresh one.
+		res = once.ClaimResult{}
 		err = scanAction(s.db.QueryRow(ctx, s.q.selectRow, string(req.Key)), &res.Action, &res.Claimed, &res.Now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return res, s.wrap(fmt.Errorf("claim of %s raced with a purge; try again", req.Key))
@@ -644,26 +796,38 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 	return until, true, nil
 }
 
-// Transition implements once.Store.
+// Transition implements once.Store. Unless Config.Unbatched, it is
+// batched as Claim is.
 func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error) {
-	var result any
-	if len(t.Result) > 0 {
-		result = string(t.Result)
-	}
-	var n, notified int64
-	event := t.Event.Type
-	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
-		event = "" // the row tells it: sqlrows.WithHappyPath
-	}
 	if err := s.keepOutcome(ctx, t); err != nil {
 		return false, err
 	}
-	err := s.db.QueryRow(ctx, s.q.transition, string(t.Key), t.Attempt, string(t.To), result, t.Error,
-		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Hold, string(event), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
-		once.DefaultRetention.Microseconds(), t.Event.Origin).Scan(&n, &notified)
-	if err != nil {
-		return false, s.wrap(err)
+	if s.batched() {
+		r := &request{transition: &t}
+		if err := s.batch.submit(ctx, r); err != nil {
+			return false, s.wrap(err)
+		}
+		return s.transitionAnswer(ctx, t, r)
+	}
+	ok, err := s.transitionOne(ctx, t)
+	return ok, s.wrap(err)
+}
+
+// transitionAnswer is a transition's answer from its batch, or its own
+// when the batch asks for it to be sent alone.
+func (s *Store) transitionAnswer(ctx context.Context, t once.Transition, r *request) (bool, error) {
+	if r.alone {
+		ok, err := s.transitionOne(ctx, t)
+		return ok, s.wrap(err)
+	}
+	return r.applied, s.wrap(r.err)
+}
+
+// transitionOne runs the transition's statement.
+func (s *Store) transitionOne(ctx context.Context, t once.Transition) (bool, error) {
+	var n, notified int64
+	if err := s.db.QueryRow(ctx, s.q.transition, transitionArgs(t)...).Scan(&n, &notified); err != nil {
+		return false, err
 	}
 	return n == 1, nil
 }

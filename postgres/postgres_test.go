@@ -47,7 +47,16 @@ func openSpec(ctx context.Context, spec string) (once.Store, error) {
 	if strings.HasPrefix(spec, "postgres://") {
 		return openPooledSpec(ctx, spec)
 	}
-	return openSpecAt(ctx, testdb.PostgresURL(), postgres.Config{Schema: spec})
+	return openSpecAt(ctx, testdb.PostgresURL(), specConfig(spec))
+}
+
+// unbatchedSpec starts the spec of a store with Config.Unbatched.
+const unbatchedSpec = "unbatched:"
+
+// specConfig is the configuration a schema spec names.
+func specConfig(spec string) postgres.Config {
+	schema, unbatched := strings.CutPrefix(spec, unbatchedSpec)
+	return postgres.Config{Schema: schema, Unbatched: unbatched}
 }
 
 func openSpecAt(ctx context.Context, url string, cfg postgres.Config) (*postgres.Store, error) {
@@ -112,11 +121,17 @@ func openPool(cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 
 // newStore returns a store in a fresh schema, dropped when the test ends.
 func newStore(t testing.TB) (*postgres.Store, string) {
+	return newStoreWith(t, postgres.Config{})
+}
+
+// newStoreWith is newStore with cfg, whose Schema it sets.
+func newStoreWith(t testing.TB, cfg postgres.Config) (*postgres.Store, string) {
 	p := sharedPool(t)
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "once_test_" + hex.EncodeToString(b[:])
-	s, err := postgres.New(p, postgres.Config{Schema: schema})
+	cfg.Schema = schema
+	s, err := postgres.New(p, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +155,22 @@ func harness() storetest.Harness {
 	}
 }
 
+// unbatchedHarness is harness with group commit off: every claim and
+// outcome a statement of its own, worker processes' too.
+func unbatchedHarness() storetest.Harness {
+	h := harness()
+	h.New = func(t *testing.T) (once.Store, string) {
+		s, schema := newStoreWith(t, postgres.Config{Unbatched: true})
+		return s, unbatchedSpec + schema
+	}
+	return h
+}
+
 // pgTx gives the DoTx tests transactions on the shared pool, and an
 // application table in the test's schema for the effect to write.
-func pgTx(t *testing.T, st once.Store, schema string) storetest.TxHarness {
+func pgTx(t *testing.T, st once.Store, spec string) storetest.TxHarness {
 	t.Helper()
+	schema := specConfig(spec).Schema
 	s := st.(*postgres.Store)
 	outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
 	if _, err := s.Pool().Exec(context.Background(), `CREATE TABLE `+outbox+` (id text PRIMARY KEY)`); err != nil {
@@ -168,6 +195,13 @@ func TestStore(t *testing.T) { storetest.RunStore(t, harness()) }
 
 // TestClient runs the engine over the postgres store, DoTx included.
 func TestClient(t *testing.T) { storetest.RunClient(t, harness()) }
+
+// TestStoreUnbatched runs the Store contract with group commit off.
+func TestStoreUnbatched(t *testing.T) { storetest.RunStore(t, unbatchedHarness()) }
+
+// TestClientUnbatched runs the engine over the store with group commit
+// off.
+func TestClientUnbatched(t *testing.T) { storetest.RunClient(t, unbatchedHarness()) }
 
 // TestPrefix keeps two sets of tables apart in one schema by their
 // prefixes, and refuses a prefix that is not a plain identifier.

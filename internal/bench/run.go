@@ -220,12 +220,10 @@ func (r *runner) calibrate(ctx context.Context) error {
 
 // newOnceStore makes the PostgreSQL store the Do arms run on, over the
 // run's pool and schema. do_unbatched is the store with group commit off
-// (grouped false), do the store as configured by default (grouped
-// true). The store has no group commit setting yet, so grouped is not
-// used: both arms measure the same store until it has one.
+// (grouped false: postgres.Config.Unbatched), do the store as
+// configured by default (grouped true).
 func newOnceStore(pool *pgxpool.Pool, schema string, grouped bool) (*postgres.Store, error) {
-	_ = grouped
-	return postgres.New(pool, postgres.Config{Schema: schema})
+	return postgres.New(pool, postgres.Config{Schema: schema, Unbatched: !grouped})
 }
 
 func (r *runner) ident() string { return pgx.Identifier{r.schema}.Sanitize() }

@@ -1,0 +1,275 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/oncehq/once"
+)
+
+// Group commit.
+//
+// Every Claim and Transition of a Do is a write that commits, and a
+// commit waits for the write-ahead log to reach the disk. Alone, each
+// call pays a round trip, a statement and a flush of its own, and the
+// server's commits, not its statements, then cap how many actions a
+// second one pool records. A store (unless Config.Unbatched) therefore
+// queues its claims and outcomes: a few runners (Config.BatchesInFlight)
+// each take what has queued up (up to Config.MaxBatch) and send it as
+// one transaction in one round trip: a statement for its claims and
+// one for its outcomes, each taking its requests as arrays (batch.go).
+// A request that finds a runner idle is sent at once, alone, as the
+// statement it runs with Config.Unbatched: nothing waits to fill a
+// batch, so one worker sees no added latency, and requests are batched
+// only when they queued behind batches in flight.
+//
+// Each request's answer is what its statement alone would have given:
+// the batch statements do, row by row, what the statements for one key
+// do, with the same conditions (fencing on the attempt, the hold token)
+// and the same writes (token, event, notification). Two requests for
+// one key go into successive statements of the batch, in the order
+// they came, so the second reads what the first wrote, as it would
+// have had they run one after the other. Rows are taken in the order
+// of their keys, so two batches do not wait on each other in a cycle.
+//
+// What one request does cannot decide another's answer: a batch that
+// PostgreSQL refuses because of one request's data, that waited on a
+// lock too long (a lock_timeout set for the batch's transaction), or
+// that met a deadlock, rolled back whole, and its requests are each
+// sent again alone. A batch whose connection failed after it was sent
+// may have committed or not: every request in it gets the connection's
+// error, which is what a statement of its own whose reply was lost
+// gets, and the engine reads the row back by the request's token. A
+// caller whose context ends stops waiting; its request stays in the
+// batch, whose answer it then does not hear, as with a reply lost; the
+// batch is cancelled only when all its callers have stopped waiting. A
+// request whose caller stopped waiting before a runner took it is not
+// sent.
+
+// Defaults of the batching settings.
+const (
+	defaultMaxBatch        = 128
+	defaultBatchesInFlight = 4
+)
+
+// spareRunnerQueue is how many requests must wait before another runner
+// starts beside those in flight. Fewer wait for the batch in flight to
+// end, and go together in the next: a batch costs the server a commit
+// and a round trip whatever it carries, and a request waits for at most
+// one batch either way.
+const spareRunnerQueue = 16
+
+// request is one Claim or Transition waiting for, or riding in, a batch.
+type request struct {
+	ctx context.Context
+	// claim or transition is what to run; the other is nil.
+	claim      *once.ClaimRequest
+	transition *once.Transition
+	// Set by the batch before done is closed.
+	// cr is the claim statement's answer; err pgx.ErrNoRows when it
+	// returned no row (claimRest reads it again).
+	cr      once.ClaimResult
+	applied bool // the transition matched
+	err     error
+	// alone says the batch rolled back for a reason that may be another
+	// request's: the caller sends its request again on its own.
+	alone bool
+	done  chan struct{}
+}
+
+// key orders a batch's requests.
+func (r *request) key() once.Key {
+	if r.claim != nil {
+		return r.claim.Key
+	}
+	return r.transition.Key
+}
+
+// batcher queues a store's requests and runs them in batches. The
+// stores BindTx makes share it but never use it: inside a caller's
+// transaction every statement runs in that transaction.
+type batcher struct {
+	// s is the store that made it, whose statements run on its pool.
+	s        *Store
+	maxBatch int
+	runners  int
+
+	mu      sync.Mutex
+	queue   []*request
+	running int
+
+	// beforeBatch, when set (by tests), runs before each batch a runner
+	// took, with the batch's size.
+	beforeBatch func(n int)
+}
+
+// submit queues reqs and waits for their answers, or for ctx to end;
+// reqs queued together are taken together when they fit in a batch.
+// It returns ctx's error when the caller stopped waiting.
+func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
+	for _, r := range reqs {
+		r.ctx, r.done = ctx, make(chan struct{})
+	}
+	b.mu.Lock()
+	b.queue = append(b.queue, reqs...)
+	start := max(0, min(b.runners, 1+len(b.queue)/spareRunnerQueue)-b.running)
+	b.running += start
+	b.mu.Unlock()
+	for range start {
+		go b.run()
+	}
+	for _, r := range reqs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			select {
+			case <-r.done:
+			default:
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// run takes batches off the queue until it is empty.
+func (b *batcher) run() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.maxBatch)
+		if n == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(b.queue[:n])
+		b.queue = slices.Delete(b.queue, 0, n)
+		b.mu.Unlock()
+		// A request whose caller stopped waiting before it was sent is
+		// not sent: it did not happen, which its caller may read back.
+		live := batch[:0]
+		for _, r := range batch {
+			if err := r.ctx.Err(); err != nil {
+				r.err = err
+				close(r.done)
+				continue
+			}
+			live = append(live, r)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		if b.beforeBatch != nil {
+			b.beforeBatch(len(live))
+		}
+		b.exec(live)
+	}
+}
+
+// queued is how many requests wait for a runner.
+func (b *batcher) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// batched reports whether s sends its claims and outcomes through its
+// batcher.
+func (s *Store) batched() bool { return s.batch != nil && !s.inTx }
+
+// ClaimMany claims many keys at once, for a caller that has them all
+// in hand (a consumer that took a batch of messages off its queue): its
+// requests are sent in as few batches as fit (Config.MaxBatch each),
+// sharing round trips and commits. Each result and error is the one
+// Claim would have given for the request at the same index; in
+// particular an error may mean the claim's reply was lost after it
+// committed, and the row carries req.Token if it did. Two requests for
+// one key are answered as if made one after the other: the first may
+// win, the second then finds its claim. With Config.Unbatched, or
+// inside a caller's transaction, the claims are made one by one.
+func (s *Store) ClaimMany(ctx context.Context, reqs []once.ClaimRequest) ([]once.ClaimResult, []error) {
+	res, errs := make([]once.ClaimResult, len(reqs)), make([]error, len(reqs))
+	if !s.batched() {
+		for i, req := range reqs {
+			res[i], errs[i] = s.Claim(ctx, req)
+		}
+		return res, errs
+	}
+	rs := make([]*request, len(reqs))
+	for i := range reqs {
+		rs[i] = &request{claim: &reqs[i]}
+	}
+	err := s.batch.submit(ctx, rs...)
+	// A request sent again alone, or read again, may wait on a lock:
+	// the others do not wait behind it.
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		switch {
+		case err != nil && !isDone(r):
+			errs[i] = s.wrap(err)
+		case r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased):
+			wg.Go(func() { res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r) })
+		default:
+			res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
+		}
+	}
+	wg.Wait()
+	return res, errs
+}
+
+// TransitionMany applies many transitions at once, sharing round trips
+// and commits as ClaimMany does. Each result and error is the one
+// Transition would have given for the transition at the same index; an
+// error may mean the reply was lost after the transition committed,
+// and the row then carries its Token. Two transitions of one key apply
+// in the order given.
+func (s *Store) TransitionMany(ctx context.Context, ts []once.Transition) ([]bool, []error) {
+	ok, errs := make([]bool, len(ts)), make([]error, len(ts))
+	if !s.batched() {
+		for i, t := range ts {
+			ok[i], errs[i] = s.Transition(ctx, t)
+		}
+		return ok, errs
+	}
+	rs := make([]*request, 0, len(ts))
+	at := make([]int, 0, len(ts)) // rs[j] is ts[at[j]]
+	for i := range ts {
+		// A decision on a failed first attempt writes the failure out
+		// first (keepOutcome); one that cannot is not sent.
+		if errs[i] = s.keepOutcome(ctx, ts[i]); errs[i] == nil {
+			rs = append(rs, &request{transition: &ts[i]})
+			at = append(at, i)
+		}
+	}
+	var err error
+	if len(rs) > 0 {
+		err = s.batch.submit(ctx, rs...)
+	}
+	var wg sync.WaitGroup
+	for j, r := range rs {
+		i := at[j]
+		switch {
+		case err != nil && !isDone(r):
+			errs[i] = s.wrap(err)
+		case r.alone:
+			// Sent again alone, it may wait on a lock: the others do
+			// not wait behind it.
+			wg.Go(func() { ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r) })
+		default:
+			ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
+		}
+	}
+	wg.Wait()
+	return ok, errs
+}
+
+// isDone reports whether r's batch has answered it.
+func isDone(r *request) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
