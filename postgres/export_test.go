@@ -45,3 +45,12 @@ func SetBeforeBatch(s *Store, f func(n int)) { s.batch.beforeBatch = f }
 
 // Queued is how many requests wait for the store's runners.
 func Queued(s *Store) int { return s.batch.queued() }
+
+// BatchRunners is how many batches the store sends at once, 0 without
+// group commit.
+func BatchRunners(s *Store) int {
+	if s.batch == nil {
+		return 0
+	}
+	return s.batch.runners
+}

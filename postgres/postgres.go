@@ -70,6 +70,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,8 +136,9 @@ type Config struct {
 	// connection of the pool. One is sent as soon as a request finds
 	// none in flight; another starts beside it only when 16 requests
 	// wait, and fewer wait for it to end, to go together in the next.
-	// Zero means 4. Keep it below the pool's size, so other
-	// statements (reads, heartbeats, recovery) find connections.
+	// Zero means 4. A store sends at most half its pool's connections'
+	// worth, so that other statements (heartbeats, reads, recovery)
+	// find connections.
 	BatchesInFlight int
 }
 
@@ -279,7 +281,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		s.log = slog.Default()
 	}
 	if !cfg.Unbatched {
-		s.batch = &batcher{s: s, maxBatch: cfg.MaxBatch, runners: cfg.BatchesInFlight}
+		// Half the pool at most, so that heartbeats, reads and recovery
+		// never wait behind batches for a connection.
+		runners := min(cfg.BatchesInFlight, max(1, int(pool.Config().MaxConns)/2))
+		s.batch = &batcher{s: s, maxBatch: cfg.MaxBatch, runners: runners}
 	}
 	// LISTEN through a pooler in transaction mode would hold no session
 	// to listen on.
@@ -301,7 +306,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 // connection, so an unreachable server is reported here, by address,
 // and refuses a pool that prepares statements through a pooler that
 // cfg.Pooler does not name. With cfg.Pooler PoolerTransaction and no
-// default_query_exec_mode in url, the pool uses exec.
+// default_query_exec_mode in url, the pool uses exec. Unless url names
+// pool_max_conns, the pool holds two connections for each batch in
+// flight plus four for each core (poolSize).
 func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -311,6 +318,9 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		// Statements that prepare nothing on the server, sent whole in
 		// one round trip.
 		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		pc.MaxConns = max(pc.MaxConns, poolSize(cfg))
 	}
 	addr := net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port)))
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -334,6 +344,21 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	s.owned = true
 	s.closed, s.closeOnce = make(chan struct{}), new(sync.Once)
 	return s, nil
+}
+
+// poolSize is the pool Open makes when the URL names none: a connection
+// for each batch in flight, as many again for the statements beside them
+// (heartbeats, read-backs, recovery, waiters' reads), and four for each
+// core, for effects that query the same pool. pgx's default, max(4,
+// cores), is what group commit alone would fill on a small machine.
+// Without group commit every running Do may hold a connection; name
+// pool_max_conns in the URL for more (the README says how to size it).
+func poolSize(cfg Config) int32 {
+	batches := cfg.BatchesInFlight
+	if batches == 0 {
+		batches = defaultBatchesInFlight
+	}
+	return int32(2*batches + 4*runtime.NumCPU())
 }
 
 // redact keeps a password in a URL out of an error message.
