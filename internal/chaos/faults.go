@@ -394,11 +394,14 @@ func (in *injector) fire(ctx context.Context, f scheduled) error {
 		if f.Variant == 1 {
 			pattern = in.appName + "-w%"
 		}
-		// A worker started a moment ago may not have connected yet, and
-		// an idle one (its queue's broker restarting) may hold none:
-		// try for a few seconds, then any worker's.
+		// A worker started a moment ago may not have connected yet, an
+		// idle one (its queue's broker restarting) may hold none, and
+		// one whose connections were just cut opens them again only
+		// when it next needs one: after a moment, any worker's. Waiting
+		// seconds for one worker made a fault cost seconds, and a long
+		// run ended before hundreds of them had fired.
 		for try := 0; try < 60; try++ {
-			if try == 20 {
+			if try == 2 {
 				pattern = in.appName + "-w%"
 			}
 			var n int
