@@ -271,29 +271,17 @@ func mapKeys[V any](m map[string]V, small []string) (_ []string, ok bool) {
 }
 
 func appendStringMap(b []byte, m map[string]string) ([]byte, bool) {
-	if m == nil {
-		return append(b, "null"...), true
-	}
-	var small [16]string
-	keys, ok := mapKeys(m, small[:])
-	if !ok {
-		return b, false
-	}
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b, _ = appendJSONString(b, k)
-		b = append(b, ':')
-		if b, ok = appendJSONString(b, m[k]); !ok {
-			return b, false
-		}
-	}
-	return append(b, '}'), true
+	return appendMap(b, m, func(b []byte, v string) ([]byte, bool) { return appendJSONString(b, v) })
 }
 
 func appendAnyMap(b []byte, m map[string]any, depth int) ([]byte, bool) {
+	return appendMap(b, m, func(b []byte, v any) ([]byte, bool) { return appendCanonical(b, v, depth+1) })
+}
+
+// appendMap writes m as a JSON object, its members in RFC 8785 order,
+// each value by value; false if a key is not valid UTF-8 or value
+// refuses one.
+func appendMap[V any](b []byte, m map[string]V, value func([]byte, V) ([]byte, bool)) ([]byte, bool) {
 	if m == nil {
 		return append(b, "null"...), true
 	}
@@ -309,7 +297,7 @@ func appendAnyMap(b []byte, m map[string]any, depth int) ([]byte, bool) {
 		}
 		b, _ = appendJSONString(b, k)
 		b = append(b, ':')
-		if b, ok = appendCanonical(b, m[k], depth+1); !ok {
+		if b, ok = value(b, m[k]); !ok {
 			return b, false
 		}
 	}
