@@ -81,9 +81,9 @@ SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() - interval '1 ho
 }
 
 // TestQueuesUseTheirIndexes: with a large log of finished actions, the
-// reaper's batch query and the operator's queues (review, released
-// actions waiting for a delivery) read their partial indexes, not the
-// log, under generic plans as under custom ones.
+// reaper's batch query, the operator's queues (review, released
+// actions waiting for a delivery) and the purge by deadline read their
+// indexes, not the log, under generic plans as under custom ones.
 func TestQueuesUseTheirIndexes(t *testing.T) {
 	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
@@ -126,6 +126,8 @@ SELECT md5('o' || g::text), '', 'r', g, 'k', '', (ARRAY['in_flight', 'unknown', 
 		{"the reaper's batch", s.q.recoverable, "action_active", []any{100, int64(60000000), "tok", nil, []string{}, false, []string{}}},
 		{"the review queue", s.q.list + review, "action_open", args},
 		{"released actions waiting", s.q.list + waiting, "action_open", wargs},
+		{"the purge by deadline", s.q.purge, "action_retain", []any{int64(0), 100}},
+		{"the purge's dry run", s.q.purgeCount, "action_retain", []any{int64(0)}},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			plan := explain(t, conn, mode, c.sql, c.args...)
