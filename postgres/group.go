@@ -163,8 +163,23 @@ func (b *batcher) run() {
 		if b.beforeBatch != nil {
 			b.beforeBatch(len(live))
 		}
+		if slices.ContainsFunc(live, noDeadline) {
+			// A caller that set no deadline waits as long as a
+			// connection that hangs (black-holed, not refused) does:
+			// forever, and so would the runner, and every request
+			// queued behind it. Its batch is sent beside the runners,
+			// as its statements would have been without batching.
+			go b.exec(live)
+			continue
+		}
 		b.exec(live)
 	}
+}
+
+// noDeadline reports whether r's caller set no deadline.
+func noDeadline(r *request) bool {
+	_, ok := r.ctx.Deadline()
+	return !ok
 }
 
 // queued is how many requests wait for a runner.
