@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/testdb"
@@ -199,5 +201,112 @@ func TestGroupCommitHungBatchHoldsNoOne(t *testing.T) {
 	if err != nil || !res.Claimed {
 		t.Errorf("a claim with a deadline, after a batch hung for a caller with none: %v, %v (%d requests wait for a runner); want it claimed",
 			res.Claimed, err, postgres.Queued(s))
+	}
+}
+
+// TestGroupCommitNotifiesWaiters: outcomes written in one batch wake
+// the waiters of each of their rows, as outcomes written one by one do;
+// the store's poll is an hour, so only a notification wakes them.
+func TestGroupCommitNotifiesWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := migrated(t)
+	listening(t, s)
+	const n = 6
+	reqs := make([]once.ClaimRequest, n)
+	for i := range reqs {
+		reqs[i] = claimOf(groupKey(t, i), fmt.Sprint("tok-", i))
+	}
+	if _, errs := s.ClaimMany(ctx, reqs); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	woken := make(chan error, n)
+	for i := range n {
+		go func() {
+			woken <- s.Wait(ctx, once.WaitRequest{Key: reqs[i].Key, Status: once.StatusInFlight, Attempt: 1, Until: time.Now().Add(time.Hour)})
+		}()
+	}
+	eventually(t, "every waiter marking its row", func() bool {
+		for i := range n {
+			if !marked(t, schema, reqs[i].Key) {
+				return false
+			}
+		}
+		return true
+	})
+	ts := make([]once.Transition, n)
+	for i := range ts {
+		ts[i] = succeed(reqs[i].Key, fmt.Sprint("done-", i), `{"id":1}`)
+	}
+	if ok, errs := s.TransitionMany(ctx, ts); errors.Join(errs...) != nil || slices.Contains(ok, false) {
+		t.Fatalf("outcomes: %v, %v", ok, errors.Join(errs...))
+	}
+	for range n {
+		select {
+		case err := <-woken:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a waiter was not woken by its row's outcome, written in a batch")
+		}
+	}
+}
+
+// TestGroupCommitLockTimeoutStaysInTheBatch: the lock timeout a batch
+// sets ends with its transaction, in each way statements are sent: a
+// statement run after it on the same connection (a claim sent alone, a
+// caller's DoTx) waits on locks as long as the server's setting says.
+func TestGroupCommitLockTimeoutStaysInTheBatch(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			_, schema := groupStore(t, postgres.Config{})
+			s, err := postgres.Open(ctx, testdb.RequirePostgres(t)+"&default_query_exec_mode="+mode+poolParam(2), postgres.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			reqs := []once.ClaimRequest{claimOf(groupKey(t, 0), "a"), claimOf(groupKey(t, 1), "b"), claimOf(groupKey(t, 2), "c")}
+			if _, errs := s.ClaimMany(ctx, reqs); errors.Join(errs...) != nil {
+				t.Fatal(errors.Join(errs...))
+			}
+			var conns []*pgxpool.Conn
+			for range 2 {
+				c, err := s.Pool().Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			for _, c := range conns {
+				var lt string
+				if err := c.QueryRow(ctx, `SHOW lock_timeout`).Scan(&lt); err != nil {
+					t.Fatal(err)
+				}
+				if lt != "0" {
+					t.Errorf("a connection's lock_timeout after a batch is %s, want the server's, 0", lt)
+				}
+				c.Release()
+			}
+			// And within the batch it applies: a batch behind a held
+			// row gives up, and the other outcome is written alone.
+			tx, err := sharedPool(t).Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "once_action"}.Sanitize()+` WHERE key = $1 FOR UPDATE`, string(reqs[1].Key)); err != nil {
+				t.Fatal(err)
+			}
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			ok, errs := s.TransitionMany(tctx, []once.Transition{succeed(reqs[0].Key, "done-0", `1`), succeed(reqs[1].Key, "done-1", `1`)})
+			if errs[0] != nil || !ok[0] {
+				t.Errorf("the outcome of a free row, batched with one of a held row: %v, %v; want it written", ok[0], errs[0])
+			}
+		})
 	}
 }
