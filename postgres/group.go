@@ -163,8 +163,23 @@ func (b *batcher) run() {
 		if b.beforeBatch != nil {
 			b.beforeBatch(len(live))
 		}
+		if slices.ContainsFunc(live, noDeadline) {
+			// A caller that set no deadline waits as long as a
+			// connection that hangs (black-holed, not refused) does:
+			// forever, and so would the runner, and every request
+			// queued behind it. Its batch is sent beside the runners,
+			// as its statements would have been without batching.
+			go b.exec(live)
+			continue
+		}
 		b.exec(live)
 	}
+}
+
+// noDeadline reports whether r's caller set no deadline.
+func noDeadline(r *request) bool {
+	_, ok := r.ctx.Deadline()
+	return !ok
 }
 
 // queued is how many requests wait for a runner.
@@ -201,20 +216,18 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []once.ClaimRequest) ([]once
 		rs[i] = &request{claim: &reqs[i]}
 	}
 	err := s.batch.submit(ctx, rs...)
-	// A request sent again alone, or read again, may wait on a lock:
-	// the others do not wait behind it.
-	var wg sync.WaitGroup
-	for i, r := range rs {
-		switch {
-		case err != nil && !isDone(r):
-			errs[i] = s.wrap(err)
-		case r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased):
-			wg.Go(func() { res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r) })
-		default:
-			res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
-		}
-	}
-	wg.Wait()
+	s.batch.answerAll(len(rs), func(i int) once.Key { return reqs[i].Key },
+		func(i int) bool {
+			r := rs[i]
+			return (err == nil || isDone(r)) && (r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased))
+		},
+		func(i int) {
+			if r := rs[i]; err != nil && !isDone(r) {
+				errs[i] = s.wrap(err)
+			} else {
+				res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
+			}
+		})
 	return res, errs
 }
 
@@ -246,22 +259,56 @@ func (s *Store) TransitionMany(ctx context.Context, ts []once.Transition) ([]boo
 	if len(rs) > 0 {
 		err = s.batch.submit(ctx, rs...)
 	}
-	var wg sync.WaitGroup
-	for j, r := range rs {
-		i := at[j]
-		switch {
-		case err != nil && !isDone(r):
-			errs[i] = s.wrap(err)
-		case r.alone:
-			// Sent again alone, it may wait on a lock: the others do
-			// not wait behind it.
-			wg.Go(func() { ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r) })
-		default:
-			ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
+	s.batch.answerAll(len(rs), func(j int) once.Key { return ts[at[j]].Key },
+		func(j int) bool { return (err == nil || isDone(rs[j])) && rs[j].alone },
+		func(j int) {
+			i, r := at[j], rs[j]
+			if err != nil && !isDone(r) {
+				errs[i] = s.wrap(err)
+			} else {
+				ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
+			}
+		})
+	return ok, errs
+}
+
+// answerAll finishes n requests of one call from their batch's answers
+// with answer(i). A request that must be sent again alone, or read
+// again (slow), may wait on a lock, so different keys are finished
+// side by side, and the others do not wait behind it; but at most as
+// many at once as the store has runners, since each holds a connection
+// while it waits, and the rest of the pool is for heartbeats, reads and
+// recovery. The requests of one key are finished one after the other,
+// in the order given, as the batch would have run them.
+func (b *batcher) answerAll(n int, key func(int) once.Key, slow func(int) bool, answer func(int)) {
+	var order []once.Key
+	byKey := make(map[once.Key][]int)
+	for i := range n {
+		k := key(i)
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
 		}
+		byKey[k] = append(byKey[k], i)
+	}
+	free := make(chan struct{}, b.runners)
+	var wg sync.WaitGroup
+	for _, k := range order {
+		is := byKey[k]
+		if !slices.ContainsFunc(is, slow) {
+			for _, i := range is {
+				answer(i)
+			}
+			continue
+		}
+		free <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-free }()
+			for _, i := range is {
+				answer(i)
+			}
+		})
 	}
 	wg.Wait()
-	return ok, errs
 }
 
 // isDone reports whether r's batch has answered it.

@@ -138,7 +138,10 @@ type Config struct {
 	// wait, and fewer wait for it to end, to go together in the next.
 	// Zero means 4. A store sends at most half its pool's connections'
 	// worth, so that other statements (heartbeats, reads, recovery)
-	// find connections.
+	// find connections. A batch that carries a request whose context
+	// has no deadline is not counted: it may wait on a hung connection
+	// for as long as that caller does, forever, and is sent beside
+	// them, as its statements would have been without batching.
 	BatchesInFlight int
 }
 
