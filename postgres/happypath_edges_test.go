@@ -19,10 +19,7 @@ import (
 // decision, a purge, a caller's transaction or a schema from before
 // migration 008 meets the events the row stands for.
 
-var (
-	onlyFailed   = []once.Status{once.StatusFailed}
-	onlyInFlight = []once.Status{once.StatusInFlight}
-)
+var onlyFailed = []once.Status{once.StatusFailed}
 
 // hpKey is a key of its own for each name.
 func hpKey(name string) once.Key {
