@@ -300,14 +300,11 @@ func transitionsArgs(reqs []*request) []any {
 			res := string(t.Result)
 			results[i] = &res
 		}
-		event := t.Event.Type
-		if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
-			event = "" // the row tells it: sqlrows.WithHappyPath
-		}
+		event := sqlrows.EventToWrite(*t)
 		keys[i], attempts[i], tos[i], errs[i], newAttempts[i] = string(t.Key), int64(t.Attempt), string(t.To), t.Error, t.NewAttempt
 		leases[i], failures[i], resolvedBy[i], notes[i] = t.Lease.Microseconds(), int64(t.VerifyFailures), t.ResolvedBy, t.ResolveNote
 		froms[i], holds[i] = strings.Join(statuses(t.From), ","), t.Hold
-		evTypes[i], evFroms[i], actors[i], evNotes[i] = string(event), string(t.Event.From), t.Event.Actor, t.Event.Note
+		evTypes[i], evFroms[i], actors[i], evNotes[i] = event, string(t.Event.From), t.Event.Actor, t.Event.Note
 		tokens[i], origins[i] = t.Token, t.Event.Origin
 	}
 	return []any{keys, attempts, tos, results, errs, newAttempts, leases, failures, resolvedBy, notes, froms, holds,
@@ -335,12 +332,9 @@ func transitionArgs(t once.Transition) []any {
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	event := t.Event.Type
-	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
-		event = "" // the row tells it: sqlrows.WithHappyPath
-	}
+	event := sqlrows.EventToWrite(t)
 	return []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
-		statuses(t.From), t.Hold, string(event), string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
+		statuses(t.From), t.Hold, event, string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
 		once.DefaultRetention.Microseconds(), t.Event.Origin}
 }

@@ -724,10 +724,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	event := t.Event.Type
-	if sqlrows.Unwritten(t.Attempt, t.Event, t.To) {
-		event = "" // the row tells it: sqlrows.WithHappyPath
-	}
+	event := sqlrows.EventToWrite(t)
 	backfill := slices.Contains(t.From, once.StatusSucceeded) || slices.Contains(t.From, once.StatusFailed)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
@@ -769,7 +766,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 			if err := update(tx); err != nil || event == "" {
 				return err
 			}
-			return tx.execOnly(ctx, stEvent, string(t.Key), string(event), attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
+			return tx.execOnly(ctx, stEvent, string(t.Key), event, attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)
 		})
 	}
 	if errors.Is(err, sql.ErrNoRows) {

@@ -176,6 +176,16 @@ func Unwritten(attempt int, e once.Event, to once.Status) bool {
 		(e.Type == once.EventSucceeded && to == once.StatusSucceeded || e.Type == once.EventFailed && to == once.StatusFailed)
 }
 
+// EventToWrite is the type of the event t writes to the trail, or the
+// empty string when it writes none: the happy path's (Unwritten), which
+// the row tells.
+func EventToWrite(t once.Transition) string {
+	if Unwritten(t.Attempt, t.Event, t.To) {
+		return ""
+	}
+	return string(t.Event.Type)
+}
+
 // WithHappyPath returns an action's trail as it would have been written
 // in full: stored is what the trail holds, in order; a is the action
 // row, origin the process that first claimed it (empty for a row
