@@ -51,6 +51,8 @@ func TestPlans(t *testing.T) {
 		{"claim's read", stmt(stSelectRow), []string{"sqlite_autoindex_once_action_1"}},
 		{"outcome", stmt(stOutcome), []string{"sqlite_autoindex_once_action_1"}},
 		{"transition", stmt(stTransition), []string{"sqlite_autoindex_once_action_1"}},
+		{"heartbeat", stmt(stHeartbeat), []string{"sqlite_autoindex_once_action_1"}},
+		{"reclaim", stmt(stReclaim), []string{"sqlite_autoindex_once_action_1"}},
 		{"backfill", stmt(stBackfill), []string{"sqlite_autoindex_once_action_1", "once_event_key_idx"}},
 		{"trail", stmt(stEvents), []string{"once_event_key_idx"}},
 		{"purge", stmt(stPurgeDue), []string{"once_action_retain_idx"}},
