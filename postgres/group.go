@@ -19,10 +19,11 @@ import (
 // each take what has queued up (up to Config.MaxBatch) and send it as
 // one transaction in one round trip: a statement for its claims and
 // one for its outcomes, each taking its requests as arrays (batch.go).
-// A request that finds a runner idle is sent at once, alone, as the
-// statement it runs with Config.Unbatched: nothing waits to fill a
-// batch, so one worker sees no added latency, and requests are batched
-// only when they queued behind batches in flight.
+// A request that finds nothing in flight is sent at once, alone, on its
+// caller's goroutine, as the statement it runs with Config.Unbatched:
+// nothing waits to fill a batch, so one worker sees no added latency,
+// and requests are batched only when they queued behind batches in
+// flight.
 //
 // Each request's answer is what its statement alone would have given:
 // the batch statements do, row by row, what the statements for one key
@@ -112,6 +113,12 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 		r.ctx, r.done = ctx, make(chan struct{})
 	}
 	b.mu.Lock()
+	if len(reqs) == 1 && b.running == 0 && len(b.queue) == 0 && !noDeadline(reqs[0]) {
+		b.running++
+		b.mu.Unlock()
+		b.lone(reqs[0])
+		return nil
+	}
 	b.queue = append(b.queue, reqs...)
 	start := max(0, min(b.runners, 1+len(b.queue)/spareRunnerQueue)-b.running)
 	b.running += start
@@ -131,6 +138,39 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 		}
 	}
 	return nil
+}
+
+// lone sends r, which found nothing queued and nothing in flight, at
+// once, on its caller's goroutine: a lone caller pays no handing over
+// to a runner and back. While r is sent it counts as a batch in flight
+// (submit counted it), so that requests made meanwhile queue up behind
+// it, as behind a runner's batch, and go together when it is answered.
+// Only a request with a deadline is sent so: one without would hold
+// those behind it as long as a connection that hangs does, and is sent
+// beside the runners instead (run).
+func (b *batcher) lone(r *request) {
+	if b.beforeBatch != nil {
+		b.beforeBatch(1)
+	}
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+	} else if r.claim != nil {
+		r.cr, r.err = b.s.claimOne(r.ctx, *r.claim)
+	} else {
+		r.applied, r.err = b.s.transitionOne(r.ctx, *r.transition)
+	}
+	close(r.done)
+	b.mu.Lock()
+	b.running--
+	start := 0
+	if len(b.queue) > 0 {
+		start = max(0, min(b.runners, 1+len(b.queue)/spareRunnerQueue)-b.running)
+	}
+	b.running += start
+	b.mu.Unlock()
+	for range start {
+		go b.run()
+	}
 }
 
 // run takes batches off the queue until it is empty.

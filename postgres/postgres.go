@@ -555,26 +555,37 @@ WITH b AS (
 SELECT i, (SELECT count(*) FROM n) FROM u`),
 		// One statement claims a new key; when the key is held it returns
 		// the standing row instead, so a duplicate costs one round trip.
+		// The standing row is read first, by its primary key, and a
+		// duplicate goes no further: the insert has nothing to insert,
+		// so a replay is one indexed read, with no speculative insertion,
+		// no lock and nothing written (the insert's values are cast, as
+		// the SELECT that carries them types nothing from the table). A
+		// row committed after the statement's snapshot was taken is not
+		// standing for it, and its insert meets the conflict: no row
+		// comes back, and claimRest reads it again with a fresh snapshot
+		// (TestClaimSeesARowCommittedAfterItsSnapshot).
 		// A first claim writes no event: the row, with its origin, is
 		// the trail's first entry (sqlrows.WithHappyPath).
-		// DO NOTHING, not DO UPDATE: a duplicate then takes no row lock
-		// and writes nothing, so a replay is a read, with no commit to
-		// flush. The time it reports, against which the standing row's
+		// The time it reports, against which the standing row's
 		// lease is read, and from which its own lease runs, is the
 		// statement's: inside a caller's transaction (DoTx) now() is
 		// when the transaction began, and a lease that ran out since
 		// would look live.
 		claim: r.Replace(`
-WITH claimed AS (
+WITH standing AS (
+    SELECT $C FROM $T WHERE key = $1
+), claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
         redrive_after_us, redrive, origin)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13, $14)
+    SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::bytea, 'in_flight', 1,
+        statement_timestamp() + $8::float8 * interval '1 microsecond', $9::text, $10::text, $11::bigint, $12::bigint, $13::boolean, $14::text
+    WHERE NOT EXISTS (SELECT 1 FROM standing)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 )
-SELECT $C, true, statement_timestamp() FROM claimed
+SELECT $C, false, statement_timestamp() FROM standing
 UNION ALL
-SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
+SELECT $C, true, statement_timestamp() FROM claimed`),
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same.
 		reclaim: r.Replace(`
