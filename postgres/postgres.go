@@ -493,30 +493,33 @@ func buildQueries(table, events, tag string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify, "$ORIGIN", origin, "$S", "(status || '')",
 		"$QC", qualified("c", columns), "$QT", qualified("t", columns))
 	return queries{
-		// The claim statement for many keys, one each (batch.go): the
-		// rows are inserted in the order of their keys, and each comes
-		// back with its request's index, i. A key whose standing row was
-		// committed after the statement's snapshot comes back not at
-		// all, and is read again, as after the claim statement alone.
+		// The claim statement for many keys, one each (batch.go), as
+		// the claim statement does it for one: standing rows read
+		// first, by their primary key, and only the other keys inserted,
+		// in the order of their keys; each row comes back with its
+		// request's index, i. A key whose standing row was committed
+		// after the statement's snapshot comes back not at all, and is
+		// read again, as after the claim statement alone.
 		claims: r.Replace(`
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[],
         $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[])
         WITH ORDINALITY AS b(key, fingerprint, run_id, step, kind, target, payload, lease_us, token, recovery, retention_us,
             redrive_after_us, redrive, origin, i)
+), standing AS (
+    SELECT $QT, b.i FROM b JOIN $T t ON t.key = b.key
 ), claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
         redrive_after_us, redrive, origin)
     SELECT key, fingerprint, run_id, step, kind, target, payload, 'in_flight', 1, statement_timestamp() + lease_us::float8 * interval '1 microsecond',
         token, recovery, retention_us, redrive_after_us, redrive, origin
-    FROM b ORDER BY i
+    FROM b WHERE NOT EXISTS (SELECT 1 FROM standing s WHERE s.i = b.i) ORDER BY i
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 )
-SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.key
+SELECT $C, false, statement_timestamp(), i FROM standing
 UNION ALL
-SELECT $QT, false, statement_timestamp(), b.i FROM b JOIN $T t ON t.key = b.key
-WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.key = b.key)`),
+SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.key`),
 		// The transition statement for many keys, one each: every
 		// request's compare-and-set, event and notification as the
 		// statement alone makes them. $11 holds each request's From
