@@ -149,6 +149,10 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 // those behind it as long as a connection that hangs does, and is sent
 // beside the runners instead (run).
 func (b *batcher) lone(r *request) {
+	// Deferred: a caller that recovers from a panic under the statement
+	// must not leave a batch counted in flight for ever, with requests
+	// queued behind it and no runner to take them.
+	defer b.loneDone()
 	if b.beforeBatch != nil {
 		b.beforeBatch(1)
 	}
@@ -160,6 +164,11 @@ func (b *batcher) lone(r *request) {
 		r.applied, r.err = b.s.transitionOne(r.ctx, *r.transition)
 	}
 	close(r.done)
+}
+
+// loneDone ends a lone request's turn in flight, and starts runners for
+// the requests that queued up behind it.
+func (b *batcher) loneDone() {
 	b.mu.Lock()
 	b.running--
 	start := 0
