@@ -451,6 +451,8 @@ type queries struct {
 	// claims and transitions are claim and transition for many keys at
 	// once, in one statement each (batch.go).
 	claims, transitions string
+	// claimInTx is the claim statement inside a caller's transaction.
+	claimInTx string
 }
 
 // The purge's statements; $DUE is which finished actions are due: past
@@ -589,6 +591,25 @@ WITH standing AS (
 SELECT $C, false, statement_timestamp() FROM standing
 UNION ALL
 SELECT $C, true, statement_timestamp() FROM claimed`),
+		// Inside a caller's transaction (BindTx) the snapshot may be
+		// older than the statement: in REPEATABLE READ or SERIALIZABLE
+		// it is the transaction's first statement's. A standing row
+		// read from it may have moved on since (in flight then,
+		// succeeded now), and must not be answered as it stood. There
+		// the insert goes first: it meets the newest row, and a row
+		// that changed after the snapshot is a serialization failure,
+		// which the caller retries (TestClaimInAnOlderSnapshot).
+		claimInTx: r.Replace(`
+WITH claimed AS (
+    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
+        redrive_after_us, redrive, origin)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13, $14)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING $C
+)
+SELECT $C, true, statement_timestamp() FROM claimed
+UNION ALL
+SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
 		// A released action is claimed again as the next attempt, if the
 		// payload is the same.
 		reclaim: r.Replace(`
@@ -809,7 +830,11 @@ func (s *Store) claimAnswer(ctx context.Context, req once.ClaimRequest, r *reque
 // claimOne runs the claim's statement: a new row, or the standing one.
 func (s *Store) claimOne(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
 	var res once.ClaimResult
-	err := scanAction(s.db.QueryRow(ctx, s.q.claim, claimArgs(req)...), &res.Action, &res.Claimed, &res.Now)
+	q := s.q.claim
+	if s.inTx {
+		q = s.q.claimInTx
+	}
+	err := scanAction(s.db.QueryRow(ctx, q, claimArgs(req)...), &res.Action, &res.Claimed, &res.Now)
 	return res, err
 }
 
