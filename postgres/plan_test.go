@@ -21,25 +21,8 @@ import (
 // recover one. Checked on the plan PostgreSQL really executes, with
 // generic plans forced and 20,000 actions due.
 func TestRecoverOneKeyUsesThePrimaryKey(t *testing.T) {
-	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "once_plan_" + hex.EncodeToString(b[:])
-	s, err := Open(ctx, url, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	defer conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	conn, s := planStore(t)
 	table := s.names.Table("action")
 	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, lease_until)
 SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() - interval '1 hour' FROM generate_series(1, 20000) g`); err != nil {
@@ -85,25 +68,8 @@ SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() - interval '1 ho
 // actions waiting for a delivery) and the purge by deadline read their
 // indexes, not the log, under generic plans as under custom ones.
 func TestQueuesUseTheirIndexes(t *testing.T) {
-	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "once_plan_" + hex.EncodeToString(b[:])
-	s, err := Open(ctx, url, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	defer conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	conn, s := planStore(t)
 	table := s.names.Table("action")
 	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until, updated_at)
 SELECT md5(g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days', now() - g * interval '1 second' FROM generate_series(1, 50000) g`); err != nil {
@@ -207,25 +173,8 @@ func explain(t *testing.T, conn *pgx.Conn, mode, sql string, args ...any) string
 // row. Checked with the plans PostgreSQL executes, custom and generic,
 // after 6,000 actions entered the queues behind the statistics' back.
 func TestOneKeyStatementsReadThePrimaryKey(t *testing.T) {
-	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "once_plan_" + hex.EncodeToString(b[:])
-	s, err := Open(ctx, url, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	defer conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	conn, s := planStore(t)
 	table := s.names.Table("action")
 	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until)
 SELECT md5(g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days' FROM generate_series(1, 50000) g`); err != nil {
@@ -262,4 +211,33 @@ FROM generate_series(1, 6000) g`); err != nil {
 			}
 		}
 	}
+}
+
+// planStore opens a store on a schema of its own, migrated, and a
+// connection of the test's own to fill it and read plans; both are
+// closed and the schema dropped when the test ends.
+func planStore(t *testing.T) (*pgx.Conn, *Store) {
+	t.Helper()
+	url := testdb.RequirePostgres(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "once_plan_" + hex.EncodeToString(b[:])
+	s, err := Open(ctx, url, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return conn, s
 }
