@@ -120,12 +120,7 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 		return nil
 	}
 	b.queue = append(b.queue, reqs...)
-	start := max(0, min(b.runners, 1+len(b.queue)/spareRunnerQueue)-b.running)
-	b.running += start
-	b.mu.Unlock()
-	for range start {
-		go b.run()
-	}
+	b.startRunners()
 	for _, r := range reqs {
 		select {
 		case <-r.done:
@@ -171,6 +166,14 @@ func (b *batcher) lone(r *request) {
 func (b *batcher) loneDone() {
 	b.mu.Lock()
 	b.running--
+	b.startRunners()
+}
+
+// startRunners starts the runners the queue calls for beside those in
+// flight: one while none is, another for each spareRunnerQueue
+// requests waiting, up to b.runners. It is called with b.mu held, and
+// releases it.
+func (b *batcher) startRunners() {
 	start := 0
 	if len(b.queue) > 0 {
 		start = max(0, min(b.runners, 1+len(b.queue)/spareRunnerQueue)-b.running)

@@ -571,11 +571,6 @@ SELECT i, (SELECT count(*) FROM n) FROM u`),
 		// (TestClaimSeesARowCommittedAfterItsSnapshot).
 		// A first claim writes no event: the row, with its origin, is
 		// the trail's first entry (sqlrows.WithHappyPath).
-		// The time it reports, against which the standing row's
-		// lease is read, and from which its own lease runs, is the
-		// statement's: inside a caller's transaction (DoTx) now() is
-		// when the transaction began, and a lease that ran out since
-		// would look live.
 		claim: r.Replace(`
 WITH standing AS (
     SELECT $C FROM $T WHERE key = $1
@@ -599,6 +594,11 @@ SELECT $C, true, statement_timestamp() FROM claimed`),
 		// the insert goes first: it meets the newest row, and a row
 		// that changed after the snapshot is a serialization failure,
 		// which the caller retries (TestClaimInAnOlderSnapshot).
+		// The time it reports, against which the standing row's lease
+		// is read, and from which its own lease runs, is the
+		// statement's, as in claim: in a transaction now() is when the
+		// transaction began, and a lease that ran out since would look
+		// live.
 		claimInTx: r.Replace(`
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
