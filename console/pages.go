@@ -56,6 +56,15 @@ type reaperView struct {
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	// The last pass first, the counts after: a pass that ends in
+	// between is then missing from the page, not shown beside counts
+	// from before it (the actions it took to review still counted in
+	// flight).
+	var rv *reaperView
+	if s.reaper != nil {
+		pass, seen := s.reaper.Last()
+		rv = &reaperView{Pass: pass, Seen: seen}
+	}
 	st, err := s.client.Stats(ctx)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
@@ -72,11 +81,8 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := tally(st)
-	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent, Waiting: waiting}
-	if s.reaper != nil {
-		pass, seen := s.reaper.Last()
-		d.Reaper = &reaperView{Pass: pass, Seen: seen}
-	}
+	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent, Waiting: waiting,
+		Reaper: rv}
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: d})
 }
 
