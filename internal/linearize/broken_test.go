@@ -90,7 +90,10 @@ func TestCheckerSeesABrokenStore(t *testing.T) {
 		rec := linearize.NewRecorder()
 		cfg := once.Config{
 			Store: unfenced{s}, Hooks: rec.Hooks(),
-			Kinds: map[string]once.KindPolicy{kindCharge: {Recovery: once.RetryWithProviderKey, Lease: 100 * time.Millisecond}},
+			// A lease long enough that a claim slowed by a busy disk still
+			// leaves time to start the effect: Do does not start one whose
+			// lease is spent (Lease - Lease/5 after the claim was sent).
+			Kinds: map[string]once.KindPolicy{kindCharge: {Recovery: once.RetryWithProviderKey, Lease: time.Second}},
 		}
 		cut, err := once.New(cfg)
 		if err != nil {
@@ -116,7 +119,11 @@ func TestCheckerSeesABrokenStore(t *testing.T) {
 				return "ch-zombie", nil
 			})
 		}()
-		<-started
+		select {
+		case <-started:
+		case <-done:
+			t.Fatal("the first attempt returned without starting its effect: its claim took most of its lease")
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
 			res, err := linearize.Do(context.Background(), rec, 1, healthy, in, func(context.Context, once.Attempt) (string, error) { return "ch-1", nil })
