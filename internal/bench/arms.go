@@ -97,14 +97,15 @@ func randomKey(rng *rand.Rand) string {
 func (r *runner) worker(arm string) work {
 	rng := newRand()
 	run := fmt.Sprintf("bench-%s-%s-%d", r.tag, arm, r.serial.Add(1))
+	site, arm := r.siteOf(arm)
 	switch arm {
 	case ArmRaw:
 		return func(ctx context.Context) (int, error) {
 			key := randomKey(rng)
-			if _, err := r.pool.Exec(ctx, r.sql.insert, key); err != nil {
+			if _, err := r.pool.Exec(ctx, site.sql.insert, key); err != nil {
 				return 0, err
 			}
-			tag, err := r.pool.Exec(ctx, r.sql.update, key, resultJSON)
+			tag, err := r.pool.Exec(ctx, site.sql.update, key, resultJSON)
 			if err == nil && tag.RowsAffected() != 1 {
 				err = fmt.Errorf("the update of %s changed %d rows, not 1", key, tag.RowsAffected())
 			}
@@ -120,26 +121,26 @@ func (r *runner) worker(arm string) work {
 			for i := range keys {
 				keys[i] = randomKey(rng)
 			}
-			if _, err := r.pool.Exec(ctx, r.sql.insertBatch, keys); err != nil {
+			if _, err := r.pool.Exec(ctx, site.sql.insertBatch, keys); err != nil {
 				return 0, err
 			}
-			tag, err := r.pool.Exec(ctx, r.sql.updateBatch, keys, results)
+			tag, err := r.pool.Exec(ctx, site.sql.updateBatch, keys, results)
 			if err == nil && tag.RowsAffected() != batchSize {
 				err = fmt.Errorf("the batch's update changed %d rows, not %d", tag.RowsAffected(), batchSize)
 			}
 			return batchSize, err
 		}
 	case ArmDoUnbatched:
-		return doNew(r.doUnbatched, run)
+		return doNew(site.doUnbatched, run)
 	case ArmDo:
-		return doNew(r.do, run)
+		return doNew(site.do, run)
 	case ArmSQLiteDo:
 		return doNew(r.sqliteDo, run)
 	case ArmReplayRaw:
 		return func(ctx context.Context) (int, error) {
-			key := r.replayKeys[rng.IntN(len(r.replayKeys))]
+			key := site.replayKeys[rng.IntN(len(site.replayKeys))]
 			var status, result string
-			if err := r.pool.QueryRow(ctx, r.sql.read, key).Scan(&status, &result); err != nil {
+			if err := r.pool.QueryRow(ctx, site.sql.read, key).Scan(&status, &result); err != nil {
 				return 0, err
 			}
 			if status != "succeeded" {
@@ -149,7 +150,7 @@ func (r *runner) worker(arm string) work {
 		}
 	case ArmReplayDo:
 		return func(ctx context.Context) (int, error) {
-			res, err := once.Do(ctx, r.do, r.replayIntent(rng.IntN(r.opts.ReplayKeys)), send)
+			res, err := once.Do(ctx, site.do, site.replayIntent(rng.IntN(len(site.replaySteps))), send)
 			if err == nil && (!res.Replayed || res.Value.ID == "") {
 				err = fmt.Errorf("%s was not replayed with its result (replayed %v, result %+v)", res.Key, res.Replayed, res.Value)
 			}
@@ -176,38 +177,38 @@ func doNew(c *once.Client, run string) work {
 	}
 }
 
-// replayIntent is replay_do's i-th intent, which prefillReplayDo ran.
-func (r *runner) replayIntent(i int) once.Intent {
-	return once.Intent{Run: "bench-" + r.tag + "-replay", Step: int64(i), Kind: benchKind, Target: benchTarget, Payload: payload}
-}
-
-// prefillReplayRaw writes replay_raw's finished keys, a thousand a
-// statement.
-func (r *runner) prefillReplayRaw(ctx context.Context) error {
+// prefillReplayRaw writes replay_raw's finished keys into s, a thousand
+// a statement.
+func (r *runner) prefillReplayRaw(ctx context.Context, s *site) error {
 	rng := newRand()
-	r.replayKeys = make([]string, r.opts.ReplayKeys)
-	for i := range r.replayKeys {
-		r.replayKeys[i] = randomKey(rng)
+	s.replayKeys = make([]string, r.opts.ReplayKeys)
+	for i := range s.replayKeys {
+		s.replayKeys[i] = randomKey(rng)
 	}
-	for i := 0; i < len(r.replayKeys); i += 1000 {
-		if _, err := r.pool.Exec(ctx, r.sql.fillRaw, r.replayKeys[i:min(i+1000, len(r.replayKeys))], resultJSON); err != nil {
+	for i := 0; i < len(s.replayKeys); i += 1000 {
+		if _, err := r.pool.Exec(ctx, s.sql.fillRaw, s.replayKeys[i:min(i+1000, len(s.replayKeys))], resultJSON); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// prefillReplayDo runs replay_do's intents through Do, as many at once
-// as the pool allows.
-func (r *runner) prefillReplayDo(ctx context.Context) error {
+// prefillReplayDo runs replay_do's intents through Do on s, as many at
+// once as the pool allows.
+func (r *runner) prefillReplayDo(ctx context.Context, s *site) error {
 	n := r.opts.ReplayKeys
+	s.replayRun = "bench-" + r.tag + "-replay"
+	s.replaySteps = make([]int64, n)
+	for i := range s.replaySteps {
+		s.replaySteps[i] = int64(i)
+	}
 	par := min(int(r.pool.Config().MaxConns), 16, n)
 	var wg sync.WaitGroup
 	errs := make([]error, par)
 	for p := range par {
 		wg.Go(func() {
 			for i := p; i < n && errs[p] == nil; i += par {
-				_, errs[p] = once.Do(ctx, r.do, r.replayIntent(i), send)
+				_, errs[p] = once.Do(ctx, s.do, s.replayIntent(i), send)
 			}
 		})
 	}

@@ -17,10 +17,16 @@ import (
 var actionColumns = []string{"key", "fingerprint", "run_id", "step", "kind", "target", "payload", "status", "attempt",
 	"result", "created_at", "claimed_at", "updated_at", "completed_at", "retain_until", "token"}
 
-// fillScale fills the action log and the raw table with Scale finished
-// rows each, by COPY. Of once's tables only the action log is filled:
-// the scale is its size; the trail of events has what the arms write.
-func (r *runner) fillScale(ctx context.Context) error {
+// fillScale fills s's action log and raw table with Scale finished rows
+// each, by COPY. Of once's tables only the action log is filled: the
+// scale is its size; the trail of events has what the arms write.
+//
+// The action log's rows are intents that succeeded, keyed as Do keys
+// them, so that replay_do can replay them; ReplayKeys of them, and of
+// the raw table's keys, evenly spread over the fill, are what the
+// replay arms read: a replay at scale reads a row among all the others,
+// not one written last, whose pages are the newest.
+func (r *runner) fillScale(ctx context.Context, s *site) error {
 	n := r.opts.Scale
 	body, err := json.Marshal(payload)
 	if err != nil {
@@ -29,16 +35,27 @@ func (r *runner) fillScale(ctx context.Context) error {
 	now := time.Now()
 	retain := now.Add(once.DefaultRetention)
 	rng := newRand()
-	run := "bench-" + r.tag + "-scale"
+	stride := max(1, n/r.opts.ReplayKeys)
+	kept := func(i int) bool { return i%stride == 0 && i/stride < r.opts.ReplayKeys }
+	s.replayRun = "bench-" + r.tag + "-scale"
 
 	r.setupNote(fmt.Sprintf("%d rows in the action log", n))
+	s.replaySteps = s.replaySteps[:0]
 	i := 0
-	_, err = r.pool.CopyFrom(ctx, pgx.Identifier{r.schema, "once_action"}, actionColumns, pgx.CopyFromFunc(func() ([]any, error) {
+	_, err = r.pool.CopyFrom(ctx, pgx.Identifier{s.schema, "once_action"}, actionColumns, pgx.CopyFromFunc(func() ([]any, error) {
 		if i == n {
 			return nil, nil
 		}
+		in := once.Intent{Run: s.replayRun, Step: int64(i), Kind: benchKind, Target: benchTarget, Payload: payload}
+		key, fp, err := once.KeyOf(in)
+		if err != nil {
+			return nil, err
+		}
+		if kept(i) {
+			s.replaySteps = append(s.replaySteps, in.Step)
+		}
 		i++
-		return []any{randomKey(rng), randomKey(rng), run, int64(i), benchKind, benchTarget, body, "succeeded", 1,
+		return []any{string(key), string(fp), in.Run, in.Step, benchKind, benchTarget, body, "succeeded", 1,
 			resultJSON, now, now, now, now, retain, randomKey(rng)[:32]}, nil
 	}))
 	if err != nil {
@@ -46,14 +63,19 @@ func (r *runner) fillScale(ctx context.Context) error {
 	}
 
 	r.setupNote(fmt.Sprintf("%d rows in the raw table", n))
+	s.replayKeys = s.replayKeys[:0]
 	i = 0
-	_, err = r.pool.CopyFrom(ctx, pgx.Identifier{r.schema, "raw_action"}, []string{"key", "status", "result", "created_at", "updated_at"},
+	_, err = r.pool.CopyFrom(ctx, pgx.Identifier{s.schema, "raw_action"}, []string{"key", "status", "result", "created_at", "updated_at"},
 		pgx.CopyFromFunc(func() ([]any, error) {
 			if i == n {
 				return nil, nil
 			}
+			key := randomKey(rng)
+			if kept(i) {
+				s.replayKeys = append(s.replayKeys, key)
+			}
 			i++
-			return []any{randomKey(rng), "succeeded", resultJSON, now, now}, nil
+			return []any{key, "succeeded", resultJSON, now, now}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("filling the raw table: %w", err)

@@ -34,6 +34,32 @@ func Arms() []string {
 // PostgreSQL pool.
 func isSQLite(arm string) bool { return arm == ArmSQLiteRaw || arm == ArmSQLiteDo }
 
+// EmptySuffix ends the name of an arm's twin on the empty log. With
+// Scale, each PostgreSQL arm runs twice in every round: as itself on
+// the filled log, and as its twin ("do_empty") on a log of its own that
+// holds only what the arms write, so that what the size costs is a
+// ratio of one run ("do/do_empty@16"), not a comparison across runs,
+// whose machine and load differ.
+const EmptySuffix = "_empty"
+
+// onEmptyLog reports a twin on the empty log and the arm it is a twin of.
+func onEmptyLog(arm string) (base string, empty bool) {
+	return strings.CutSuffix(arm, EmptySuffix)
+}
+
+// withTwins returns arms with each PostgreSQL arm's twin on the empty
+// log right after it.
+func withTwins(arms []string) []string {
+	var out []string
+	for _, a := range arms {
+		out = append(out, a)
+		if !isSQLite(a) {
+			out = append(out, a+EmptySuffix)
+		}
+	}
+	return out
+}
+
 // Limits on the options: enough for any machine the command is run on,
 // and a mistake (a duration in hours, a million workers) is refused
 // rather than run.
@@ -65,7 +91,10 @@ type Options struct {
 	// Arms names the arms to run (see Arms). Empty means all.
 	Arms []string
 	// Scale first fills the action log and the raw table with this many
-	// finished rows each, so the arms measure a table of that size.
+	// finished rows each, so the arms measure a table of that size. Each
+	// PostgreSQL arm then also runs, in the same rounds, on an empty log
+	// of its own, as its twin named with EmptySuffix; the replay arms
+	// on the filled log replay rows of the fill, spread over all of it.
 	Scale int
 	// ReplayKeys is how many finished actions each replay arm picks
 	// from. Zero means DefaultReplayKeys.
@@ -124,6 +153,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, err
 	}
 	o.Arms = arms
+	if o.Scale > 0 {
+		o.Arms = withTwins(arms)
+	}
 	return o, checkDB(o.DB)
 }
 

@@ -20,7 +20,9 @@ type Report struct {
 	// rounds, of A's actions per second divided by B's in the same round,
 	// with W workers. Above 1, A did more per second. The pairs are
 	// do_unbatched/raw, do/raw, do/raw_batched, replay_do/replay_raw and
-	// sqlite_do/sqlite_raw, where both arms ran.
+	// sqlite_do/sqlite_raw, where both arms ran; with Scale, the same
+	// between the twins on the empty log, and each arm over its twin:
+	// "do/do_empty@16" is what the filled log leaves of do's rate.
 	Ratios map[string]float64 `json:"ratios"`
 	// Rounds, Duration and Scale are the run's options.
 	Rounds     int   `json:"rounds"`
@@ -32,6 +34,9 @@ type Report struct {
 	// kept (--keep); empty when they were removed.
 	Schema string `json:"schema,omitempty"`
 	Dir    string `json:"dir,omitempty"`
+	// EmptySchema is where the twins on the empty log ran (Scale),
+	// when kept.
+	EmptySchema string `json:"empty_schema,omitempty"`
 }
 
 // ArmResult is one arm at one worker count, over all rounds.
@@ -114,7 +119,14 @@ func summarize(o Options, all samples) *Report {
 			}
 			rep.Arms = append(rep.Arms, res)
 		}
+		pairs := slices.Clone(ratioPairs)
 		for _, p := range ratioPairs {
+			pairs = append(pairs, [2]string{p[0] + EmptySuffix, p[1] + EmptySuffix})
+		}
+		for _, a := range Arms() {
+			pairs = append(pairs, [2]string{a, a + EmptySuffix})
+		}
+		for _, p := range pairs {
 			if r, ok := ratioMedian(rates(p[0], w), rates(p[1], w)); ok {
 				rep.Ratios[RatioKey(p[0], p[1], w)] = round(r, 3)
 			}
@@ -154,13 +166,17 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "once bench: %s, %d %s of %v per arm", r.Server, r.Rounds, rounds, time.Duration(r.DurationMS)*time.Millisecond)
 	if r.Scale > 0 {
-		fmt.Fprintf(w, ", action log and raw table filled with %d rows", r.Scale)
+		fmt.Fprintf(w, ", action log and raw table filled with %d rows (the arms named %s ran on empty ones)", r.Scale, "…"+EmptySuffix)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// The cells align right, and the names are padded to one width so
 	// they read left-aligned.
-	fmt.Fprintf(tw, "%-12s\tworkers\tactions/s\tp50 µs\tp99 µs\tcommits/action\tWAL B/action\tallocs/action\t\n", "arm")
+	width := len("arm")
+	for _, a := range r.Arms {
+		width = max(width, len(a.Name))
+	}
+	fmt.Fprintf(tw, "%-*s\tworkers\tactions/s\tp50 µs\tp99 µs\tcommits/action\tWAL B/action\tallocs/action\t\n", width, "arm")
 	for _, a := range r.Arms {
 		commits, wal := "-", "-"
 		if a.CommitsPerAction != nil {
@@ -169,7 +185,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if a.WALBytesPerAction != nil {
 			wal = strconv.FormatFloat(*a.WALBytesPerAction, 'f', 0, 64)
 		}
-		fmt.Fprintf(tw, "%-12s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.0f\t\n", a.Name, a.Workers, a.ActionsPerS, a.P50us, a.P99us, commits, wal, a.AllocsPerAction)
+		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.0f\t\n", width, a.Name, a.Workers, a.ActionsPerS, a.P50us, a.P99us, commits, wal, a.AllocsPerAction)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -193,6 +209,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(w, "(commits) or the cluster (WAL) adds to them; '-' is a SQLite arm, which has neither")
 	if r.Schema != "" {
 		fmt.Fprintf(w, "kept: schema %s", r.Schema)
+		if r.EmptySchema != "" {
+			fmt.Fprintf(w, ", empty log's schema %s", r.EmptySchema)
+		}
 		if r.Dir != "" {
 			fmt.Fprintf(w, ", SQLite files in %s", r.Dir)
 		}

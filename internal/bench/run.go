@@ -49,13 +49,9 @@ type runner struct {
 	// measuring queries' own transactions (see calibrate).
 	commitOverhead int64
 
-	// The two stores of the Do arms share the schema's tables.
-	doStore, doUnbatchedStore *postgres.Store
-	do, doUnbatched           *once.Client
-	sql                       statements
-
-	// replayKeys are the raw table's finished keys replay_raw reads.
-	replayKeys []string
+	// log is where the arms run; with Scale it is filled, and empty
+	// is where their twins run (EmptySuffix), nil without Scale.
+	log, empty *site
 
 	dir         string
 	sqliteStore *sqlite.Store
@@ -66,6 +62,37 @@ type runner struct {
 	serial atomic.Int64
 
 	closers []func()
+}
+
+// A site is one schema: the raw table, once's tables, the stores and
+// clients over them, and the finished rows its replay arms read.
+type site struct {
+	schema string
+	sql    statements
+	// The two stores of the Do arms share the schema's tables.
+	doStore, doUnbatchedStore *postgres.Store
+	do, doUnbatched           *once.Client
+	// replayKeys are the raw table's finished keys replay_raw reads;
+	// replayRun and replaySteps the finished intents replay_do runs.
+	replayKeys  []string
+	replayRun   string
+	replaySteps []int64
+}
+
+func (s *site) ident() string { return pgx.Identifier{s.schema}.Sanitize() }
+
+// replayIntent is replay_do's i-th intent, one the fill or the prefill
+// ran to success.
+func (s *site) replayIntent(i int) once.Intent {
+	return once.Intent{Run: s.replayRun, Step: s.replaySteps[i], Kind: benchKind, Target: benchTarget, Payload: payload}
+}
+
+// siteOf returns where arm runs and the arm it is, without EmptySuffix.
+func (r *runner) siteOf(arm string) (*site, string) {
+	if base, empty := onEmptyLog(arm); empty && r.empty != nil {
+		return r.empty, base
+	}
+	return r.log, arm
 }
 
 func (r *runner) defer_(f func()) { r.closers = append(r.closers, f) }
@@ -100,6 +127,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Server = r.server
 	if o.Keep {
 		rep.Schema, rep.Dir = r.schema, r.dir
+		if r.empty != nil {
+			rep.EmptySchema = r.empty.schema
+		}
 	}
 	return rep, nil
 }
@@ -139,58 +169,50 @@ func (r *runner) setUp(ctx context.Context) error {
 	if err := r.pool.QueryRow(ctx, `SELECT 'PostgreSQL ' || current_setting('server_version')`).Scan(&r.server); err != nil {
 		return err
 	}
-	r.defer_(r.dropSchema)
-	if _, err := r.pool.Exec(ctx, `CREATE SCHEMA `+r.ident()); err != nil {
-		return fmt.Errorf("creating the run's schema %s: %w", r.schema, err)
-	}
-	r.sql = newStatements(r.schema)
-	if _, err := r.pool.Exec(ctx, r.sql.createRaw); err != nil {
-		return fmt.Errorf("creating the raw table: %w", err)
-	}
-	if r.doStore, err = newOnceStore(r.pool, r.schema, true); err != nil {
+	if r.log, err = r.newSite(ctx, r.schema); err != nil {
 		return err
 	}
-	r.defer_(func() { r.doStore.Close() })
-	if r.doUnbatchedStore, err = newOnceStore(r.pool, r.schema, false); err != nil {
-		return err
-	}
-	r.defer_(func() { r.doUnbatchedStore.Close() })
-	if err := r.doStore.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrating the schema %s: %w", r.schema, err)
-	}
-	if r.do, err = once.New(once.Config{Store: r.doStore}); err != nil {
-		return err
-	}
-	if r.doUnbatched, err = once.New(once.Config{Store: r.doUnbatchedStore}); err != nil {
-		return err
+	if r.opts.Scale > 0 {
+		if r.empty, err = r.newSite(ctx, r.schema+EmptySuffix); err != nil {
+			return err
+		}
 	}
 	if r.hasSQLiteArm() {
 		if err := r.openSQLite(ctx); err != nil {
 			return err
 		}
 	}
+	// The filled log's replays read rows of the fill; an empty log's,
+	// rows written for them.
+	fresh := r.log
 	if r.opts.Scale > 0 {
-		if err := r.fillScale(ctx); err != nil {
+		if err := r.fillScale(ctx, r.log); err != nil {
 			return err
 		}
+		fresh = r.empty
 	}
 	if r.has(ArmReplayRaw) {
 		r.setupNote(fmt.Sprintf("%d finished keys for replay_raw", r.opts.ReplayKeys))
-		if err := r.prefillReplayRaw(ctx); err != nil {
+		if err := r.prefillReplayRaw(ctx, fresh); err != nil {
 			return fmt.Errorf("filling replay_raw's keys: %w", err)
 		}
 	}
 	if r.has(ArmReplayDo) {
 		r.setupNote(fmt.Sprintf("%d finished actions for replay_do", r.opts.ReplayKeys))
-		if err := r.prefillReplayDo(ctx); err != nil {
+		if err := r.prefillReplayDo(ctx, fresh); err != nil {
 			return fmt.Errorf("filling replay_do's actions: %w", err)
 		}
 	}
 	// Hint bits set and statistics fresh, so no arm pays for what the
 	// fill left behind.
 	r.setupNote("vacuum")
-	if _, err := r.pool.Exec(ctx, r.sql.vacuum); err != nil {
-		return fmt.Errorf("vacuuming the run's tables: %w", err)
+	for _, s := range []*site{r.log, r.empty} {
+		if s == nil {
+			continue
+		}
+		if _, err := r.pool.Exec(ctx, s.sql.vacuum); err != nil {
+			return fmt.Errorf("vacuuming the tables of %s: %w", s.schema, err)
+		}
 	}
 	return r.calibrate(ctx)
 }
@@ -218,6 +240,38 @@ func (r *runner) calibrate(ctx context.Context) error {
 	return nil
 }
 
+// newSite makes a schema, dropped when the run ends (unless Keep), with
+// the raw table and once's tables, and the stores and clients over them.
+func (r *runner) newSite(ctx context.Context, schema string) (*site, error) {
+	s := &site{schema: schema, sql: newStatements(schema)}
+	r.defer_(func() { r.dropSchema(s) })
+	if _, err := r.pool.Exec(ctx, `CREATE SCHEMA `+s.ident()); err != nil {
+		return nil, fmt.Errorf("creating the run's schema %s: %w", schema, err)
+	}
+	if _, err := r.pool.Exec(ctx, s.sql.createRaw); err != nil {
+		return nil, fmt.Errorf("creating the raw table: %w", err)
+	}
+	var err error
+	if s.doStore, err = newOnceStore(r.pool, schema, true); err != nil {
+		return nil, err
+	}
+	r.defer_(func() { s.doStore.Close() })
+	if s.doUnbatchedStore, err = newOnceStore(r.pool, schema, false); err != nil {
+		return nil, err
+	}
+	r.defer_(func() { s.doUnbatchedStore.Close() })
+	if err := s.doStore.Migrate(ctx); err != nil {
+		return nil, fmt.Errorf("migrating the schema %s: %w", schema, err)
+	}
+	if s.do, err = once.New(once.Config{Store: s.doStore}); err != nil {
+		return nil, err
+	}
+	if s.doUnbatched, err = once.New(once.Config{Store: s.doUnbatchedStore}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // newOnceStore makes the PostgreSQL store the Do arms run on, over the
 // run's pool and schema. do_unbatched is the store with group commit off
 // (grouped false: postgres.Config.Unbatched), do the store as
@@ -226,17 +280,15 @@ func newOnceStore(pool *pgxpool.Pool, schema string, grouped bool) (*postgres.St
 	return postgres.New(pool, postgres.Config{Schema: schema, Unbatched: !grouped})
 }
 
-func (r *runner) ident() string { return pgx.Identifier{r.schema}.Sanitize() }
-
-// dropSchema drops the run's schema unless Keep, also after the run's
+// dropSchema drops a site's schema unless Keep, also after the run's
 // context ended (an interrupted run cleans up too).
-func (r *runner) dropSchema() {
+func (r *runner) dropSchema(s *site) {
 	if r.opts.Keep {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+r.ident()+` CASCADE`)
+	r.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+s.ident()+` CASCADE`)
 }
 
 func (r *runner) has(arm string) bool {

@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestRunEveryArm runs every arm briefly against the real database and
+// TestRunEveryArm runs every arm briefly against the real database, with
+// a filled log and each PostgreSQL arm's twin on an empty one, and
 // checks the report's shape and counts: every arm at every worker count
 // did something, the PostgreSQL arms have commit and WAL figures and the
 // SQLite ones none, every ratio is there, and the tables hold exactly
@@ -52,11 +53,16 @@ func TestRunEveryArm(t *testing.T) {
 	// A cleanup, not a defer: it runs after the schema is dropped.
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	t.Cleanup(func() {
-		if _, err := conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{rep.Schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("dropping the kept schema %s: %v", rep.Schema, err)
+		for _, schema := range []string{rep.Schema, rep.EmptySchema} {
+			if _, err := conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+				t.Errorf("dropping the kept schema %s: %v", schema, err)
+			}
 		}
 		os.RemoveAll(rep.Dir)
 	})
+	if rep.EmptySchema == "" {
+		t.Fatal("a run with Scale and Keep names no empty log's schema")
+	}
 
 	var text bytes.Buffer
 	if err := rep.WriteText(&text); err != nil {
@@ -64,13 +70,22 @@ func TestRunEveryArm(t *testing.T) {
 	}
 	t.Logf("\n%s", text.String())
 
-	if len(rep.Arms) != len(workers)*len(bench.Arms()) {
-		t.Fatalf("%d results, want %d (every arm at every worker count)", len(rep.Arms), len(workers)*len(bench.Arms()))
+	// With Scale, each PostgreSQL arm has its twin on the empty log
+	// right after it.
+	var arms []string
+	for _, a := range bench.Arms() {
+		arms = append(arms, a)
+		if a != bench.ArmSQLiteRaw && a != bench.ArmSQLiteDo {
+			arms = append(arms, a+bench.EmptySuffix)
+		}
+	}
+	if len(rep.Arms) != len(workers)*len(arms) {
+		t.Fatalf("%d results, want %d (every arm and twin at every worker count)", len(rep.Arms), len(workers)*len(arms))
 	}
 	written := map[string]int64{}
 	for i, a := range rep.Arms {
-		if want := bench.Arms()[i%len(bench.Arms())]; a.Name != want || a.Workers != workers[i/len(bench.Arms())] {
-			t.Errorf("result %d is %s with %d workers, want %s with %d", i, a.Name, a.Workers, want, workers[i/len(bench.Arms())])
+		if want := arms[i%len(arms)]; a.Name != want || a.Workers != workers[i/len(arms)] {
+			t.Errorf("result %d is %s with %d workers, want %s with %d", i, a.Name, a.Workers, want, workers[i/len(arms)])
 		}
 		if a.Actions <= 0 || a.ActionsPerS <= 0 || a.P50us <= 0 || a.P99us < a.P50us {
 			t.Errorf("%s with %d workers: %d actions, %v/s, p50 %vµs, p99 %vµs; want actions and latencies", a.Name, a.Workers, a.Actions, a.ActionsPerS, a.P50us, a.P99us)
@@ -84,23 +99,14 @@ func TestRunEveryArm(t *testing.T) {
 
 	var want []string
 	for _, w := range workers {
-		for _, p := range [][2]string{{"do_unbatched", "raw"}, {"do", "raw"}, {"do", "raw_batched"}, {"replay_do", "replay_raw"}, {"sqlite_do", "sqlite_raw"}} {
+		for _, p := range [][2]string{{"do_unbatched", "raw"}, {"do", "raw"}, {"do", "raw_batched"}, {"replay_do", "replay_raw"}, {"sqlite_do", "sqlite_raw"},
+			{"do_unbatched_empty", "raw_empty"}, {"do_empty", "raw_empty"}, {"do_empty", "raw_batched_empty"}, {"replay_do_empty", "replay_raw_empty"}} {
 			want = append(want, bench.RatioKey(p[0], p[1], w))
 		}
-	}
-	var got []string
-	for k, v := range rep.Ratios {
-		got = append(got, k)
-		if v <= 0 {
-			t.Errorf("ratio %s is %v", k, v)
+		for _, a := range []string{"raw", "raw_batched", "do_unbatched", "do", "replay_raw", "replay_do"} {
+			want = append(want, bench.RatioKey(a, a+"_empty", w))
 		}
 	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("ratios %v, want %v", got, want)
-	}
-
 	// The JSON shape.
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -129,23 +135,31 @@ func TestRunEveryArm(t *testing.T) {
 	}
 
 	// The rows: each writing arm's actions, the fills, and nothing from
-	// the replays.
-	count := func(table string) int64 {
+	// the replays. The filled log's replays read rows of the fill (had
+	// replay_do met a key that was not there, it would have run the
+	// effect, written a row, and said it was not a replay); the empty
+	// log's, rows written for them.
+	count := func(schema, table string) int64 {
 		var n int64
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{rep.Schema, table}.Sanitize()).Scan(&n); err != nil {
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{schema, table}.Sanitize()).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	if n, want := count("raw_action"), scale+replayKeys+written["raw"]+written["raw_batched"]; n != want {
-		t.Errorf("the raw table has %d rows, want %d: %d filled, %d for replay_raw, %d raw, %d raw_batched", n, want, scale, replayKeys, written["raw"], written["raw_batched"])
-	}
-	if n, want := count("once_action"), scale+replayKeys+written["do"]+written["do_unbatched"]; n != want {
-		t.Errorf("the action log has %d rows, want %d: %d filled, %d for replay_do, %d do, %d do_unbatched", n, want, scale, replayKeys, written["do"], written["do_unbatched"])
-	}
-	var unfinished int64
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{rep.Schema, "once_action"}.Sanitize()+` WHERE status <> 'succeeded'`).Scan(&unfinished); err != nil || unfinished != 0 {
-		t.Errorf("%d actions did not succeed (%v)", unfinished, err)
+	for _, c := range []struct {
+		schema, suffix string
+		filled         int64
+	}{{rep.Schema, "", scale}, {rep.EmptySchema, bench.EmptySuffix, replayKeys}} {
+		if n, want := count(c.schema, "raw_action"), c.filled+written["raw"+c.suffix]+written["raw_batched"+c.suffix]; n != want {
+			t.Errorf("%s: the raw table has %d rows, want %d: %d filled, %d raw, %d raw_batched", c.schema, n, want, c.filled, written["raw"+c.suffix], written["raw_batched"+c.suffix])
+		}
+		if n, want := count(c.schema, "once_action"), c.filled+written["do"+c.suffix]+written["do_unbatched"+c.suffix]; n != want {
+			t.Errorf("%s: the action log has %d rows, want %d: %d filled, %d do, %d do_unbatched", c.schema, n, want, c.filled, written["do"+c.suffix], written["do_unbatched"+c.suffix])
+		}
+		var unfinished int64
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{c.schema, "once_action"}.Sanitize()+` WHERE status <> 'succeeded'`).Scan(&unfinished); err != nil || unfinished != 0 {
+			t.Errorf("%s: %d actions did not succeed (%v)", c.schema, unfinished, err)
+		}
 	}
 	for _, a := range rep.Arms {
 		if a.Name == bench.ArmReplayRaw || a.Name == bench.ArmReplayDo {
@@ -156,7 +170,8 @@ func TestRunEveryArm(t *testing.T) {
 	}
 }
 
-// TestRunDropsItsSchema: without Keep, the run leaves no schema behind.
+// TestRunDropsItsSchema: without Keep, the run leaves no schema behind,
+// the empty log's of a run with Scale included.
 func TestRunDropsItsSchema(t *testing.T) {
 	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
@@ -174,12 +189,12 @@ func TestRunDropsItsSchema(t *testing.T) {
 		return ss
 	}
 	before := schemas()
-	rep, err := bench.Run(ctx, bench.Options{DB: url, Workers: []int{2}, Rounds: 1, Duration: 20 * time.Millisecond, Arms: []string{bench.ArmRaw, bench.ArmSQLiteRaw}})
+	rep, err := bench.Run(ctx, bench.Options{DB: url, Workers: []int{2}, Rounds: 1, Duration: 20 * time.Millisecond, Arms: []string{bench.ArmRaw, bench.ArmSQLiteRaw}, Scale: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Schema != "" || rep.Dir != "" {
-		t.Errorf("the report names a kept schema %q or directory %q", rep.Schema, rep.Dir)
+	if rep.Schema != "" || rep.EmptySchema != "" || rep.Dir != "" {
+		t.Errorf("the report names a kept schema %q or %q or directory %q", rep.Schema, rep.EmptySchema, rep.Dir)
 	}
 	for _, s := range schemas() {
 		if !slices.Contains(before, s) {

@@ -16,7 +16,7 @@ func defineBench(fs *flagSet) func(env, []string) error {
 	rounds := fs.Int("rounds", 5, "`N` rounds: each arm runs once per round at each worker count, in an order rotated each round")
 	duration := fs.Duration("duration", 2*time.Second, "each arm runs for `DURATION` in each round")
 	arms := fs.String("arms", "", "run only these `ARMS`, comma-separated: "+strings.Join(bench.Arms(), ", ")+" (default all)")
-	scale := fs.Int("scale", 0, "first fill the action log and the raw table with `N` finished rows each (COPY), and measure at that size")
+	scale := fs.Int("scale", 0, "first fill the action log and the raw table with `N` finished rows each (COPY), measure at that size, and run each PostgreSQL arm's twin (…_empty) on an empty log beside it")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	keep := fs.Bool("keep", false, "keep the run's schema (once_bench_…) and SQLite files")
 	return func(e env, _ []string) error {
