@@ -761,8 +761,15 @@ func qualified(alias, cols string) string {
 	return strings.Join(fields, ", ")
 }
 
-// scanAction scans the column list, plus extra destinations.
+// scanAction scans the column list, plus extra destinations (see
+// actionRow).
 func scanAction(row pgx.Row, a *once.Action, extra ...any) error {
+	return row.Scan(&actionRow{a: a, extra: extra})
+}
+
+// scanPositional scans the column list, plus extra destinations, one
+// destination to a column: what pgx reads in any format.
+func scanPositional(row pgx.Row, a *once.Action, extra ...any) error {
 	var key, fp, status string
 	var result []byte
 	var lease, completed, resolved, retain *time.Time
