@@ -97,7 +97,7 @@ type Options struct {
 	// on the filled log replay rows of the fill, spread over all of it.
 	Scale int
 	// ReplayKeys is how many finished actions each replay arm picks
-	// from. Zero means DefaultReplayKeys.
+	// from: at most Scale with a scale. Zero means DefaultReplayKeys.
 	ReplayKeys int
 	// Keep keeps the run's schema and SQLite directory.
 	Keep bool
@@ -154,6 +154,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.Arms = arms
 	if o.Scale > 0 {
+		if !slices.ContainsFunc(arms, func(a string) bool { return !isSQLite(a) }) {
+			return o, fmt.Errorf("scale fills PostgreSQL's tables, and only SQLite arms were chosen; add a PostgreSQL arm or leave the scale out")
+		}
 		o.Arms = withTwins(arms)
 	}
 	return o, checkDB(o.DB)

@@ -107,6 +107,19 @@ func TestRunEveryArm(t *testing.T) {
 			want = append(want, bench.RatioKey(a, a+"_empty", w))
 		}
 	}
+	var got []string
+	for k, v := range rep.Ratios {
+		got = append(got, k)
+		if v <= 0 {
+			t.Errorf("ratio %s is %v", k, v)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ratios %v, want %v", got, want)
+	}
+
 	// The JSON shape.
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -149,7 +162,7 @@ func TestRunEveryArm(t *testing.T) {
 	for _, c := range []struct {
 		schema, suffix string
 		filled         int64
-	}{{rep.Schema, "", scale}, {rep.EmptySchema, bench.EmptySuffix, replayKeys}} {
+	}{{rep.Schema, "", scale}, {rep.EmptySchema, bench.EmptySuffix, min(replayKeys, scale)}} {
 		if n, want := count(c.schema, "raw_action"), c.filled+written["raw"+c.suffix]+written["raw_batched"+c.suffix]; n != want {
 			t.Errorf("%s: the raw table has %d rows, want %d: %d filled, %d raw, %d raw_batched", c.schema, n, want, c.filled, written["raw"+c.suffix], written["raw_batched"+c.suffix])
 		}

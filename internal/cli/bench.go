@@ -18,7 +18,7 @@ func defineBench(fs *flagSet) func(env, []string) error {
 	arms := fs.String("arms", "", "run only these `ARMS`, comma-separated: "+strings.Join(bench.Arms(), ", ")+" (default all)")
 	scale := fs.Int("scale", 0, "first fill the action log and the raw table with `N` finished rows each (COPY), measure at that size, and run each PostgreSQL arm's twin (…_empty) on an empty log beside it")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	keep := fs.Bool("keep", false, "keep the run's schema (once_bench_…) and SQLite files")
+	keep := fs.Bool("keep", false, "keep the run's schemas (once_bench_…) and SQLite files")
 	return func(e env, _ []string) error {
 		o := bench.Options{DB: dbURL(*db), Rounds: *rounds, Duration: *duration, Scale: *scale, Keep: *keep}
 		var err error
