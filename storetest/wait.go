@@ -398,11 +398,23 @@ func testWaitRolledBack(t *testing.T, h Harness) {
 // the row it reads back is the released one. The key is held by a
 // transaction as surely as when no row is visible: the duplicate waits
 // for it, and replays the DoTx's result once it commits.
+//
+// The short ClaimTimeout is the duplicate's, so that it gives up on the
+// transaction's lock and waits soon. The first attempt, which only
+// leaves the action released, claims through a client with the default:
+// its claim waits on nobody, but under load (the race detector,
+// parallel packages, SQLite preparing its statements) it can take longer
+// than 200ms, and Do then rightly answers *InFlightError (the database
+// is busy) instead of running the effect.
 func testWaitReclaimingTx(t *testing.T, h Harness) {
 	cfg := once.Config{ClaimTimeout: 200 * time.Millisecond}
 	waits := watchWaits(&cfg)
-	_, c, th := txSetup(t, h, cfg)
-	if _, err := once.Do(ctx(t), c, txIntent, func(context.Context, once.Attempt) (string, error) {
+	s, c, th := txSetup(t, h, cfg)
+	first, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := once.Do(ctx(t), first, txIntent, func(context.Context, once.Attempt) (string, error) {
 		return "", once.RetryLater(errors.New("429 too many requests"))
 	}); !errors.Is(err, once.ErrRetryLater) {
 		t.Fatalf("first Do = %v, want ErrRetryLater", err)
