@@ -359,7 +359,7 @@ func operator(t *testing.T, s once.Store) *once.Client {
 // as the application would, instead of asking a person.
 func testOperatorReaperAppliesRowRecovery(t *testing.T, h Harness) {
 	s, _, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
-	deadWorker(t, spec)
+	deadWorker(t, s, spec)
 	r, err := once.NewReaper(operator(t, s), once.ReaperConfig{})
 	if err != nil {
 		t.Fatal(err)

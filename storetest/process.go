@@ -327,14 +327,19 @@ func killAfterEffect(t *testing.T, spec, file, lease string) {
 	}
 }
 
-// waitLines waits for the worker to have written n effect lines.
+// waitLines waits for the worker to have written n effect lines. The
+// workers it waits for (hang, zombie) write nothing else until their
+// effect returns, which it does not before the test lets it: output
+// before the lines means the worker ended without them (its Do failed,
+// or answered without running the effect), and the test fails at once
+// with it instead of waiting out the deadline.
 func waitLines(t *testing.T, cmd *exec.Cmd, out *syncBuf, file string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for effectLines(t, file) < n {
-		if time.Now().After(deadline) {
+		if said := out.String(); said != "" || time.Now().After(deadline) {
 			cmd.Process.Kill()
-			t.Fatalf("worker never got to effect %d:\n%s", n, out)
+			t.Fatalf("worker never got to effect %d:\n%s", n, said)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

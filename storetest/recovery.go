@@ -41,15 +41,49 @@ func recoveryTests() []namedTest {
 	}
 }
 
-const childLease = "150ms"
+// childLease is the lease of the worker processes whose claim the tests
+// let lapse. A worker starts its effect only while enough of the lease
+// is left (Lease−margin from when the claim was sent, renewing it first
+// when less than a third is left), so the lease must outlast the slowest
+// claim of a freshly started process: under the race detector and the
+// load of parallel packages that is hundreds of milliseconds, and a
+// 150ms lease made the worker refuse to start. The tests wait for the
+// lease to lapse (lapse), not for a fixed time, so a longer one costs
+// only its own length.
+const childLease = "1s"
 
 // deadWorker leaves an action claimed by a worker that was killed after
 // its effect, and waits for the claim's lease to lapse.
-func deadWorker(t *testing.T, spec string) (file string) {
+func deadWorker(t *testing.T, s once.Store, spec string) (file string) {
 	file = filepath.Join(t.TempDir(), "effects")
 	killAfterEffect(t, spec, file, childLease)
-	time.Sleep(300 * time.Millisecond)
+	lapse(t, s, processKey())
 	return file
+}
+
+// lapse waits until the lease of k's claim has run out: it reads the
+// row, sleeps past the lease it holds and reads again, until a read
+// finds the lease over (a heartbeat sent before the worker was stopped
+// may have moved it on meanwhile). The store's clock is this machine's,
+// as for every timing in this suite (SQLite in the process, the
+// PostgreSQL server on the same host).
+func lapse(t *testing.T, s once.Store, k once.Key) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		a := mustGet(t, s, k)
+		if a.Status != once.StatusInFlight {
+			t.Fatalf("waiting for the worker's lease to lapse, the action is %s (attempt %d, %q)", a.Status, a.Attempt, a.Error)
+		}
+		left := time.Until(a.LeaseUntil)
+		if left < 0 {
+			return
+		}
+		if time.Now().Add(left).After(deadline) {
+			t.Fatalf("the worker's lease (until %v) did not lapse within %v", a.LeaseUntil, patience)
+		}
+		time.Sleep(left + 10*time.Millisecond)
+	}
 }
 
 func policyConfig(p once.KindPolicy) once.Config {
@@ -63,7 +97,7 @@ func processKey() once.Key {
 
 func testRecoverAskPerson(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.AskPerson}))
-	file := deadWorker(t, spec)
+	file := deadWorker(t, s, spec)
 	_, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
 		t.Error("AskPerson re-executed an ambiguous effect")
 		return 0, nil
@@ -83,7 +117,7 @@ func testRecoverAskPerson(t *testing.T, h Harness) {
 
 func testRecoverRetry(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
-	file := deadWorker(t, spec)
+	file := deadWorker(t, s, spec)
 	res, err := once.Do(ctx(t), c, processIntent, func(ctx context.Context, a once.Attempt) (int, error) {
 		return 7, appendLine(file, fmt.Sprintf("effect pid=parent attempt=%d provider=%s", a.Number, a.ProviderKey))
 	})
@@ -106,7 +140,7 @@ func testRecoverVerifyLanded(t *testing.T, h Harness) {
 			asked.Add(1)
 			return true, json.RawMessage(`4242`), nil
 		}}))
-	deadWorker(t, spec)
+	deadWorker(t, s, spec)
 	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) {
 		t.Error("re-executed an effect the verifier found had landed")
 		return 0, nil
@@ -126,7 +160,7 @@ func testRecoverVerifyLanded(t *testing.T, h Harness) {
 func testRecoverVerifyNotLanded(t *testing.T, h Harness) {
 	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.VerifyThenDecide,
 		Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) { return false, nil, nil }}))
-	deadWorker(t, spec)
+	deadWorker(t, s, spec)
 	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return 9, nil })
 	if err != nil || res.Attempt != 2 || res.Value != 9 || res.Replayed {
 		t.Fatalf("redelivery = %+v, %v; want it retried as attempt 2", res, err)
@@ -143,7 +177,7 @@ func testRecoverVerifyErrors(t *testing.T, h Harness) {
 			asked.Add(1)
 			return false, nil, errors.New("provider API down")
 		}}))
-	deadWorker(t, spec)
+	deadWorker(t, s, spec)
 	never := func(context.Context, once.Attempt) (int, error) {
 		t.Error("executed while the verifier could not tell")
 		return 0, nil
@@ -189,7 +223,7 @@ func testReaperAfterKill(t *testing.T, h Harness) {
 		mu.Unlock()
 	}
 	s, c, spec := setup(t, h, cfg)
-	deadWorker(t, spec)
+	deadWorker(t, s, spec)
 	r, err := once.NewReaper(c, once.ReaperConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +345,7 @@ func zombie(t *testing.T, s once.Store, spec string) (file string, resume func()
 	t.Cleanup(func() { cmd.Process.Kill() })
 	waitLines(t, cmd, out, file, 1)
 	stopBetweenWrites(t, cmd, s)
-	time.Sleep(300 * time.Millisecond)
+	lapse(t, s, processKey())
 	return file, func() string {
 		if err := appendLine(file+".go", "go"); err != nil {
 			t.Fatal(err)
