@@ -563,6 +563,15 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return o
 	}
 	sent, err := c.freshen(ctx, pol, a, sent)
+	if errors.Is(err, errNotRenewed) {
+		// Nothing ran, and the database, slow or out of reach, did not
+		// renew the lease: release the claim for the next delivery. Left
+		// in flight, its lease would lapse and recovery would treat it
+		// as an effect that may have happened (under AskPerson, put it
+		// to a person). If the release cannot be written either, it is
+		// left so, and the error says the release was not recorded.
+		return unrun(c.releaseUnrun(ctx, pol, a, err))
+	}
 	if err != nil {
 		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
 	}
@@ -590,11 +599,16 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 // could start.
 var errLeaseSpent = errors.New("the claim's lease ran out before the effect started")
 
+// errNotRenewed is freshen's answer when the lease needed renewing
+// before the effect could start, and the renewal failed.
+var errNotRenewed = errors.New("too little of the claim's lease was left to start the effect on, and it could not be renewed")
+
 // freshen renews the claim's lease before the effect starts when too
 // little of it is left to run on: the claim's reply, a verifier before a
 // takeover, or a hook held this process up. It returns when the lease
 // now counts from. A claim found lost is a *FencedError; a renewal that
-// cannot reach the database is an error, and nothing runs.
+// fails (the database slow or out of reach) is errNotRenewed, and
+// nothing runs.
 func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (time.Time, error) {
 	if time.Until(sent.Add(pol.Lease-pol.margin())) >= pol.Lease/3 {
 		return sent, nil
@@ -605,7 +619,7 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 	cancel()
 	switch {
 	case err != nil:
-		return sent, fmt.Errorf("once: action %s attempt %d: too little of the claim's lease was left to run on, and it could not be renewed: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, err)
+		return sent, fmt.Errorf("%w: %w", errNotRenewed, err)
 	case !held:
 		return sent, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight}
 	}
@@ -615,8 +629,11 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 // releaseUnrun releases a won claim whose effect never ran.
 func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
 	note := "the caller's context ended before the effect ran: " + cause.Error()
-	if errors.Is(cause, errLeaseSpent) {
+	switch {
+	case errors.Is(cause, errLeaseSpent):
 		note = "the process stalled between the claim and the effect for longer than the lease; nothing ran"
+	case errors.Is(cause, errNotRenewed):
+		note = "the claim's lease could not be renewed before the effect started (" + cause.Error() + "); nothing ran"
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}

@@ -309,8 +309,9 @@ func outcomeOf(err error) (Result, once.Status, int64) {
 	case errors.Is(err, once.ErrResultTooLarge), errors.Is(err, once.ErrResultNotJSON), errors.Is(err, once.ErrFingerprintMismatch):
 		return 0, "", 0
 	}
-	// The lease could not be renewed before the effect: nothing ran and
-	// nothing was written.
+	// Any other end before the effect (a lease that could not be
+	// renewed, whose release was written, ends as ErrRetryLater above):
+	// nothing ran and nothing was written.
 	return Nothing, once.StatusInFlight, 0
 }
 
