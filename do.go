@@ -314,7 +314,7 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 			if at, ok := pending.sent(cr.Action.Token); ok {
 				sent = at
 			}
-			return c.execute(ctx, pol, in, cr.Action, fn, sent)
+			return c.execute(ctx, pol, in, cr.Action, fn, sent, false)
 		}
 		a := cr.Action
 		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
@@ -343,7 +343,7 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 		}
 		switch r.decision {
 		case decTakeover:
-			return c.execute(ctx, pol, in, r.action, fn, sent)
+			return c.execute(ctx, pol, in, r.action, fn, sent, true)
 		case decSucceeded:
 			return outcome{key: a.Key, attempt: r.action.Attempt, stored: r.result, replayed: true}
 		}
@@ -545,7 +545,7 @@ func attemptOf(a Action, in Intent) Attempt {
 // execute runs the effect of a won claim and records its outcome. sent
 // is when the claim's request was sent, where its lease starts for this
 // process.
-func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time) outcome {
+func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time, takeover bool) outcome {
 	if c.log.Enabled(ctx, slog.LevelDebug) {
 		// Checked first: the arguments would cost allocations on every
 		// claim that nobody logs.
@@ -563,7 +563,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return o
 	}
 	sent, err := c.freshen(ctx, pol, a, sent)
-	if errors.Is(err, errNotRenewed) {
+	if errors.Is(err, errNotRenewed) && !takeover {
 		// Nothing ran, and the database, slow or out of reach, did not
 		// renew the lease: release the claim for the next delivery. Left
 		// in flight, its lease would lapse and recovery would treat it
@@ -573,6 +573,14 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return unrun(c.releaseUnrun(ctx, pol, a, err))
 	}
 	if err != nil {
+		// A takeover is left in flight: the attempt before it may yet
+		// have happened, and a release would let the next delivery run
+		// the effect without recovery deciding again (asking the
+		// verifier, or a person) when the lease lapses
+		// (TestFailedRenewalOfATakeoverAsksTheVerifierAgain).
+		if errors.Is(err, errNotRenewed) {
+			err = fmt.Errorf("once: action %s attempt %d: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, err)
+		}
 		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
 	}
 	started := time.Now()
@@ -641,7 +649,10 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	ok, err := c.record(ctx, a, t)
 	switch {
 	case err != nil:
-		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased, Err: err}
+		// The release may yet commit, or the claim stay in flight: not
+		// recorded. The error says what ran: nothing.
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased,
+			Err: fmt.Errorf("nothing ran (%v), and the release failed: %w", cause, err)}
 	case !ok:
 		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased}
 	default:

@@ -35,9 +35,11 @@ var (
 	// ErrFenced: this attempt was superseded by a newer one; its outcome
 	// was not recorded.
 	ErrFenced = errors.New("once: attempt superseded")
-	// ErrNotRecorded: the effect ran but its outcome could not be written
-	// (the database went away). The claim stays in flight until its lease
-	// expires and recovery applies, so the effect is not repeated.
+	// ErrNotRecorded: the attempt ended but its outcome could not be
+	// written (the database went away): the effect ran, or, when the
+	// *RecordError's Outcome is released, nothing happened (the error
+	// says which). The claim stays in flight until its lease expires and
+	// recovery applies, so the effect is not repeated.
 	ErrNotRecorded = errors.New("once: outcome not recorded")
 	// ErrRetryLater: the effect reported that it did not happen and may be
 	// retried; the claim was released for the next delivery.
