@@ -2,14 +2,58 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/postgres"
 )
+
+// The renewal before the effect: when too little of a claim's lease is
+// left to start on, Do renews it first, and a renewal that fails runs
+// nothing.
+
+// renewalStore is a migrated store and its action table's name.
+func renewalStore(t *testing.T) (*postgres.Store, string) {
+	s, schema := newStore(t)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, pgx.Identifier{schema, "once_action"}.Sanitize()
+}
+
+// lockOnExecute is an OnExecute hook that, when the given attempt
+// starts, locks its action's row for hold, so that the renewal before
+// the effect, and whatever writes the row after it, wait; then it holds
+// the worker for pause. The lock's end, or its failure, comes on the
+// channel.
+func lockOnExecute(s *postgres.Store, table string, attempt int, hold, pause time.Duration) (func(context.Context, once.Observation) (context.Context, func(once.Observation, error)), <-chan error) {
+	locked := make(chan error, 1)
+	return func(ctx context.Context, o once.Observation) (context.Context, func(once.Observation, error)) {
+		if o.Event.Attempt != attempt {
+			return ctx, nil
+		}
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			locked <- err
+			return ctx, nil
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE key = $1 FOR UPDATE`, string(o.Event.Key)); err != nil {
+			tx.Rollback(ctx)
+			locked <- err
+			return ctx, nil
+		}
+		time.AfterFunc(hold, func() { locked <- tx.Rollback(context.Background()) })
+		time.Sleep(pause)
+		return ctx, nil
+	}, locked
+}
 
 // TestFailedRenewalReleasesTheUnrunClaim: when too little of a claim's
 // lease is left to start the effect on (a hook held the worker up) and
@@ -18,38 +62,16 @@ import (
 // released for the next delivery, not left in flight for recovery to
 // put to a person as an effect that may have happened.
 func TestFailedRenewalReleasesTheUnrunClaim(t *testing.T) {
-	s, schema := newStore(t)
+	s, table := renewalStore(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	table := pgx.Identifier{schema, "once_action"}.Sanitize()
 	const lease = 1500 * time.Millisecond
-	locked := make(chan error, 1)
+	// The row locked past the renewal's deadline (a third of the
+	// lease), and the worker held past the point where enough lease is
+	// left to start on; the next attempt is left alone.
+	hook, locked := lockOnExecute(s, table, 1, lease, lease*8/15)
 	c, err := once.New(once.Config{Store: s,
 		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.AskPerson}},
-		Hooks: once.Hooks{OnExecute: func(ctx context.Context, o once.Observation) (context.Context, func(once.Observation, error)) {
-			// Lock the row for longer than the renewal waits (a third
-			// of the lease), then hold the worker past the point where
-			// enough lease is left to start on. The next attempt is
-			// left alone.
-			if o.Event.Attempt != 1 {
-				return ctx, nil
-			}
-			tx, err := s.Pool().Begin(ctx)
-			if err != nil {
-				locked <- err
-				return ctx, nil
-			}
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE key = $1 FOR UPDATE`, string(o.Event.Key)); err != nil {
-				tx.Rollback(ctx)
-				locked <- err
-				return ctx, nil
-			}
-			time.AfterFunc(lease, func() { locked <- tx.Rollback(context.Background()) })
-			time.Sleep(lease * 8 / 15)
-			return ctx, nil
-		}}})
+		Hooks: once.Hooks{OnExecute: hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +90,7 @@ func TestFailedRenewalReleasesTheUnrunClaim(t *testing.T) {
 	if err == nil {
 		t.Fatalf("Do = %+v, want an error: the lease could not be renewed", res)
 	}
-	a, gerr := s.Get(ctx, mustKey(t, in))
+	a, gerr := s.Get(ctx, keyOf(t, in))
 	if gerr != nil {
 		t.Fatal(gerr)
 	}
@@ -82,11 +104,114 @@ func TestFailedRenewalReleasesTheUnrunClaim(t *testing.T) {
 	}
 }
 
-func mustKey(t *testing.T, in once.Intent) once.Key {
-	t.Helper()
-	k, _, err := once.KeyOf(in)
+// TestFailedRenewalAndReleaseSayNothingRan: the renewal before the
+// effect fails (the row is locked past its deadline) and so does the
+// release of the unrun claim (locked past RecordTimeout). Nothing ran,
+// and Do's error says so, and why: the renewal failed, and the release
+// was not recorded (it may yet commit; the claim may stay in flight).
+func TestFailedRenewalAndReleaseSayNothingRan(t *testing.T) {
+	s, table := renewalStore(t)
+	ctx := context.Background()
+	const lease = 1500 * time.Millisecond
+	// Held past the renewal (Lease/3) and the release's RecordTimeout.
+	hook, locked := lockOnExecute(s, table, 1, 4*time.Second, lease*8/15)
+	c, err := once.New(once.Config{Store: s, RecordTimeout: time.Second,
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.AskPerson}},
+		Hooks: once.Hooks{OnExecute: hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	in := once.Intent{Run: "renewal-2", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
+	ran := false
+	_, err = once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) {
+		ran = true
+		return "sent", nil
+	})
+	if lerr := <-locked; lerr != nil {
+		t.Fatal(lerr)
+	}
+	if ran {
+		t.Fatal("the effect ran")
+	}
+	t.Logf("Do: %v", err)
+	if err == nil {
+		t.Fatal("Do = nil, want an error")
+	}
+	if !strings.Contains(err.Error(), "could not be renewed") || !strings.Contains(err.Error(), "nothing ran") {
+		t.Errorf("Do's error does not say the renewal failed and nothing ran: %v", err)
+	}
+	a, gerr := s.Get(ctx, keyOf(t, in))
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	t.Logf("row: %s attempt %d %q", a.Status, a.Attempt, a.Error)
+}
+
+// TestFailedRenewalOfATakeoverAsksTheVerifierAgain: attempt 1's
+// worker died with its effect's outcome unknown. A delivery recovers it
+// under VerifyThenDecide: the verifier (slow: the provider is eventually
+// consistent) finds no trace yet, and the action is taken over as
+// attempt 2. The verifier used up the lease counted from before recovery,
+// so the takeover is renewed before the effect, and the renewal fails (the
+// row locked past Lease/3). Attempt 2 must not be released: attempt 1's
+// outcome is still unknown, and a released action's next delivery would
+// run the effect without asking the verifier again, though attempt 1's
+// effect has landed by then. It stays in flight, its lease lapses, and
+// recovery asks the verifier again, which finds the effect landed.
+func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
+	s, table := renewalStore(t)
+	ctx := context.Background()
+	const lease = 1500 * time.Millisecond
+	var verifies atomic.Int32
+	landed := atomic.Bool{} // attempt 1's effect, landed late at the provider
+	hook, locked := lockOnExecute(s, table, 2, lease, 0)
+	c, err := once.New(once.Config{Store: s,
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide,
+			Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+				verifies.Add(1)
+				if landed.Load() {
+					return true, json.RawMessage(`"sent"`), nil
+				}
+				time.Sleep(lease * 8 / 15)
+				return false, nil, nil
+			}}},
+		Hooks: once.Hooks{OnExecute: hook}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "verify", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
+	k, fp, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 1: claimed by a worker that died; its effect is in the
+	// provider's pipeline, not yet visible.
+	if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
+		Payload: []byte(`"hello"`), Lease: time.Millisecond, Recovery: once.VerifyThenDecide}); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v, %v", cr, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+
+	var runs atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		runs.Add(1)
+		return "sent", nil
+	}
+	_, err = once.Do(ctx, c, in, effect)
+	if lerr := <-locked; lerr != nil {
+		t.Fatal(lerr)
+	}
+	a, _ := s.Get(ctx, k)
+	t.Logf("delivery 2: %v; row %s attempt %d %q", err, a.Status, a.Attempt, a.Error)
+
+	// Attempt 1's effect lands at the provider now.
+	landed.Store(true)
+	// The old path: the lease of attempt 2 lapses before the next delivery.
+	time.Sleep(lease + 500*time.Millisecond)
+	res, err := once.Do(ctx, c, in, effect)
+	a, _ = s.Get(ctx, k)
+	t.Logf("delivery 3: %+v, %v; row %s attempt %d; verifier asked %d times; effect ran %d times here (+1 by attempt 1)", res, err, a.Status, a.Attempt, verifies.Load(), runs.Load())
+	if runs.Load() != 0 {
+		t.Errorf("the effect ran again (%d) without the verifier being asked after attempt 1's outcome was left unknown; it had landed, so it happened twice", runs.Load())
+	}
 }
