@@ -563,7 +563,8 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return o
 	}
 	sent, err := c.freshen(ctx, pol, a, sent)
-	if errors.Is(err, errNotRenewed) && !takeover {
+	switch {
+	case errors.Is(err, errNotRenewed) && !takeover:
 		// Nothing ran, and the database, slow or out of reach, did not
 		// renew the lease: release the claim for the next delivery. Left
 		// in flight, its lease would lapse and recovery would treat it
@@ -571,16 +572,15 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		// to a person). If the release cannot be written either, it is
 		// left so, and the error says the release was not recorded.
 		return unrun(c.releaseUnrun(ctx, pol, a, err))
-	}
-	if err != nil {
+	case errors.Is(err, errNotRenewed):
 		// A takeover is left in flight: the attempt before it may yet
 		// have happened, and a release would let the next delivery run
 		// the effect without recovery deciding again (asking the
 		// verifier, or a person) when the lease lapses
 		// (TestFailedRenewalOfATakeoverAsksTheVerifierAgain).
-		if errors.Is(err, errNotRenewed) {
-			err = fmt.Errorf("once: action %s attempt %d: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, err)
-		}
+		err = fmt.Errorf("once: action %s attempt %d: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, err)
+		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
+	case err != nil:
 		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
 	}
 	started := time.Now()

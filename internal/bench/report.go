@@ -78,6 +78,24 @@ var ratioPairs = [][2]string{
 	{ArmSQLiteDo, ArmSQLiteRaw},
 }
 
+// comparedPairs are ratioPairs, the same between the twins on the empty
+// log, and each PostgreSQL arm over its twin; a report gives those whose
+// arms both ran.
+var comparedPairs = func() [][2]string {
+	pairs := slices.Clone(ratioPairs)
+	for _, p := range ratioPairs {
+		if !isSQLite(p[0]) {
+			pairs = append(pairs, [2]string{p[0] + EmptySuffix, p[1] + EmptySuffix})
+		}
+	}
+	for _, a := range Arms() {
+		if !isSQLite(a) {
+			pairs = append(pairs, [2]string{a, a + EmptySuffix})
+		}
+	}
+	return pairs
+}()
+
 // RatioKey names a ratio in Report.Ratios: "do/raw@16".
 func RatioKey(a, b string, workers int) string {
 	return a + "/" + b + "@" + strconv.Itoa(workers)
@@ -119,14 +137,7 @@ func summarize(o Options, all samples) *Report {
 			}
 			rep.Arms = append(rep.Arms, res)
 		}
-		pairs := slices.Clone(ratioPairs)
-		for _, p := range ratioPairs {
-			pairs = append(pairs, [2]string{p[0] + EmptySuffix, p[1] + EmptySuffix})
-		}
-		for _, a := range Arms() {
-			pairs = append(pairs, [2]string{a, a + EmptySuffix})
-		}
-		for _, p := range pairs {
+		for _, p := range comparedPairs {
 			if r, ok := ratioMedian(rates(p[0], w), rates(p[1], w)); ok {
 				rep.Ratios[RatioKey(p[0], p[1], w)] = round(r, 3)
 			}
