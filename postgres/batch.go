@@ -260,7 +260,7 @@ func readTransitions(br pgx.BatchResults, reqs []*request) error {
 }
 
 // claimsArgs are the claims statement's arguments: one array per
-// column.
+// column, and their length.
 func claimsArgs(reqs []*request) []any {
 	n := len(reqs)
 	var (
@@ -278,11 +278,11 @@ func claimsArgs(reqs []*request) []any {
 		steps[i], leases[i], payloads[i], redrives[i] = c.Step, c.Lease.Microseconds(), c.Payload, c.Redrive
 		retentions[i], redriveAfters[i] = optMicrosPtr(c.Retention), optMicrosPtr(c.RedriveAfter)
 	}
-	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins}
+	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins, n}
 }
 
 // transitionsArgs are the transitions statement's arguments: one array
-// per column, and the default retention.
+// per column, the default retention, and the arrays' length.
 func transitionsArgs(reqs []*request) []any {
 	n := len(reqs)
 	var (
@@ -308,7 +308,7 @@ func transitionsArgs(reqs []*request) []any {
 		tokens[i], origins[i] = t.Token, t.Event.Origin
 	}
 	return []any{keys, attempts, tos, results, errs, newAttempts, leases, failures, resolvedBy, notes, froms, holds,
-		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins}
+		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins, n}
 }
 
 // optMicrosPtr is a duration in microseconds, zero as NULL.
