@@ -553,9 +553,9 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while the claim was on its way (its reply
-		// was slow, or lost and read back): nothing ran, so release it
-		// for the next delivery instead of leaving a claim nobody holds.
-		return c.releaseUnrun(ctx, pol, a, err)
+		// was slow, or lost and read back), or while a takeover was
+		// decided: nothing ran.
+		return c.abandon(ctx, pol, a, err, takeover)
 	}
 	ctx, end := c.started(ctx, a)
 	unrun := func(o outcome) outcome {
@@ -564,22 +564,10 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 	}
 	sent, err := c.freshen(ctx, pol, a, sent)
 	switch {
-	case errors.Is(err, errNotRenewed) && !takeover:
-		// Nothing ran, and the database, slow or out of reach, did not
-		// renew the lease: release the claim for the next delivery. Left
-		// in flight, its lease would lapse and recovery would treat it
-		// as an effect that may have happened (under AskPerson, put it
-		// to a person). If the release cannot be written either, it is
-		// left so, and the error says the release was not recorded.
-		return unrun(c.releaseUnrun(ctx, pol, a, err))
 	case errors.Is(err, errNotRenewed):
-		// A takeover is left in flight: the attempt before it may yet
-		// have happened, and a release would let the next delivery run
-		// the effect without recovery deciding again (asking the
-		// verifier, or a person) when the lease lapses
-		// (TestFailedRenewalOfATakeoverAsksTheVerifierAgain).
-		err = fmt.Errorf("once: action %s attempt %d: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, err)
-		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
+		// Nothing ran, and the database, slow or out of reach, did not
+		// renew the lease.
+		return unrun(c.abandon(ctx, pol, a, err, takeover))
 	case err != nil:
 		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
 	}
@@ -598,7 +586,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		// The process stalled between the claim and the effect for
 		// longer than the lease allows: recovery may already be running
 		// another attempt, so this one must not start. Nothing ran.
-		return unrun(c.releaseUnrun(ctx, pol, a, err))
+		return unrun(c.abandon(ctx, pol, a, err, takeover))
 	}
 	return settle(value, err)
 }
@@ -634,7 +622,26 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 	return renewed, nil
 }
 
-// releaseUnrun releases a won claim whose effect never ran.
+// abandon gives up a won claim whose effect never ran, for cause. A
+// first claim is released for the next delivery: left in flight, its
+// lease would lapse and recovery would treat it as an effect that may
+// have happened (under AskPerson, put it to a person). A takeover is
+// left in flight: the attempt before it may yet land, and a release
+// would let the next delivery run the effect without recovery deciding
+// again (asking the verifier, or a person) when the lease lapses
+// (TestFailedRenewalOfATakeoverAsksTheVerifierAgain,
+// TestCallerGoneAfterATakeoverAsksTheVerifierAgain).
+func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause error, takeover bool) outcome {
+	if !takeover {
+		return c.releaseUnrun(ctx, pol, a, cause)
+	}
+	return outcome{key: a.Key, attempt: a.Attempt,
+		err: fmt.Errorf("once: action %s attempt %d, a takeover: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, cause)}
+}
+
+// releaseUnrun releases a won claim whose effect never ran. If the
+// release cannot be written either, the claim is left so, and the error
+// says the release was not recorded.
 func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
 	note := "the caller's context ended before the effect ran: " + cause.Error()
 	switch {

@@ -215,3 +215,85 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 		t.Errorf("the effect ran again (%d) without the verifier being asked after attempt 1's outcome was left unknown; it had landed, so it happened twice", runs.Load())
 	}
 }
+
+// TestCallerGoneAfterATakeoverAsksTheVerifierAgain: a caller whose
+// context ends between taking a claim over and starting its effect runs
+// nothing, and leaves the takeover in flight, as after a failed renewal.
+// Released, it would let the next delivery run the effect without the
+// verifier being asked again, while attempt 1's effect, which the
+// verifier did not yet see, may still land. Here the caller's context
+// ends while a hook observes the takeover (a slow hook, a deadline
+// reached during the verification).
+func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
+	s, _ := renewalStore(t)
+	const lease = time.Second
+	var verifies atomic.Int32
+	landed := atomic.Bool{} // attempt 1's effect, landed late at the provider
+	c, err := once.New(once.Config{Store: s,
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide,
+			Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+				verifies.Add(1)
+				if landed.Load() {
+					return true, json.RawMessage(`"sent"`), nil
+				}
+				return false, nil, nil
+			}}},
+		Hooks: once.Hooks{OnEvent: func(ctx context.Context, o once.Observation) {
+			if o.Event.Type == once.EventTakenOver {
+				if cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
+					cancel()
+				}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "verify", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
+	k, fp, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	// Attempt 1: claimed by a worker that died; its effect is in the
+	// provider's pipeline, not yet visible.
+	if cr, err := s.Claim(bg, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
+		Payload: []byte(`"hello"`), Lease: time.Millisecond, Recovery: once.VerifyThenDecide}); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v, %v", cr, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+
+	var runs atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		runs.Add(1)
+		return "sent", nil
+	}
+	ctx, cancel := context.WithCancel(bg)
+	_, err = once.Do(context.WithValue(ctx, cancelKey{}, cancel), c, in, effect)
+	cancel()
+	a, gerr := s.Get(bg, k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if !errors.Is(err, context.Canceled) || runs.Load() != 0 {
+		t.Fatalf("delivery 2, its caller gone after the takeover: %v, the effect ran %d times; want context.Canceled and nothing run", err, runs.Load())
+	}
+	if a.Status != once.StatusInFlight || a.Attempt != 2 {
+		t.Errorf("after delivery 2 the row is %s, attempt %d; want the takeover, attempt 2, still in flight", a.Status, a.Attempt)
+	}
+
+	// Attempt 1's effect lands at the provider now; the next delivery
+	// comes after attempt 2's lease lapsed.
+	landed.Store(true)
+	time.Sleep(lease + 300*time.Millisecond)
+	asked := verifies.Load()
+	res, err := once.Do(bg, c, in, effect)
+	if runs.Load() != 0 {
+		t.Errorf("the effect ran again (%d) without the verifier being asked after the takeover was abandoned; attempt 1's had landed, so it happened twice", runs.Load())
+	}
+	if err != nil || res.Value != "sent" || verifies.Load() == asked {
+		t.Errorf("delivery 3: %+v, %v, verifier asked %d times before and %d after; want the verifier asked again and its result replayed", res, err, asked, verifies.Load())
+	}
+}
+
+// cancelKey carries, in a Do call's context, the function that cancels it.
+type cancelKey struct{}
