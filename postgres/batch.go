@@ -24,9 +24,18 @@ import (
 // wait does.
 const batchLockTimeout = "100ms"
 
-// lockTimeoutSQL sets the lock timeout for the batch's transaction
-// only (SET LOCAL, as a function, which an implicit transaction takes).
-const lockTimeoutSQL = `SELECT set_config('lock_timeout', '` + batchLockTimeout + `', true)`
+// batchSettingsSQL sets, for the batch's transaction only (SET LOCAL,
+// as a function, which an implicit transaction takes), the lock timeout,
+// and sequential scans off. The statements after it are planned with
+// the setting, and PostgreSQL keeps their plans. A plan made while the
+// log was small (never analyzed, or analyzed after its first rows),
+// where scanning its few pages costs less than reading a key through
+// the primary key, would otherwise be kept as the log grew, until the
+// next analyze replaced it, and every batch would read the whole log.
+// With the scans off, and the statements naming their keys on every
+// read of the table (key = ANY), each batch reads only its keys' rows
+// (TestGroupCommitReadsByKeyAsTheLogGrows).
+const batchSettingsSQL = `SELECT set_config('lock_timeout', '` + batchLockTimeout + `', true), set_config('enable_seqscan', 'off', true)`
 
 // exec runs reqs, alone or as one transaction, and answers each.
 func (b *batcher) exec(reqs []*request) {
@@ -98,7 +107,7 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 	}
 	defer conn.Release()
 	batch := &pgx.Batch{}
-	batch.Queue(lockTimeoutSQL)
+	batch.Queue(batchSettingsSQL)
 	rounds := roundsOf(reqs)
 	for _, rd := range rounds {
 		if len(rd.claims) > 0 {
@@ -260,7 +269,7 @@ func readTransitions(br pgx.BatchResults, reqs []*request) error {
 }
 
 // claimsArgs are the claims statement's arguments: one array per
-// column, and their length.
+// column.
 func claimsArgs(reqs []*request) []any {
 	n := len(reqs)
 	var (
@@ -278,11 +287,11 @@ func claimsArgs(reqs []*request) []any {
 		steps[i], leases[i], payloads[i], redrives[i] = c.Step, c.Lease.Microseconds(), c.Payload, c.Redrive
 		retentions[i], redriveAfters[i] = optMicrosPtr(c.Retention), optMicrosPtr(c.RedriveAfter)
 	}
-	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins, n}
+	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins}
 }
 
 // transitionsArgs are the transitions statement's arguments: one array
-// per column, the default retention, and the arrays' length.
+// per column, and the default retention.
 func transitionsArgs(reqs []*request) []any {
 	n := len(reqs)
 	var (
@@ -308,7 +317,7 @@ func transitionsArgs(reqs []*request) []any {
 		tokens[i], origins[i] = t.Token, t.Event.Origin
 	}
 	return []any{keys, attempts, tos, results, errs, newAttempts, leases, failures, resolvedBy, notes, froms, holds,
-		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins, n}
+		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins}
 }
 
 // optMicrosPtr is a duration in microseconds, zero as NULL.

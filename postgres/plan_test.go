@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/sqlrows"
@@ -242,64 +244,145 @@ func planStore(t *testing.T) (*pgx.Conn, *Store) {
 	return conn, s
 }
 
-// TestBatchStatementsReadThePrimaryKey: group commit's statements find
-// each of their keys by the primary key, also with a plan PostgreSQL
-// made while the log was new and empty and keeps after it grew. A
-// deployment's first batches are planned on a table that has never been
-// analyzed; a plan that hashed the whole table there, cheap while it is
-// empty, would read every row of the log for each batch until
-// autovacuum's next analyze replaced it. Checked with the generic plans
-// made on the empty table, executed after 20,000 actions were written.
-func TestBatchStatementsReadThePrimaryKey(t *testing.T) {
+// TestGroupCommitReadsByKeyAsTheLogGrows: group commit's statements find
+// each of their keys by the primary key, also with plans PostgreSQL made
+// while the log was small and keeps after it grew. A deployment's first
+// batches are planned on a table never analyzed, or analyzed by
+// autovacuum after its first fifty rows, or by an operator while empty;
+// a plan that hashed or scanned the whole table there, cheap while it
+// is small, would read every row of the log for each batch until
+// autovacuum's next analyze replaced it. Run through the store's own batches, with generic plans made at
+// the first execution, autovacuum off on the table, and 20,000 actions
+// written behind the plans' back; the server's count of rows read, by
+// sequential scans and through indexes, says whether a batch read the
+// log.
+func TestGroupCommitReadsByKeyAsTheLogGrows(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		rows    int  // finished actions in the log before the batches
+		analyze bool // analyzed then
+	}{
+		{"a new log, never analyzed", 0, false},
+		{"an empty log, analyzed", 0, true},
+		{"a log analyzed after its first 10 actions", 10, true},
+		{"a log analyzed after its first 60 actions", 60, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			conn, s, table := smallPlanStore(t)
+			if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until)
+SELECT md5('a' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days' FROM generate_series(1, $1) g`, c.rows); err != nil {
+				t.Fatal(err)
+			}
+			if c.analyze {
+				if _, err := conn.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const batches, size = 4, 8
+			batch := func(tag string) {
+				t.Helper()
+				reqs := make([]once.ClaimRequest, size)
+				for i := range reqs {
+					k := once.Key(md5Of(t, conn, tag+strconv.Itoa(i)))
+					reqs[i] = once.ClaimRequest{Key: k, Fingerprint: "fp", Run: tag, Step: int64(i), Kind: "k", Target: "t", Lease: time.Minute, Token: tag}
+				}
+				res, errs := s.ClaimMany(ctx, reqs)
+				ts := make([]once.Transition, size)
+				for i := range reqs {
+					if errs[i] != nil || !res[i].Claimed {
+						t.Fatalf("claim %d of batch %s: %+v, %v", i, tag, res[i], errs[i])
+					}
+					ts[i] = once.Transition{Key: reqs[i].Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
+						Result: []byte(`"ok"`), Event: once.Event{Actor: "worker", From: once.StatusInFlight}}
+				}
+				ok, errs := s.TransitionMany(ctx, ts)
+				for i := range ts {
+					if errs[i] != nil || !ok[i] {
+						t.Fatalf("outcome %d of batch %s: %v, %v", i, tag, ok[i], errs[i])
+					}
+				}
+			}
+			// The plans, made on the small log, on each connection.
+			for b := range batches {
+				batch("small" + strconv.Itoa(b))
+			}
+			if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until)
+SELECT md5('g' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days' FROM generate_series(1, 20000) g`); err != nil {
+				t.Fatal(err)
+			}
+			for b := range batches {
+				batch("grown" + strconv.Itoa(b))
+			}
+			// The store's connections end, and with them their counts
+			// reach the server's statistics.
+			s.Close()
+			s.pool.Close()
+			var read, fetched, updated int64
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				if err := conn.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0), n_tup_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&read, &fetched, &updated); err != nil {
+					t.Fatal(err)
+				}
+				if updated >= 2*batches*size || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if updated < 2*batches*size {
+				t.Fatalf("the statistics count %d updates of the action table, want %d: the store's counts never arrived", updated, 2*batches*size)
+			}
+			if read+fetched >= 20000 {
+				t.Errorf("the batches read %d rows of the log by sequential scans and fetched %d from indexes; each should have read only its %d keys, by the primary key", read, fetched, size)
+			}
+		})
+	}
+}
+
+// smallPlanStore opens a store on a schema of its own, migrated, over a
+// pool of two connections that make generic plans at a statement's
+// first execution, with autovacuum off on the action table, so that the
+// plans made while the log is small are the ones kept. It returns a
+// connection of the test's own, the store and the action table.
+func smallPlanStore(t *testing.T) (*pgx.Conn, *Store, string) {
+	t.Helper()
+	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
-	conn, s := planStore(t)
-	table := s.names.Table("action")
-	tx, err := conn.Begin(ctx)
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+	t.Cleanup(func() { conn.Close(ctx) })
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The arguments, as literals: EXPLAIN takes no parameters.
-	claims := `'{` + strings.Repeat("0", 32) + `,` + strings.Repeat("1", 32) + `}', '{f,f}', '{r,r}', '{1,2}', '{k,k}', '{t,t}', '{NULL,NULL}',
-    '{60000000,60000000}', '{a,b}', '{"",""}', '{NULL,NULL}', '{NULL,NULL}', '{f,f}', '{o,o}', 2`
-	transitions := `'{` + md5Of(t, conn, "1") + `,` + md5Of(t, conn, "2") + `}', '{1,1}', '{succeeded,succeeded}', '{NULL,NULL}', '{"",""}', '{f,f}',
-    '{0,0}', '{0,0}', '{"",""}', '{"",""}', '{in_flight,in_flight}', '{"",""}', '{"",""}', '{in_flight,in_flight}', '{worker,worker}',
-    '{"",""}', '{"",""}', 2592000000000, '{o,o}', 2`
-	stmts := []struct{ name, sql, args string }{
-		{"claims", s.q.claims, claims},
-		{"transitions", s.q.transitions, transitions},
-	}
-	plan := func(name, args string) string {
-		t.Helper()
-		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE `+name+`(`+args+`)`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
-	}
-	for _, st := range stmts {
-		if _, err := tx.Prepare(ctx, st.name, st.sql); err != nil {
-			t.Fatal(err)
-		}
-		plan(st.name, st.args) // the generic plan, made on the empty log
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, lease_until)
-SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() + interval '1 minute' FROM generate_series(1, 20000) g`); err != nil {
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range stmts {
-		text := plan(st.name, st.args)
-		if !strings.Contains(text, "_pkey") || strings.Contains(text, "Seq Scan") {
-			t.Errorf("the %s statement, planned on the empty log, reads the grown log instead of its keys:\n%s", st.name, text)
-		}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "once_plan_" + hex.EncodeToString(b[:])
+	s, err := New(pool, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		s.Close()
+		pool.Close()
+		conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	table := s.names.Table("action")
+	if _, err := conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	return conn, s, table
 }
 
 // md5Of is md5(s) as PostgreSQL writes it, the key the plan tests give

@@ -503,24 +503,20 @@ func buildQueries(table, events, tag string) queries {
 		// after the statement's snapshot comes back not at all, and is
 		// read again, as after the claim statement alone.
 		//
-		// b's LIMIT is its own length ($15 here, $20 in transitions):
-		// it limits nothing, but tells the planner that the batch is a
-		// few rows, which it cannot tell from an array parameter. A
-		// plan for about ten keys, made while the log was new and
-		// small, hashes the whole table; cached, that plan would read
-		// the grown log for every batch until the next analyze
-		// replaced it. For one row, each key's row is read by the
-		// primary key, as in the one-key statements
-		// (TestBatchStatementsReadThePrimaryKey).
+		// Every read of the action table names its keys (key =
+		// ANY($1), here and in transitions), and a batch runs with
+		// sequential scans off (batchSettingsSQL): whatever plan
+		// PostgreSQL made and kept, also one made while the log was
+		// small, a batch reads its keys' rows through the primary key,
+		// and never the whole log (TestGroupCommitReadsByKeyAsTheLogGrows).
 		claims: r.Replace(`
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[],
         $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[])
         WITH ORDINALITY AS b(key, fingerprint, run_id, step, kind, target, payload, lease_us, token, recovery, retention_us,
             redrive_after_us, redrive, origin, i)
-    LIMIT $15
 ), standing AS (
-    SELECT $QT, b.i FROM b JOIN $T t ON t.key = b.key
+    SELECT $QT, b.i FROM b JOIN $T t ON t.key = b.key AND t.key = ANY($1::text[])
 ), claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
         redrive_after_us, redrive, origin)
@@ -544,7 +540,6 @@ WITH b AS (
         $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[])
         WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
             resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, i)
-    LIMIT $20
 ), u AS (
     UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
         attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
@@ -560,7 +555,7 @@ WITH b AS (
         hold_token = NULL,
         token = CASE WHEN b.token <> '' THEN b.token ELSE t.token END
     FROM b
-    WHERE t.key = b.key AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
+    WHERE t.key = b.key AND t.key = ANY($1::text[]) AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
       AND (b.hold = '' OR t.hold_token = b.hold)
     RETURNING b.i, t.key, t.attempt, t.status, t.waiters
 ), ev AS (
