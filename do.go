@@ -625,30 +625,64 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 // abandon gives up a won claim whose effect never ran, for cause. A
 // first claim is released for the next delivery: left in flight, its
 // lease would lapse and recovery would treat it as an effect that may
-// have happened (under AskPerson, put it to a person). A takeover is
-// left in flight: the attempt before it may yet land, and a release
-// would let the next delivery run the effect without recovery deciding
-// again (asking the verifier, or a person) when the lease lapses
+// have happened (under AskPerson, put it to a person). So is a takeover
+// under RetryWithProviderKey, whose next attempt carries the provider's
+// key, which absorbs the attempt before it if that one lands late. A
+// takeover under VerifyThenDecide is not released: the attempt before
+// it may yet land, and a release would let the next delivery run the
+// effect without the verifier being asked again. It is marked unknown,
+// due at once, so the next delivery or the reaper asks the verifier
+// again, and the trail says that this attempt never ran
 // (TestFailedRenewalOfATakeoverAsksTheVerifierAgain,
-// TestCallerGoneAfterATakeoverAsksTheVerifierAgain).
+// TestCallerGoneAfterATakeoverAsksTheVerifierAgain,
+// TestAbandonedTakeoverTrailSaysNothingRan).
 func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause error, takeover bool) outcome {
-	if !takeover {
+	recovery := pol.Recovery
+	if a.Recovery != RecoveryDefault {
+		recovery = a.Recovery
+	}
+	if !takeover || recovery != VerifyThenDecide {
 		return c.releaseUnrun(ctx, pol, a, cause)
 	}
-	return outcome{key: a.Key, attempt: a.Attempt,
-		err: fmt.Errorf("once: action %s attempt %d, a takeover: %w; nothing ran, and recovery applies when the lease expires", a.Key, a.Attempt, cause)}
+	note := fmt.Sprintf("attempt %d, a takeover, never ran: %s; the outcome of attempt %d is still unknown, and the verifier is asked again",
+		a.Attempt, unrunNote(cause), a.Attempt-1)
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: time.Millisecond, Error: note,
+		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
+	o := outcome{key: a.Key, attempt: a.Attempt}
+	ok, err := c.record(ctx, a, t)
+	switch {
+	case err != nil:
+		// The takeover stays in flight, unless the write commits yet:
+		// recovery decides again when its lease expires.
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusUnknown,
+			Err: fmt.Errorf("nothing ran (%v), and marking the takeover unknown failed: %w", cause, err)}
+	case !ok:
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusUnknown}
+	default:
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery})
+		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: cause}
+	}
+	return o
+}
+
+// unrunNote says why a won claim's effect never ran.
+func unrunNote(cause error) string {
+	switch {
+	case errors.Is(cause, errLeaseSpent):
+		return "the process stalled between the claim and the effect for longer than the lease"
+	case errors.Is(cause, errNotRenewed):
+		return "the claim's lease could not be renewed before the effect started (" + cause.Error() + ")"
+	}
+	return "the caller's context ended before the effect ran: " + cause.Error()
 }
 
 // releaseUnrun releases a won claim whose effect never ran. If the
 // release cannot be written either, the claim is left so, and the error
 // says the release was not recorded.
 func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
-	note := "the caller's context ended before the effect ran: " + cause.Error()
-	switch {
-	case errors.Is(cause, errLeaseSpent):
-		note = "the process stalled between the claim and the effect for longer than the lease; nothing ran"
-	case errors.Is(cause, errNotRenewed):
-		note = "the claim's lease could not be renewed before the effect started (" + cause.Error() + "); nothing ran"
+	note := unrunNote(cause)
+	if errors.Is(cause, errLeaseSpent) || errors.Is(cause, errNotRenewed) {
+		note += "; nothing ran"
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -218,12 +219,13 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 
 // TestCallerGoneAfterATakeoverAsksTheVerifierAgain: a caller whose
 // context ends between taking a claim over and starting its effect runs
-// nothing, and leaves the takeover in flight, as after a failed renewal.
-// Released, it would let the next delivery run the effect without the
-// verifier being asked again, while attempt 1's effect, which the
-// verifier did not yet see, may still land. Here the caller's context
-// ends while a hook observes the takeover (a slow hook, a deadline
-// reached during the verification).
+// nothing, and does not release the takeover: it marks it unknown, due
+// at once. Released, it would let the next delivery run the effect
+// without the verifier being asked again, while attempt 1's effect,
+// which the verifier did not yet see, may still land. Here the caller's
+// context ends while a hook observes the takeover (a slow hook, a
+// deadline reached during the verification), and the next delivery
+// comes at once.
 func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
 	s, _ := renewalStore(t)
 	const lease = time.Second
@@ -277,16 +279,15 @@ func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || runs.Load() != 0 {
 		t.Fatalf("delivery 2, its caller gone after the takeover: %v, the effect ran %d times; want context.Canceled and nothing run", err, runs.Load())
 	}
-	if a.Status != once.StatusInFlight || a.Attempt != 2 {
-		t.Errorf("after delivery 2 the row is %s, attempt %d; want the takeover, attempt 2, still in flight", a.Status, a.Attempt)
+	if a.Status != once.StatusUnknown || a.Attempt != 2 {
+		t.Errorf("after delivery 2 the row is %s, attempt %d; want the takeover, attempt 2, unknown", a.Status, a.Attempt)
 	}
 
 	// Attempt 1's effect lands at the provider now; the next delivery
-	// comes after attempt 2's lease lapsed.
+	// comes at once.
 	landed.Store(true)
-	time.Sleep(lease + 300*time.Millisecond)
 	asked := verifies.Load()
-	res, err := once.Do(bg, c, in, effect)
+	res, err := deliverWhenDue(bg, c, in, effect)
 	if runs.Load() != 0 {
 		t.Errorf("the effect ran again (%d) without the verifier being asked after the takeover was abandoned; attempt 1's had landed, so it happened twice", runs.Load())
 	}
@@ -297,3 +298,134 @@ func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
 
 // cancelKey carries, in a Do call's context, the function that cancels it.
 type cancelKey struct{}
+
+// TestAbandonedTakeoverTrailSaysNothingRan: the trail says that a
+// takeover abandoned before its effect never ran, and a person who is
+// asked later (the verifier could not tell) reads that, not that
+// attempt 2's worker stopped answering, as if it might have sent too.
+func TestAbandonedTakeoverTrailSaysNothingRan(t *testing.T) {
+	s, _ := renewalStore(t)
+	c, err := once.New(once.Config{Store: s,
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: time.Second, Recovery: once.VerifyThenDecide, MaxVerifyFailures: 1,
+			Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+				if a.Attempt == 1 {
+					return false, nil, nil // no trace of attempt 1: take over
+				}
+				return false, nil, errors.New("provider API down")
+			}}},
+		Hooks: once.Hooks{OnEvent: cancelOnTakeover}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "trail", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
+	k := deadClaim(t, s, in, once.VerifyThenDecide)
+	effect := func(context.Context, once.Attempt) (string, error) {
+		t.Error("the effect ran")
+		return "sent", nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = once.Do(context.WithValue(ctx, cancelKey{}, cancel), c, in, effect)
+	cancel()
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, once.ErrRetryLater) {
+		t.Errorf("delivery 2, its caller gone after the takeover: %v; want context.Canceled and ErrRetryLater", err)
+	}
+	_, err = deliverWhenDue(context.Background(), c, in, effect)
+	if !errors.Is(err, once.ErrReview) {
+		t.Errorf("delivery 3, the verifier unable to tell: %v; want the action put up for review", err)
+	}
+	a, err := c.Get(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := c.Events(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	said := false
+	for _, e := range evs {
+		trail = append(trail, string(e.Type)+"#"+strconv.Itoa(e.Attempt)+": "+e.Note)
+		said = said || (e.Attempt == 2 && strings.Contains(e.Note, "never ran"))
+	}
+	if a.Status != once.StatusReview || !said || strings.Contains(a.Error, "stopped answering") {
+		t.Errorf("the row is %s, its reason %q, and the trail:\n%s\nwant it put up for review, with an entry saying attempt 2 never ran, and no worker said to have stopped answering",
+			a.Status, a.Error, strings.Join(trail, "\n"))
+	}
+}
+
+// TestAbandonedRetryTakeoverIsReleased: under RetryWithProviderKey, a
+// takeover abandoned before its effect is released, as a first claim
+// is: its next attempt carries the provider's key, which absorbs a late
+// attempt 1, and the next delivery runs it at once instead of waiting a
+// lease for a claim nobody holds.
+func TestAbandonedRetryTakeoverIsReleased(t *testing.T) {
+	s, _ := renewalStore(t)
+	c, err := once.New(once.Config{Store: s,
+		Kinds: map[string]once.KindPolicy{"charge": {Lease: 2 * time.Second, Recovery: once.RetryWithProviderKey}},
+		Hooks: once.Hooks{OnEvent: cancelOnTakeover}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "retry", Kind: "charge", Target: "cus_1", Payload: "10"}
+	deadClaim(t, s, in, once.RetryWithProviderKey)
+	var runs atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		runs.Add(1)
+		return "ch_1", nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = once.Do(context.WithValue(ctx, cancelKey{}, cancel), c, in, effect)
+	cancel()
+	if !errors.Is(err, context.Canceled) || runs.Load() != 0 {
+		t.Fatalf("delivery 2, its caller gone after the takeover: %v, ran %d times; want context.Canceled and nothing run", err, runs.Load())
+	}
+	res, err := once.Do(context.Background(), c, in, effect)
+	if err != nil || runs.Load() != 1 || res.Value != "ch_1" {
+		t.Errorf("delivery 3, at once: %+v, %v, ran %d times; want the effect run once, with the provider's key", res, err, runs.Load())
+	}
+}
+
+// cancelOnTakeover is an OnEvent hook that cancels the Do call whose
+// context carries a cancelKey when it takes an action over.
+func cancelOnTakeover(ctx context.Context, o once.Observation) {
+	if o.Event.Type == once.EventTakenOver {
+		if cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
+			cancel()
+		}
+	}
+}
+
+// deadClaim claims in's key as attempt 1 of a worker that died at once:
+// its lease, a millisecond, has lapsed when it returns.
+func deadClaim(t *testing.T, s *postgres.Store, in once.Intent, recovery once.Recovery) once.Key {
+	t.Helper()
+	k, fp, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := json.Marshal(in.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr, err := s.Claim(context.Background(), once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind,
+		Target: in.Target, Payload: payload, Lease: time.Millisecond, Recovery: recovery}); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v, %v", cr, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	return k
+}
+
+// deliverWhenDue runs Do as a queue redelivers: again, when it said the
+// action is unknown and due for recovery a moment later, once that
+// moment came (for up to five seconds).
+func deliverWhenDue(ctx context.Context, c *once.Client, in once.Intent, effect func(context.Context, once.Attempt) (string, error)) (once.Result[string], error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := once.Do(ctx, c, in, effect)
+		var ue *once.UnknownOutcomeError
+		if !errors.As(err, &ue) || ue.Status != once.StatusUnknown || time.Now().After(deadline) {
+			return res, err
+		}
+		time.Sleep(max(time.Until(ue.Due), 0) + time.Millisecond)
+	}
+}
