@@ -99,6 +99,11 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*request
 	running int
+	// busy counts, for each key, its requests sent and not yet
+	// answered. A queued request for a busy key waits for them: two
+	// requests for one key never go in two batches at once, where the
+	// second could run first (TestGroupCommitManyKeepsOneKeysOrderAcrossBatches).
+	busy map[once.Key]int
 
 	// beforeBatch, when set (by tests), runs before each batch a runner
 	// took, with the batch's size.
@@ -113,8 +118,9 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 		r.ctx, r.done = ctx, make(chan struct{})
 	}
 	b.mu.Lock()
-	if len(reqs) == 1 && b.running == 0 && len(b.queue) == 0 && !noDeadline(reqs[0]) {
+	if len(reqs) == 1 && b.running == 0 && len(b.queue) == 0 && b.busy[reqs[0].key()] == 0 && !noDeadline(reqs[0]) {
 		b.running++
+		b.hold(reqs)
 		b.mu.Unlock()
 		b.lone(reqs[0])
 		return nil
@@ -147,7 +153,7 @@ func (b *batcher) lone(r *request) {
 	// Deferred: a caller that recovers from a panic under the statement
 	// must not leave a batch counted in flight for ever, with requests
 	// queued behind it and no runner to take them.
-	defer b.loneDone()
+	defer b.loneDone(r)
 	if b.beforeBatch != nil {
 		b.beforeBatch(1)
 	}
@@ -163,9 +169,61 @@ func (b *batcher) lone(r *request) {
 
 // loneDone ends a lone request's turn in flight, and starts runners for
 // the requests that queued up behind it.
-func (b *batcher) loneDone() {
+func (b *batcher) loneDone(r *request) {
 	b.mu.Lock()
 	b.running--
+	b.free([]*request{r})
+	b.startRunners()
+}
+
+// hold marks reqs' keys busy. It is called with b.mu held.
+func (b *batcher) hold(reqs []*request) {
+	if b.busy == nil {
+		b.busy = make(map[once.Key]int)
+	}
+	for _, r := range reqs {
+		b.busy[r.key()]++
+	}
+}
+
+// free marks reqs' keys no longer busy. It is called with b.mu held.
+func (b *batcher) free(reqs []*request) {
+	for _, r := range reqs {
+		k := r.key()
+		if b.busy[k]--; b.busy[k] <= 0 {
+			delete(b.busy, k)
+		}
+	}
+}
+
+// take takes the next batch off the queue: up to b.maxBatch requests,
+// in the order they came, leaving those whose key is busy, and holds
+// their keys. A request left so keeps its place, and every later
+// request for its key is left too, since the key stays busy. It is
+// called with b.mu held.
+func (b *batcher) take() []*request {
+	var batch []*request
+	rest := b.queue[:0]
+	for _, r := range b.queue {
+		if len(batch) < b.maxBatch && b.busy[r.key()] == 0 {
+			batch = append(batch, r)
+			continue
+		}
+		rest = append(rest, r)
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	// Held after the scan: two requests for one key, both free, go
+	// together, in order, as rounds of one batch (roundsOf).
+	b.hold(batch)
+	return batch
+}
+
+// finish frees a batch's keys once its requests are answered, and
+// starts runners for the requests that waited on them.
+func (b *batcher) finish(batch []*request) {
+	b.mu.Lock()
+	b.free(batch)
 	b.startRunners()
 }
 
@@ -189,14 +247,14 @@ func (b *batcher) startRunners() {
 func (b *batcher) run() {
 	for {
 		b.mu.Lock()
-		n := min(len(b.queue), b.maxBatch)
-		if n == 0 {
+		batch := b.take()
+		if len(batch) == 0 {
+			// Nothing queued, or only requests whose keys are busy: the
+			// batches that hold those start a runner when they end.
 			b.running--
 			b.mu.Unlock()
 			return
 		}
-		batch := slices.Clone(b.queue[:n])
-		b.queue = slices.Delete(b.queue, 0, n)
 		b.mu.Unlock()
 		// A request whose caller stopped waiting before it was sent is
 		// not sent: it did not happen, which its caller may read back.
@@ -210,6 +268,7 @@ func (b *batcher) run() {
 			live = append(live, r)
 		}
 		if len(live) == 0 {
+			b.finish(batch)
 			continue
 		}
 		if b.beforeBatch != nil {
@@ -221,10 +280,14 @@ func (b *batcher) run() {
 			// forever, and so would the runner, and every request
 			// queued behind it. Its batch is sent beside the runners,
 			// as its statements would have been without batching.
-			go b.exec(live)
+			go func() {
+				b.exec(live)
+				b.finish(batch)
+			}()
 			continue
 		}
 		b.exec(live)
+		b.finish(batch)
 	}
 }
 

@@ -310,3 +310,42 @@ func TestGroupCommitLockTimeoutStaysInTheBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupCommitManyKeepsOneKeysOrderAcrossBatches: two requests for
+// one key, given in order to ClaimMany or TransitionMany, are answered
+// in that order also when Config.MaxBatch puts them in two batches,
+// which runners would otherwise send at the same time: the first claim
+// wins and the second finds it; an outcome that only applies after the
+// first applies. A request whose key is in a batch in flight waits for
+// that batch.
+func TestGroupCommitManyKeepsOneKeysOrderAcrossBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := groupStore(t, postgres.Config{MaxBatch: 4})
+	const n, at = 40, 3 // requests at and at+1 fall in two batches of 4
+	for round := range 8 {
+		reqs := make([]once.ClaimRequest, n)
+		for i := range reqs {
+			reqs[i] = claimOf(groupKey(t, round*n+i), "first")
+		}
+		reqs[at+1] = claimOf(reqs[at].Key, "second")
+		res, errs := s.ClaimMany(ctx, reqs)
+		if errs[at] != nil || errs[at+1] != nil || !res[at].Claimed || res[at+1].Claimed || res[at+1].Action.Token != "first" {
+			t.Fatalf("round %d: two claims of one key, in order: the first claimed %v (%v), the second %v (%v), the row's token %q; want the first to win",
+				round, res[at].Claimed, errs[at], res[at+1].Claimed, errs[at+1], res[at+1].Action.Token)
+		}
+		ts := make([]once.Transition, n)
+		for i := range ts {
+			ts[i] = once.Transition{Key: reqs[i].Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusUnknown, Lease: time.Minute,
+				Event: once.Event{Type: once.EventUnknown, From: once.StatusInFlight, Actor: once.ActorWorker}}
+		}
+		ts[at+1] = once.Transition{Key: reqs[at].Key, Attempt: 1, From: []once.Status{once.StatusUnknown}, To: once.StatusSucceeded,
+			Result: []byte(`"ok"`), Event: once.Event{Type: once.EventSucceeded, From: once.StatusUnknown, Actor: once.ActorWorker}}
+		ok, terrs := s.TransitionMany(ctx, ts)
+		if terrs[at] != nil || terrs[at+1] != nil || !ok[at] || !ok[at+1] {
+			a, _ := s.Get(ctx, reqs[at].Key)
+			t.Fatalf("round %d: two transitions of one key, in order, each applying after the one before: applied %v (%v) and %v (%v); the row is %s",
+				round, ok[at], terrs[at], ok[at+1], terrs[at+1], a.Status)
+		}
+	}
+}
