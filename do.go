@@ -648,19 +648,28 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 		a.Attempt, unrunNote(cause), a.Attempt-1)
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: time.Millisecond, Error: note,
 		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
+	// Not recorded, the takeover stays in flight, unless the write
+	// commits yet: recovery decides again when its lease expires.
+	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", func() error {
+		return &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: cause}
+	})
+}
+
+// recordUnrun records t, which takes a won claim whose effect never ran
+// (for cause) out of flight, and returns done's error when it applied.
+// Not recorded, t may yet commit, or the claim stay in flight: the
+// *RecordError says what ran, nothing, and what failed, what.
+func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, done func() error) outcome {
 	o := outcome{key: a.Key, attempt: a.Attempt}
 	ok, err := c.record(ctx, a, t)
 	switch {
 	case err != nil:
-		// The takeover stays in flight, unless the write commits yet:
-		// recovery decides again when its lease expires.
-		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusUnknown,
-			Err: fmt.Errorf("nothing ran (%v), and marking the takeover unknown failed: %w", cause, err)}
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: fmt.Errorf("nothing ran (%v), and %s failed: %w", cause, what, err)}
 	case !ok:
-		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusUnknown}
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
 	default:
 		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery})
-		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: cause}
+		o.err = done()
 	}
 	return o
 }
@@ -686,21 +695,9 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
-	o := outcome{key: a.Key, attempt: a.Attempt}
-	ok, err := c.record(ctx, a, t)
-	switch {
-	case err != nil:
-		// The release may yet commit, or the claim stay in flight: not
-		// recorded. The error says what ran: nothing.
-		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased,
-			Err: fmt.Errorf("nothing ran (%v), and the release failed: %w", cause, err)}
-	case !ok:
-		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusReleased}
-	default:
-		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
-		o.err = fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
-	}
-	return o
+	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", func() error {
+		return fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
+	})
 }
 
 // run runs the effect under the kind's deadline while a heartbeat keeps

@@ -220,6 +220,13 @@ FROM generate_series(1, 6000) g`); err != nil {
 // closed and the schema dropped when the test ends.
 func planStore(t *testing.T) (*pgx.Conn, *Store) {
 	t.Helper()
+	return planStoreWith(t, nil)
+}
+
+// planStoreWith is planStore over a pool of its own, configured by tune
+// when it is not nil.
+func planStoreWith(t *testing.T, tune func(*pgxpool.Config)) (*pgx.Conn, *Store) {
+	t.Helper()
 	url := testdb.RequirePostgres(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
@@ -227,15 +234,28 @@ func planStore(t *testing.T) (*pgx.Conn, *Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(ctx) })
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b [6]byte
 	rand.Read(b[:])
 	schema := "once_plan_" + hex.EncodeToString(b[:])
-	s, err := Open(ctx, url, Config{Schema: schema})
+	s, err := New(pool, Config{Schema: schema})
 	if err != nil {
+		pool.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Close()
+		pool.Close()
 		conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	})
 	if err := s.Migrate(ctx); err != nil {
@@ -339,47 +359,18 @@ SELECT md5('g' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + 
 	}
 }
 
-// smallPlanStore opens a store on a schema of its own, migrated, over a
-// pool of two connections that make generic plans at a statement's
-// first execution, with autovacuum off on the action table, so that the
-// plans made while the log is small are the ones kept. It returns a
-// connection of the test's own, the store and the action table.
+// smallPlanStore is planStoreWith a pool of two connections that make
+// generic plans at a statement's first execution, and autovacuum off on
+// the action table, so that the plans made while the log is small are
+// the ones kept. It also returns the action table.
 func smallPlanStore(t *testing.T) (*pgx.Conn, *Store, string) {
 	t.Helper()
-	url := testdb.RequirePostgres(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 2
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "once_plan_" + hex.EncodeToString(b[:])
-	s, err := New(pool, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		pool.Close()
-		conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	conn, s := planStoreWith(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 2
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	})
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	table := s.names.Table("action")
-	if _, err := conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`); err != nil {
+	if _, err := conn.Exec(context.Background(), `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
 	return conn, s, table

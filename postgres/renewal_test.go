@@ -163,35 +163,18 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 	s, table := renewalStore(t)
 	ctx := context.Background()
 	const lease = 1500 * time.Millisecond
-	var verifies atomic.Int32
-	landed := atomic.Bool{} // attempt 1's effect, landed late at the provider
+	provider := &lateProvider{pause: lease * 8 / 15}
 	hook, locked := lockOnExecute(s, table, 2, lease, 0)
 	c, err := once.New(once.Config{Store: s,
-		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide,
-			Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
-				verifies.Add(1)
-				if landed.Load() {
-					return true, json.RawMessage(`"sent"`), nil
-				}
-				time.Sleep(lease * 8 / 15)
-				return false, nil, nil
-			}}},
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide, Verifier: provider.verify}},
 		Hooks: once.Hooks{OnExecute: hook}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := once.Intent{Run: "verify", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
-	k, fp, err := once.KeyOf(in)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Attempt 1: claimed by a worker that died; its effect is in the
 	// provider's pipeline, not yet visible.
-	if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
-		Payload: []byte(`"hello"`), Lease: time.Millisecond, Recovery: once.VerifyThenDecide}); err != nil || !cr.Claimed {
-		t.Fatalf("claim: %+v, %v", cr, err)
-	}
-	time.Sleep(50 * time.Millisecond)
+	k := deadClaim(t, s, in, once.VerifyThenDecide)
 
 	var runs atomic.Int32
 	effect := func(context.Context, once.Attempt) (string, error) {
@@ -206,12 +189,12 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 	t.Logf("delivery 2: %v; row %s attempt %d %q", err, a.Status, a.Attempt, a.Error)
 
 	// Attempt 1's effect lands at the provider now.
-	landed.Store(true)
+	provider.landed.Store(true)
 	// The old path: the lease of attempt 2 lapses before the next delivery.
 	time.Sleep(lease + 500*time.Millisecond)
 	res, err := once.Do(ctx, c, in, effect)
 	a, _ = s.Get(ctx, k)
-	t.Logf("delivery 3: %+v, %v; row %s attempt %d; verifier asked %d times; effect ran %d times here (+1 by attempt 1)", res, err, a.Status, a.Attempt, verifies.Load(), runs.Load())
+	t.Logf("delivery 3: %+v, %v; row %s attempt %d; verifier asked %d times; effect ran %d times here (+1 by attempt 1)", res, err, a.Status, a.Attempt, provider.verifies.Load(), runs.Load())
 	if runs.Load() != 0 {
 		t.Errorf("the effect ran again (%d) without the verifier being asked after attempt 1's outcome was left unknown; it had landed, so it happened twice", runs.Load())
 	}
@@ -229,40 +212,18 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
 	s, _ := renewalStore(t)
 	const lease = time.Second
-	var verifies atomic.Int32
-	landed := atomic.Bool{} // attempt 1's effect, landed late at the provider
+	provider := &lateProvider{}
 	c, err := once.New(once.Config{Store: s,
-		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide,
-			Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
-				verifies.Add(1)
-				if landed.Load() {
-					return true, json.RawMessage(`"sent"`), nil
-				}
-				return false, nil, nil
-			}}},
-		Hooks: once.Hooks{OnEvent: func(ctx context.Context, o once.Observation) {
-			if o.Event.Type == once.EventTakenOver {
-				if cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
-					cancel()
-				}
-			}
-		}}})
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide, Verifier: provider.verify}},
+		Hooks: once.Hooks{OnEvent: cancelOnTakeover}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := once.Intent{Run: "verify", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
-	k, fp, err := once.KeyOf(in)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bg := context.Background()
 	// Attempt 1: claimed by a worker that died; its effect is in the
 	// provider's pipeline, not yet visible.
-	if cr, err := s.Claim(bg, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
-		Payload: []byte(`"hello"`), Lease: time.Millisecond, Recovery: once.VerifyThenDecide}); err != nil || !cr.Claimed {
-		t.Fatalf("claim: %+v, %v", cr, err)
-	}
-	time.Sleep(50 * time.Millisecond)
+	k := deadClaim(t, s, in, once.VerifyThenDecide)
 
 	var runs atomic.Int32
 	effect := func(context.Context, once.Attempt) (string, error) {
@@ -285,14 +246,14 @@ func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
 
 	// Attempt 1's effect lands at the provider now; the next delivery
 	// comes at once.
-	landed.Store(true)
-	asked := verifies.Load()
+	provider.landed.Store(true)
+	asked := provider.verifies.Load()
 	res, err := deliverWhenDue(bg, c, in, effect)
 	if runs.Load() != 0 {
 		t.Errorf("the effect ran again (%d) without the verifier being asked after the takeover was abandoned; attempt 1's had landed, so it happened twice", runs.Load())
 	}
-	if err != nil || res.Value != "sent" || verifies.Load() == asked {
-		t.Errorf("delivery 3: %+v, %v, verifier asked %d times before and %d after; want the verifier asked again and its result replayed", res, err, asked, verifies.Load())
+	if err != nil || res.Value != "sent" || provider.verifies.Load() == asked {
+		t.Errorf("delivery 3: %+v, %v, verifier asked %d times before and %d after; want the verifier asked again and its result replayed", res, err, asked, provider.verifies.Load())
 	}
 }
 
@@ -428,4 +389,22 @@ func deliverWhenDue(ctx context.Context, c *once.Client, in once.Intent, effect 
 		}
 		time.Sleep(max(time.Until(ue.Due), 0) + time.Millisecond)
 	}
+}
+
+// lateProvider is a provider at which attempt 1's effect lands late:
+// its verifier finds it only once landed is set, and otherwise, after
+// pause, finds no trace of it.
+type lateProvider struct {
+	verifies atomic.Int32
+	landed   atomic.Bool
+	pause    time.Duration
+}
+
+func (p *lateProvider) verify(context.Context, once.Action) (bool, json.RawMessage, error) {
+	p.verifies.Add(1)
+	if p.landed.Load() {
+		return true, json.RawMessage(`"sent"`), nil
+	}
+	time.Sleep(p.pause)
+	return false, nil, nil
 }
