@@ -644,8 +644,10 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 	if !takeover || recovery != VerifyThenDecide {
 		return c.releaseUnrun(ctx, pol, a, cause)
 	}
-	note := fmt.Sprintf("attempt %d, a takeover, never ran: %s; the outcome of attempt %d is still unknown, and the verifier is asked again",
-		a.Attempt, unrunNote(cause), a.Attempt-1)
+	// The attempts before it that may have run are not all a.Attempt-1:
+	// that one may be a takeover abandoned too.
+	note := fmt.Sprintf("attempt %d, a takeover, never ran (%s); whether an earlier attempt's effect happened is still unknown, and the verifier is asked again",
+		a.Attempt, unrunNote(cause))
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: time.Millisecond, Error: note,
 		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
 	// Not recorded, the takeover stays in flight, unless the write

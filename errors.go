@@ -36,9 +36,11 @@ var (
 	// was not recorded.
 	ErrFenced = errors.New("once: attempt superseded")
 	// ErrNotRecorded: the attempt ended but its outcome could not be
-	// written (the database went away): the effect ran, or, when the
-	// *RecordError's Outcome is released, nothing happened (the error
-	// says which). The claim stays in flight until its lease expires and
+	// written (the database went away): the effect ran; or, when the
+	// *RecordError's Outcome is released, nothing happened; or, when it
+	// is unknown and the error says nothing ran, this attempt, a
+	// takeover, never started, and an earlier attempt's effect may have
+	// happened. The claim stays in flight until its lease expires and
 	// recovery applies, so the effect is not repeated.
 	ErrNotRecorded = errors.New("once: outcome not recorded")
 	// ErrRetryLater: the effect reported that it did not happen and may be

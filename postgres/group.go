@@ -99,11 +99,6 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*request
 	running int
-	// busy counts, for each key, its requests sent and not yet
-	// answered. A queued request for a busy key waits for them: two
-	// requests for one key never go in two batches at once, where the
-	// second could run first (TestGroupCommitManyKeepsOneKeysOrderAcrossBatches).
-	busy map[once.Key]int
 
 	// beforeBatch, when set (by tests), runs before each batch a runner
 	// took, with the batch's size.
@@ -118,9 +113,8 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 		r.ctx, r.done = ctx, make(chan struct{})
 	}
 	b.mu.Lock()
-	if len(reqs) == 1 && b.running == 0 && len(b.queue) == 0 && b.busy[reqs[0].key()] == 0 && !noDeadline(reqs[0]) {
+	if len(reqs) == 1 && b.running == 0 && len(b.queue) == 0 && !noDeadline(reqs[0]) {
 		b.running++
-		b.hold(reqs)
 		b.mu.Unlock()
 		b.lone(reqs[0])
 		return nil
@@ -153,7 +147,7 @@ func (b *batcher) lone(r *request) {
 	// Deferred: a caller that recovers from a panic under the statement
 	// must not leave a batch counted in flight for ever, with requests
 	// queued behind it and no runner to take them.
-	defer b.loneDone(r)
+	defer b.loneDone()
 	if b.beforeBatch != nil {
 		b.beforeBatch(1)
 	}
@@ -169,61 +163,9 @@ func (b *batcher) lone(r *request) {
 
 // loneDone ends a lone request's turn in flight, and starts runners for
 // the requests that queued up behind it.
-func (b *batcher) loneDone(r *request) {
+func (b *batcher) loneDone() {
 	b.mu.Lock()
 	b.running--
-	b.free([]*request{r})
-	b.startRunners()
-}
-
-// hold marks reqs' keys busy. It is called with b.mu held.
-func (b *batcher) hold(reqs []*request) {
-	if b.busy == nil {
-		b.busy = make(map[once.Key]int)
-	}
-	for _, r := range reqs {
-		b.busy[r.key()]++
-	}
-}
-
-// free marks reqs' keys no longer busy. It is called with b.mu held.
-func (b *batcher) free(reqs []*request) {
-	for _, r := range reqs {
-		k := r.key()
-		if b.busy[k]--; b.busy[k] <= 0 {
-			delete(b.busy, k)
-		}
-	}
-}
-
-// take takes the next batch off the queue: up to b.maxBatch requests,
-// in the order they came, leaving those whose key is busy, and holds
-// their keys. A request left so keeps its place, and every later
-// request for its key is left too, since the key stays busy. It is
-// called with b.mu held.
-func (b *batcher) take() []*request {
-	var batch []*request
-	rest := b.queue[:0]
-	for _, r := range b.queue {
-		if len(batch) < b.maxBatch && b.busy[r.key()] == 0 {
-			batch = append(batch, r)
-			continue
-		}
-		rest = append(rest, r)
-	}
-	clear(b.queue[len(rest):])
-	b.queue = rest
-	// Held after the scan: two requests for one key, both free, go
-	// together, in order, as rounds of one batch (roundsOf).
-	b.hold(batch)
-	return batch
-}
-
-// finish frees a batch's keys once its requests are answered, and
-// starts runners for the requests that waited on them.
-func (b *batcher) finish(batch []*request) {
-	b.mu.Lock()
-	b.free(batch)
 	b.startRunners()
 }
 
@@ -247,14 +189,14 @@ func (b *batcher) startRunners() {
 func (b *batcher) run() {
 	for {
 		b.mu.Lock()
-		batch := b.take()
-		if len(batch) == 0 {
-			// Nothing queued, or only requests whose keys are busy: the
-			// batches that hold those start a runner when they end.
+		n := min(len(b.queue), b.maxBatch)
+		if n == 0 {
 			b.running--
 			b.mu.Unlock()
 			return
 		}
+		batch := slices.Clone(b.queue[:n])
+		b.queue = slices.Delete(b.queue, 0, n)
 		b.mu.Unlock()
 		// A request whose caller stopped waiting before it was sent is
 		// not sent: it did not happen, which its caller may read back.
@@ -268,7 +210,6 @@ func (b *batcher) run() {
 			live = append(live, r)
 		}
 		if len(live) == 0 {
-			b.finish(batch)
 			continue
 		}
 		if b.beforeBatch != nil {
@@ -280,14 +221,10 @@ func (b *batcher) run() {
 			// forever, and so would the runner, and every request
 			// queued behind it. Its batch is sent beside the runners,
 			// as its statements would have been without batching.
-			go func() {
-				b.exec(live)
-				b.finish(batch)
-			}()
+			go b.exec(live)
 			continue
 		}
 		b.exec(live)
-		b.finish(batch)
 	}
 }
 
@@ -326,23 +263,25 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []once.ClaimRequest) ([]once
 		}
 		return res, errs
 	}
-	rs := make([]*request, len(reqs))
-	for i := range reqs {
-		rs[i] = &request{claim: &reqs[i]}
+	for _, wave := range waves(len(reqs), func(i int) once.Key { return reqs[i].Key }) {
+		rs := make([]*request, len(wave))
+		for j, i := range wave {
+			rs[j] = &request{claim: &reqs[i]}
+		}
+		err := s.batch.submit(ctx, rs...)
+		s.batch.answerAll(len(rs), func(j int) once.Key { return rs[j].claim.Key },
+			func(j int) bool {
+				r := rs[j]
+				return (err == nil || isDone(r)) && (r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased))
+			},
+			func(j int) {
+				if i, r := wave[j], rs[j]; err != nil && !isDone(r) {
+					errs[i] = s.wrap(err)
+				} else {
+					res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
+				}
+			})
 	}
-	err := s.batch.submit(ctx, rs...)
-	s.batch.answerAll(len(rs), func(i int) once.Key { return reqs[i].Key },
-		func(i int) bool {
-			r := rs[i]
-			return (err == nil || isDone(r)) && (r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased))
-		},
-		func(i int) {
-			if r := rs[i]; err != nil && !isDone(r) {
-				errs[i] = s.wrap(err)
-			} else {
-				res[i], errs[i] = s.claimAnswer(ctx, reqs[i], r)
-			}
-		})
 	return res, errs
 }
 
@@ -360,31 +299,60 @@ func (s *Store) TransitionMany(ctx context.Context, ts []once.Transition) ([]boo
 		}
 		return ok, errs
 	}
-	rs := make([]*request, 0, len(ts))
-	at := make([]int, 0, len(ts)) // rs[j] is ts[at[j]]
-	for i := range ts {
-		// A decision on a failed first attempt writes the failure out
-		// first (keepOutcome); one that cannot is not sent.
-		if errs[i] = s.keepOutcome(ctx, ts[i]); errs[i] == nil {
-			rs = append(rs, &request{transition: &ts[i]})
-			at = append(at, i)
-		}
-	}
-	var err error
-	if len(rs) > 0 {
-		err = s.batch.submit(ctx, rs...)
-	}
-	s.batch.answerAll(len(rs), func(j int) once.Key { return ts[at[j]].Key },
-		func(j int) bool { return (err == nil || isDone(rs[j])) && rs[j].alone },
-		func(j int) {
-			i, r := at[j], rs[j]
-			if err != nil && !isDone(r) {
-				errs[i] = s.wrap(err)
-			} else {
-				ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
+	for _, wave := range waves(len(ts), func(i int) once.Key { return ts[i].Key }) {
+		rs := make([]*request, 0, len(wave))
+		at := make([]int, 0, len(wave)) // rs[j] is ts[at[j]]
+		for _, i := range wave {
+			// A decision on a failed first attempt writes the failure out
+			// first (keepOutcome); one that cannot is not sent.
+			if errs[i] = s.keepOutcome(ctx, ts[i]); errs[i] == nil {
+				rs = append(rs, &request{transition: &ts[i]})
+				at = append(at, i)
 			}
-		})
+		}
+		var err error
+		if len(rs) > 0 {
+			err = s.batch.submit(ctx, rs...)
+		}
+		s.batch.answerAll(len(rs), func(j int) once.Key { return ts[at[j]].Key },
+			func(j int) bool { return (err == nil || isDone(rs[j])) && rs[j].alone },
+			func(j int) {
+				if i, r := at[j], rs[j]; err != nil && !isDone(r) {
+					errs[i] = s.wrap(err)
+				} else {
+					ok[i], errs[i] = s.transitionAnswer(ctx, ts[i], r)
+				}
+			})
+	}
 	return ok, errs
+}
+
+// waves splits n requests, keyed by key, into waves: the first request
+// for each key in the first, the second in the next, and so on, each in
+// the order given. ClaimMany and TransitionMany send a wave, and answer
+// it, before the next: within one wave, Config.MaxBatch may put
+// requests in batches that run at once, and a batch that rolled back
+// is sent again one request at a time after the others were answered,
+// so two requests for one key are kept in order only by going in two
+// waves (TestGroupCommitManyKeepsOneKeysOrderAcrossBatches). Requests
+// for distinct keys make one wave.
+func waves(n int, key func(int) once.Key) [][]int {
+	seen := make(map[once.Key]int, n)
+	var ws [][]int
+	for i := range n {
+		k := key(i)
+		w := seen[k]
+		seen[k] = w + 1
+		if w == len(ws) {
+			var wave []int
+			if w == 0 {
+				wave = make([]int, 0, n)
+			}
+			ws = append(ws, wave)
+		}
+		ws[w] = append(ws[w], i)
+	}
+	return ws
 }
 
 // answerAll finishes n requests of one call from their batch's answers

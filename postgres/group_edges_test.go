@@ -314,10 +314,10 @@ func TestGroupCommitLockTimeoutStaysInTheBatch(t *testing.T) {
 // TestGroupCommitManyKeepsOneKeysOrderAcrossBatches: two requests for
 // one key, given in order to ClaimMany or TransitionMany, are answered
 // in that order also when Config.MaxBatch puts them in two batches,
-// which runners would otherwise send at the same time: the first claim
-// wins and the second finds it; an outcome that only applies after the
-// first applies. A request whose key is in a batch in flight waits for
-// that batch.
+// which runners would otherwise send at the same time, and when the
+// first's batch rolled back and its requests are sent again one at a
+// time: the first claim wins and the second finds it; an outcome that
+// only applies after the first applies.
 func TestGroupCommitManyKeepsOneKeysOrderAcrossBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -327,6 +327,10 @@ func TestGroupCommitManyKeepsOneKeysOrderAcrossBatches(t *testing.T) {
 		reqs := make([]once.ClaimRequest, n)
 		for i := range reqs {
 			reqs[i] = claimOf(groupKey(t, round*n+i), "first")
+		}
+		if round%2 == 1 {
+			// The first batch rolls back, and is sent again alone.
+			reqs[0].Target = "nul\x00byte"
 		}
 		reqs[at+1] = claimOf(reqs[at].Key, "second")
 		res, errs := s.ClaimMany(ctx, reqs)

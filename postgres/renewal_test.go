@@ -314,6 +314,67 @@ func TestAbandonedTakeoverTrailSaysNothingRan(t *testing.T) {
 	}
 }
 
+// TestTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan: when a takeover
+// is abandoned, then the next one too, the trail says of each that it
+// never ran, and neither note names the other as the attempt whose
+// effect may have happened.
+func TestTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan(t *testing.T) {
+	s, _ := renewalStore(t)
+	c, err := once.New(once.Config{Store: s,
+		Kinds: map[string]once.KindPolicy{"send_email": {Lease: time.Second, Recovery: once.VerifyThenDecide, Verifier: (&lateProvider{}).verify}},
+		Hooks: once.Hooks{OnEvent: cancelOnTakeover}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "twice", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
+	k := deadClaim(t, s, in, once.VerifyThenDecide)
+	effect := func(context.Context, once.Attempt) (string, error) {
+		t.Error("the effect ran")
+		return "", nil
+	}
+	// Deliveries whose callers are gone after each takeover, until two
+	// takeovers were abandoned (a delivery that comes before the
+	// unknown is due is only answered).
+	for a, n := (once.Action{}), 0; a.Attempt < 3; n++ {
+		if n == 20 {
+			t.Fatalf("after %d deliveries the row is %s at attempt %d; want two takeovers abandoned", n, a.Status, a.Attempt)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := once.Do(context.WithValue(ctx, cancelKey{}, cancel), c, in, effect)
+		cancel()
+		var ue *once.UnknownOutcomeError
+		if !errors.As(err, &ue) {
+			t.Fatalf("an abandoned takeover: %v; want an *UnknownOutcomeError", err)
+		}
+		time.Sleep(max(time.Until(ue.Due), 0) + time.Millisecond)
+		if a, err = s.Get(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := c.Events(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	never := map[int]bool{}
+	for _, e := range evs {
+		trail = append(trail, string(e.Type)+"#"+strconv.Itoa(e.Attempt)+": "+e.Note)
+		if e.Type == once.EventUnknown {
+			never[e.Attempt] = strings.HasPrefix(e.Note, "attempt "+strconv.Itoa(e.Attempt)+", a takeover, never ran")
+		}
+	}
+	for _, e := range evs {
+		for a := 2; a <= 3; a++ {
+			if strings.Contains(e.Note, "attempt "+strconv.Itoa(a)+" is still unknown") || strings.Contains(e.Note, "outcome of attempt "+strconv.Itoa(a)) {
+				t.Errorf("a note names attempt %d, which never ran, as one whose outcome is unknown: %q", a, e.Note)
+			}
+		}
+	}
+	if !never[2] || !never[3] {
+		t.Errorf("the trail does not say of attempts 2 and 3 that they never ran:\n%s", strings.Join(trail, "\n"))
+	}
+}
+
 // TestAbandonedRetryTakeoverIsReleased: under RetryWithProviderKey, a
 // takeover abandoned before its effect is released, as a first claim
 // is: its next attempt carries the provider's key, which absorbs a late
