@@ -334,8 +334,12 @@ func (s *Store) TransitionMany(ctx context.Context, ts []once.Transition) ([]boo
 // requests in batches that run at once, and a batch that rolled back
 // is sent again one request at a time after the others were answered,
 // so two requests for one key are kept in order only by going in two
-// waves (TestGroupCommitManyKeepsOneKeysOrderAcrossBatches). Requests
-// for distinct keys make one wave.
+// waves (TestGroupCommitManyKeepsOneKeysOrderAcrossBatches). A
+// decision on an outcome given in the same call then finds it applied,
+// and writes it out to the trail first, as when made after it
+// (TestGroupCommitTransitionManyKeepsTheOutcomeBeforeADecision).
+// Requests for distinct keys make one wave; a key given n times costs n
+// round trips, as n calls would.
 func waves(n int, key func(int) once.Key) [][]int {
 	seen := make(map[once.Key]int, n)
 	var ws [][]int

@@ -353,3 +353,41 @@ func TestGroupCommitManyKeepsOneKeysOrderAcrossBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupCommitTransitionManyKeepsTheOutcomeBeforeADecision: the first
+// attempt's success and a person's decision on it, in one
+// TransitionMany, both apply, and the trail keeps the success, as when
+// the two are made one after the other: the success is written out
+// before the decision changes the row (keepOutcome) only once it
+// applied.
+func TestGroupCommitTransitionManyKeepsTheOutcomeBeforeADecision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := groupStore(t, postgres.Config{})
+	c, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []once.ClaimRequest{claimOf(groupKey(t, 0), "tok"), claimOf(groupKey(t, 1), "tok"), claimOf(groupKey(t, 2), "tok")}
+	if _, errs := s.ClaimMany(ctx, reqs); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	k := reqs[1].Key
+	decide := once.Transition{Key: k, Attempt: 1, From: []once.Status{once.StatusSucceeded, once.StatusFailed}, To: once.StatusFailed,
+		Error: "a person says no", ResolvedBy: "ada", ResolveNote: "no",
+		Event: once.Event{Type: once.EventResolved, From: once.StatusSucceeded, Actor: "ada", Note: "no"}}
+	ok, errs := s.TransitionMany(ctx, []once.Transition{succeed(reqs[0].Key, "tok", `"r0"`), succeed(k, "tok", `"r1"`), succeed(reqs[2].Key, "tok", `"r2"`), decide})
+	evs, err := c.Events(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	kept := false
+	for _, e := range evs {
+		trail = append(trail, fmt.Sprintf("%s#%d %s->%s by %s", e.Type, e.Attempt, e.From, e.To, e.Actor))
+		kept = kept || (e.Type == once.EventSucceeded && e.Attempt == 1)
+	}
+	if !ok[1] || !ok[3] || errors.Join(errs...) != nil || !kept {
+		t.Errorf("the success applied %v, the decision %v (%v); the trail %v; want both applied and the success kept", ok[1], ok[3], errors.Join(errs...), trail)
+	}
+}
