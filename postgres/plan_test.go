@@ -238,6 +238,11 @@ func planStoreWith(t *testing.T, tune func(*pgxpool.Config)) (*pgx.Conn, *Store)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "once_plan_" + hex.EncodeToString(b[:])
+	// The store's connections, found by name (scanned).
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema
 	if tune != nil {
 		tune(cfg)
 	}
@@ -245,9 +250,6 @@ func planStoreWith(t *testing.T, tune func(*pgxpool.Config)) (*pgx.Conn, *Store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "once_plan_" + hex.EncodeToString(b[:])
 	s, err := New(pool, Config{Schema: schema})
 	if err != nil {
 		pool.Close()
@@ -313,8 +315,7 @@ SELECT md5('a' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + 
 					if errs[i] != nil || !res[i].Claimed {
 						t.Fatalf("claim %d of batch %s: %+v, %v", i, tag, res[i], errs[i])
 					}
-					ts[i] = once.Transition{Key: reqs[i].Key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
-						Result: []byte(`"ok"`), Event: once.Event{Actor: "worker", From: once.StatusInFlight}}
+					ts[i] = succeedOne(reqs[i].Key)
 				}
 				ok, errs := s.TransitionMany(ctx, ts)
 				for i := range ts {
@@ -334,28 +335,110 @@ SELECT md5('g' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + 
 			for b := range batches {
 				batch("grown" + strconv.Itoa(b))
 			}
-			// The store's connections end, and with them their counts
-			// reach the server's statistics.
-			s.Close()
-			s.pool.Close()
-			var read, fetched, updated int64
-			deadline := time.Now().Add(15 * time.Second)
-			for {
-				if err := conn.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0), n_tup_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&read, &fetched, &updated); err != nil {
-					t.Fatal(err)
-				}
-				if updated >= 2*batches*size || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if updated < 2*batches*size {
-				t.Fatalf("the statistics count %d updates of the action table, want %d: the store's counts never arrived", updated, 2*batches*size)
-			}
-			if read+fetched >= 20000 {
-				t.Errorf("the batches read %d rows of the log by sequential scans and fetched %d from indexes; each should have read only its %d keys, by the primary key", read, fetched, size)
+			if read := scanned(t, conn, s, table, batches*size); read >= 20000 {
+				t.Errorf("the batches read %d rows of the log by sequential scans and index fetches; each should have read only its %d keys, by the primary key", read, size)
 			}
 		})
+	}
+}
+
+// TestOneKeyStatementsKeepThePrimaryKeyAsTheLogGrows: a claim and an
+// outcome of one key keep reading it through the primary key as the log
+// grows, with the plans PostgreSQL made after autovacuum's first
+// analyze. A plan made on a log analyzed while a few pages long scans
+// it (cheaper there than the index), and, kept, scans the grown log
+// for every statement until the next analyze: autovacuum's defaults
+// analyze a new table after its first fifty rows. The action table asks
+// autovacuum for its first analyze, and its first vacuum, after a
+// thousand rows instead, and a plan made at that size reads the
+// primary key. Checked through the store's own statements (group
+// commit off), with generic plans and 20,000 actions written behind
+// their back.
+func TestOneKeyStatementsKeepThePrimaryKeyAsTheLogGrows(t *testing.T) {
+	ctx := context.Background()
+	conn, s, table := smallPlanStore(t)
+	var opts []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass`, table).Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	threshold := 0
+	for _, o := range []string{"autovacuum_analyze_threshold", "autovacuum_vacuum_threshold"} {
+		n := -1
+		for _, kv := range opts {
+			if v, ok := strings.CutPrefix(kv, o+"="); ok {
+				n, _ = strconv.Atoi(v)
+			}
+		}
+		if n < 1000 {
+			t.Fatalf("the action table's %s is %d (reloptions %v); want at least 1,000, so that autovacuum's first statistics describe more than a few pages", o, n, opts)
+		}
+		threshold = n
+	}
+	// Autovacuum's first analyze, at the threshold: half of it claims,
+	// half their outcomes.
+	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until)
+SELECT md5('a' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days' FROM generate_series(1, $1) g`, threshold/2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	s.batch = nil // the statements for one key, as Config.Unbatched sends them
+	actions := func(tag string, n int) {
+		t.Helper()
+		for i := range n {
+			k := once.Key(md5Of(t, conn, tag+strconv.Itoa(i)))
+			if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: "fp", Run: tag, Step: int64(i), Kind: "k", Target: "t", Lease: time.Minute, Token: tag}); err != nil || !cr.Claimed {
+				t.Fatalf("claim %d of %s: %+v, %v", i, tag, cr, err)
+			}
+			if ok, err := s.Transition(ctx, succeedOne(k)); err != nil || !ok {
+				t.Fatalf("outcome %d of %s: %v, %v", i, tag, ok, err)
+			}
+		}
+	}
+	actions("small", 12) // each statement's plan, on each connection
+	if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, completed_at, retain_until)
+SELECT md5('g' || g::text), '', 'r', g, 'k', '', 'succeeded', 1, now(), now() + interval '30 days' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	const grown = 10
+	actions("grown", grown)
+	if read := scanned(t, conn, s, table, 12+grown); read >= 20000 {
+		t.Errorf("the statements for one key read %d rows of the log by sequential scans and index fetches; each should have read its key only", read)
+	}
+}
+
+// succeedOne is a worker's success of attempt 1 of k.
+func succeedOne(k once.Key) once.Transition {
+	return once.Transition{Key: k, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
+		Result: []byte(`"ok"`), Event: once.Event{Actor: "worker", From: once.StatusInFlight}}
+}
+
+// scanned closes s and its pool, waits until their connections have
+// ended, and with them sent their counts to the server's statistics,
+// and until the statistics hold at least the given updates of table,
+// then returns the rows of table that were read by sequential scans and
+// fetched from its indexes.
+func scanned(t *testing.T, conn *pgx.Conn, s *Store, table string, updates int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	s.Close()
+	s.pool.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var left, read, fetched, updated int64
+		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE application_name = $2),
+    coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0), n_tup_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+			table, s.names.Schema).Scan(&left, &read, &fetched, &updated); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 && updated >= updates {
+			return read + fetched
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the store's connections remain, and the statistics count %d updates of %s, want %d: the store's counts never arrived", left, updated, table, updates)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
