@@ -469,3 +469,54 @@ func (p *lateProvider) verify(context.Context, once.Action) (bool, json.RawMessa
 	time.Sleep(p.pause)
 	return false, nil, nil
 }
+
+// TestAbandonedTakeoverPausedPastItsLeaseIsFenced: a worker that took an
+// action over pauses past its lease, another takes it over meanwhile
+// and runs the effect, and then the first, its caller gone, abandons its
+// takeover: its mark as unknown is refused by the newer attempt
+// (*FencedError), and the newer attempt's outcome stands.
+func TestAbandonedTakeoverPausedPastItsLeaseIsFenced(t *testing.T) {
+	s, _ := renewalStore(t)
+	const lease = 300 * time.Millisecond
+	kinds := map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide, Verifier: (&lateProvider{}).verify}}
+	other, err := once.New(once.Config{Store: s, Kinds: kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "paused", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
+	var runs atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		runs.Add(1)
+		return "sent", nil
+	}
+	var newer error
+	paused, err := once.New(once.Config{Store: s, Kinds: kinds,
+		Hooks: once.Hooks{OnEvent: func(ctx context.Context, o once.Observation) {
+			if o.Event.Type != once.EventTakenOver || o.Event.Attempt != 2 {
+				return
+			}
+			// Paused past attempt 2's lease, while another worker takes
+			// the action over as attempt 3 and runs the effect.
+			time.Sleep(lease + 100*time.Millisecond)
+			_, newer = deliverWhenDue(context.Background(), other, in, effect)
+			cancelOnTakeover(ctx, o)
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := deadClaim(t, s, in, once.VerifyThenDecide)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err = once.Do(context.WithValue(ctx, cancelKey{}, cancel), paused, in, effect)
+	cancel()
+	if newer != nil {
+		t.Fatalf("the other worker's delivery: %v", newer)
+	}
+	a, gerr := s.Get(context.Background(), k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if !errors.Is(err, once.ErrFenced) || a.Status != once.StatusSucceeded || a.Attempt != 3 || runs.Load() != 1 {
+		t.Errorf("the paused worker's abandon: %v; the row %s at attempt %d, the effect run %d times; want *FencedError, attempt 3 succeeded, one run",
+			err, a.Status, a.Attempt, runs.Load())
+	}
+}
