@@ -269,7 +269,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []once.ClaimRequest) ([]once
 			rs[j] = &request{claim: &reqs[i]}
 		}
 		err := s.batch.submit(ctx, rs...)
-		s.batch.answerAll(len(rs), func(j int) once.Key { return rs[j].claim.Key },
+		s.batch.answerAll(len(rs),
 			func(j int) bool {
 				r := rs[j]
 				return (err == nil || isDone(r)) && (r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased))
@@ -314,7 +314,7 @@ func (s *Store) TransitionMany(ctx context.Context, ts []once.Transition) ([]boo
 		if len(rs) > 0 {
 			err = s.batch.submit(ctx, rs...)
 		}
-		s.batch.answerAll(len(rs), func(j int) once.Key { return ts[at[j]].Key },
+		s.batch.answerAll(len(rs),
 			func(j int) bool { return (err == nil || isDone(rs[j])) && rs[j].alone },
 			func(j int) {
 				if i, r := at[j], rs[j]; err != nil && !isDone(r) {
@@ -359,40 +359,25 @@ func waves(n int, key func(int) once.Key) [][]int {
 	return ws
 }
 
-// answerAll finishes n requests of one call from their batch's answers
-// with answer(i). A request that must be sent again alone, or read
-// again (slow), may wait on a lock, so different keys are finished
-// side by side, and the others do not wait behind it; but at most as
-// many at once as the store has runners, since each holds a connection
-// while it waits, and the rest of the pool is for heartbeats, reads and
-// recovery. The requests of one key are finished one after the other,
-// in the order given, as the batch would have run them.
-func (b *batcher) answerAll(n int, key func(int) once.Key, slow func(int) bool, answer func(int)) {
-	var order []once.Key
-	byKey := make(map[once.Key][]int)
-	for i := range n {
-		k := key(i)
-		if _, ok := byKey[k]; !ok {
-			order = append(order, k)
-		}
-		byKey[k] = append(byKey[k], i)
-	}
+// answerAll finishes n requests of one wave (waves: their keys are
+// distinct) from their batch's answers with answer(i). A request that
+// must be sent again alone, or read again (slow), may wait on a lock,
+// so they are finished side by side, and the others do not wait behind
+// them; but at most as many at once as the store has runners, since
+// each holds a connection while it waits, and the rest of the pool is
+// for heartbeats, reads and recovery.
+func (b *batcher) answerAll(n int, slow func(int) bool, answer func(int)) {
 	free := make(chan struct{}, b.runners)
 	var wg sync.WaitGroup
-	for _, k := range order {
-		is := byKey[k]
-		if !slices.ContainsFunc(is, slow) {
-			for _, i := range is {
-				answer(i)
-			}
+	for i := range n {
+		if !slow(i) {
+			answer(i)
 			continue
 		}
 		free <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-free }()
-			for _, i := range is {
-				answer(i)
-			}
+			answer(i)
 		})
 	}
 	wg.Wait()

@@ -181,7 +181,7 @@ func doNew(c *once.Client, run string) work {
 // a statement.
 func (r *runner) prefillReplayRaw(ctx context.Context, s *site) error {
 	rng := newRand()
-	s.replayKeys = make([]string, r.replayCount())
+	s.replayKeys = make([]string, r.opts.ReplayKeys)
 	for i := range s.replayKeys {
 		s.replayKeys[i] = randomKey(rng)
 	}
@@ -196,7 +196,7 @@ func (r *runner) prefillReplayRaw(ctx context.Context, s *site) error {
 // prefillReplayDo runs replay_do's intents through Do on s, as many at
 // once as the pool allows.
 func (r *runner) prefillReplayDo(ctx context.Context, s *site) error {
-	n := r.replayCount()
+	n := r.opts.ReplayKeys
 	s.replayRun = "bench-" + r.tag + "-replay"
 	s.replaySteps = make([]int64, n)
 	for i := range s.replaySteps {

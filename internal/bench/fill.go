@@ -22,7 +22,7 @@ var actionColumns = []string{"key", "fingerprint", "run_id", "step", "kind", "ta
 // scale is its size; the trail of events has what the arms write.
 //
 // The action log's rows are intents that succeeded, keyed as Do keys
-// them, so that replay_do can replay them; replayCount of them, and of
+// them, so that replay_do can replay them; ReplayKeys of them, and of
 // the raw table's keys, evenly spread over the fill, are what the
 // replay arms read: a replay at scale reads a row among all the others,
 // not one written last, whose pages are the newest.
@@ -37,7 +37,7 @@ func (r *runner) fillScale(ctx context.Context, s *site) error {
 	rng := newRand()
 	// Row i is kept when i·k mod n < k: exactly k of the n rows, evenly
 	// spread, the last among the fill's last n/k.
-	k := int64(r.replayCount())
+	k := int64(r.opts.ReplayKeys)
 	kept := func(i int) bool { return int64(i)*k%int64(n) < k }
 	s.replayRun = "bench-" + r.tag + "-scale"
 

@@ -158,6 +158,9 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("scale fills PostgreSQL's tables, and only SQLite arms were chosen; add a PostgreSQL arm or leave the scale out")
 		}
 		o.Arms = withTwins(arms)
+		// A fill smaller than the replay keys is read whole, and the
+		// twins on the empty log read as many rows.
+		o.ReplayKeys = min(o.ReplayKeys, o.Scale)
 	}
 	return o, checkDB(o.DB)
 }

@@ -95,16 +95,6 @@ func (r *runner) siteOf(arm string) (*site, string) {
 	return r.log, arm
 }
 
-// replayCount is how many finished rows each replay arm reads: the
-// replay keys, or the fill's size if it is smaller, so that an arm and
-// its twin on the empty log read as many.
-func (r *runner) replayCount() int {
-	if r.opts.Scale > 0 {
-		return min(r.opts.ReplayKeys, r.opts.Scale)
-	}
-	return r.opts.ReplayKeys
-}
-
 func (r *runner) defer_(f func()) { r.closers = append(r.closers, f) }
 
 func (r *runner) close() {
@@ -202,13 +192,13 @@ func (r *runner) setUp(ctx context.Context) error {
 		fresh = r.empty
 	}
 	if r.has(ArmReplayRaw) {
-		r.setupNote(fmt.Sprintf("%d finished keys for replay_raw", r.replayCount()))
+		r.setupNote(fmt.Sprintf("%d finished keys for replay_raw", r.opts.ReplayKeys))
 		if err := r.prefillReplayRaw(ctx, fresh); err != nil {
 			return fmt.Errorf("filling replay_raw's keys: %w", err)
 		}
 	}
 	if r.has(ArmReplayDo) {
-		r.setupNote(fmt.Sprintf("%d finished actions for replay_do", r.replayCount()))
+		r.setupNote(fmt.Sprintf("%d finished actions for replay_do", r.opts.ReplayKeys))
 		if err := r.prefillReplayDo(ctx, fresh); err != nil {
 			return fmt.Errorf("filling replay_do's actions: %w", err)
 		}
