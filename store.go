@@ -275,6 +275,11 @@ type StatusCount struct {
 	// were claimed (RecoveryDefault for rows from before it was).
 	Recovery Recovery
 	Count    int64
+	// AsOf is when the count was made, when it was not made by the call
+	// that returned it: the PostgreSQL store counts a large log's
+	// finished actions now and then, not at each call. Zero for a count
+	// the call made.
+	AsOf time.Time
 }
 
 // PurgeRequest deletes finished actions (succeeded, failed) past their
@@ -352,7 +357,10 @@ type Store interface {
 	RecentEvents(ctx context.Context, types []EventType, limit int) ([]Event, error)
 	// Version returns the newest schema migration applied, 0 if none.
 	Version(ctx context.Context) (int, error)
-	// Stats counts actions by kind and status.
+	// Stats counts actions by kind, status and recovery, ordered so.
+	// The open statuses' counts are made by the call; a store may take
+	// the finished statuses' from a count made earlier, and say when
+	// (StatusCount.AsOf).
 	Stats(ctx context.Context) ([]StatusCount, error)
 	// Purge deletes finished actions (succeeded, failed); it never
 	// touches in-flight, unknown, review or released rows, whose attempt

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/view"
@@ -124,6 +125,9 @@ type statsJSON struct {
 	Total         int64                            `json:"total"`
 	ReviewBacklog int64                            `json:"review_backlog"`
 	Unknown       int64                            `json:"unknown"`
+	// FinishedAsOf is when succeeded and failed were counted, when that
+	// was earlier than this request (a large log); absent otherwise.
+	FinishedAsOf *time.Time `json:"finished_as_of,omitempty"`
 }
 
 func (s *server) apiStats(w http.ResponseWriter, r *http.Request) {
@@ -133,10 +137,14 @@ func (s *server) apiStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := tally(st)
-	writeJSON(w, http.StatusOK, statsJSON{
+	out := statsJSON{
 		ByStatus: c.ByStatus, ByKind: c.ByKind, Total: c.Total,
 		ReviewBacklog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown],
-	})
+	}
+	if !c.FinishedAsOf.IsZero() {
+		out.FinishedAsOf = &c.FinishedAsOf
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {

@@ -187,6 +187,10 @@ type counts struct {
 	ByKind   map[string]map[once.Status]int64
 	KindSum  map[string]int64
 	Total    int64
+	// FinishedAsOf is when the oldest count among them was made, when
+	// the store took it from an earlier count (a large log's finished
+	// actions, StatusCount.AsOf); zero when all were counted now.
+	FinishedAsOf time.Time
 }
 
 func tally(cs []once.StatusCount) counts {
@@ -203,6 +207,9 @@ func tally(cs []once.StatusCount) counts {
 		c.ByStatus[sc.Status] += sc.Count
 		c.KindSum[sc.Kind] += sc.Count
 		c.Total += sc.Count
+		if !sc.AsOf.IsZero() && (c.FinishedAsOf.IsZero() || sc.AsOf.Before(c.FinishedAsOf)) {
+			c.FinishedAsOf = sc.AsOf
+		}
 	}
 	slices.Sort(c.Kinds)
 	return c

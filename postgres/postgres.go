@@ -183,6 +183,8 @@ type Store struct {
 	// batch queues claims and outcomes for group commit; nil with
 	// Config.Unbatched.
 	batch *batcher
+	// counts is the last count of the finished actions (stats.go).
+	counts *finishedCounts
 }
 
 var (
@@ -278,6 +280,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		schema:  cfg.Schema,
 		pollMin: pollMin,
 		pollMax: pollMax,
+		counts:  newFinishedCounts(),
 	}
 	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
 	if s.log == nil {
@@ -388,6 +391,7 @@ func (s *Store) Close() error {
 	if s.listen != nil {
 		s.listen.close()
 	}
+	s.counts.close()
 	if s.owned {
 		// Waiters first: a read of the closed pool tells them nothing.
 		s.closeOnce.Do(func() { close(s.closed) })
@@ -447,6 +451,7 @@ type queries struct {
 	claim, reclaim, selectRow, heartbeat, transition, get, list        string
 	recoverable, recoverKey, appendEvent, events, recent, stats, purge string
 	purgeCount, state, await, eventsRow                                string
+	openStats, finishedStats, estimate                                 string
 	outcome, lockOutcome, purgeOlder, purgeCountOlder                  string
 	// claims and transitions are claim and transition for many keys at
 	// once, in one statement each (batch.go).
@@ -728,6 +733,20 @@ SELECT $V FROM (
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
 ) t ORDER BY at DESC, ord DESC, id DESC LIMIT $2`),
 		stats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		// The open statuses' counts, each branch read through the
+		// partial index whose condition it implies (action_active,
+		// action_open), and the finished ones', which read the log
+		// (stats.go).
+		openStats: r.Replace(`
+SELECT kind, status, recovery, count(*) FROM (
+    SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
+    UNION ALL
+    SELECT kind, status, recovery FROM $T WHERE status IN ('review', 'released')
+) a GROUP BY kind, status, recovery`),
+		finishedStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T WHERE status IN ('succeeded', 'failed') GROUP BY kind, status, recovery`),
+		// PostgreSQL's estimate of the log's rows, as of its last vacuum
+		// or analyze; -1 before the first.
+		estimate: `SELECT reltuples::float8 FROM pg_class WHERE oid = '` + strings.ReplaceAll(table, `'`, `''`) + `'::regclass`,
 		// Finished actions past their own deadline (retain_until, set
 		// from the retention their kind had when they were claimed); the
 		// Older variants take those not updated for $1 (positive)
@@ -1096,11 +1115,6 @@ func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, err
 	defer rows.Close()
 	out, err := sqlrows.Collect(rows, scan)
 	return out, s.wrap(err)
-}
-
-// Stats implements once.Store.
-func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
-	return query(ctx, s, sqlrows.StatusCount, s.q.stats)
 }
 
 // Purge implements once.Store.

@@ -1,0 +1,165 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncehq/once"
+)
+
+// fillFinished writes n succeeded actions of kind into table, as a log
+// that grew for a while would hold them.
+func fillFinished(t *testing.T, conn *pgx.Conn, table, kind string, n int) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), `INSERT INTO `+table+` (key, fingerprint, run_id, step, kind, target, status, attempt, result, completed_at, retain_until)
+SELECT md5($1 || g::text) || md5(g::text), '', '', g, $1, '', 'succeeded', 1, '{}', now(), now() + interval '7 days' FROM generate_series(1, $2::int) g`, kind, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// counted sums the cells of stats in status.
+func counted(stats []once.StatusCount, status once.Status) int64 {
+	var n int64
+	for _, c := range stats {
+		if c.Status == status {
+			n += c.Count
+		}
+	}
+	return n
+}
+
+// A console or a metrics scrape asks for the counts often: every page,
+// every fifteen seconds. On a large log, counting every finished action
+// each time reads the whole log each time, and a scrape with a deadline
+// fails once the log is large enough. The open statuses, which a person
+// acts on, are counted at each call through their indexes; the finished
+// ones are counted again only now and then.
+func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
+	ctx := context.Background()
+	conn, s := planStoreWith(t, nil)
+	table := s.names.Table("action")
+	const finished = statsLiveRows + 5_000
+	fillFinished(t, conn, table, "bulk", finished)
+	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counted(first, once.StatusSucceeded); got != finished {
+		t.Fatalf("the first count finds %d succeeded, want %d", got, finished)
+	}
+	// An action claimed after the first count is counted by the next.
+	if _, err := s.Claim(ctx, once.ClaimRequest{Key: once.Key(strings.Repeat("ab", 32)), Fingerprint: "f", Kind: "live", Lease: time.Hour, Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 20
+	for i := range calls {
+		stats, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := counted(stats, once.StatusInFlight); got != 1 {
+			t.Fatalf("call %d counts %d in flight, want the 1 claimed after the first count", i, got)
+		}
+		if got := counted(stats, once.StatusSucceeded); got != finished {
+			t.Fatalf("call %d counts %d succeeded, want %d", i, got, finished)
+		}
+	}
+	// One count of the whole log, and a few rows read for the open ones;
+	// twice the log leaves room for one count again in between.
+	if read := scanned(t, conn, s, table, 0); read >= 2*finished {
+		t.Fatalf("%d calls of Stats read %d rows of a log of %d: each call counted the whole log", calls+1, read, finished)
+	}
+}
+
+// Counts made now and then catch up with the log, and say when they were
+// made; a small log is counted whole at every call.
+func TestStatsOfALargeLogCatchUp(t *testing.T) {
+	ctx := context.Background()
+	conn, s := planStoreWith(t, nil)
+	table := s.names.Table("action")
+	s.counts.every = func(time.Duration) time.Duration { return 0 }
+	fillFinished(t, conn, table, "small", 10)
+	stats, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range stats {
+		if !c.AsOf.IsZero() {
+			t.Fatalf("a small log's count %+v says it was made earlier; it is made by each call", c)
+		}
+	}
+	fillFinished(t, conn, table, "bulk", statsLiveRows)
+	stats, err = s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counted(stats, once.StatusSucceeded); got != statsLiveRows+10 {
+		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, statsLiveRows+10)
+	}
+	before := time.Now()
+	fillFinished(t, conn, table, "later", 7)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stats, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := counted(stats, once.StatusSucceeded); got == statsLiveRows+17 {
+			for _, c := range stats {
+				if c.Status == once.StatusSucceeded && c.AsOf.Before(before.Add(-time.Second)) {
+					t.Fatalf("the count %+v includes actions written after it says it was made (%v)", c, before)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", counted(stats, once.StatusSucceeded), statsLiveRows+17, strconv.Quote(table))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A caller with a deadline shorter than a count of the whole log (a
+// metrics scrape's, on a log of tens of millions) got an error from
+// every call, for ever: each call started the count again, and none
+// finished. The count a call gives up on goes on in the background, and
+// later calls answer from it.
+func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
+	ctx := context.Background()
+	conn, s := planStoreWith(t, nil)
+	table := s.names.Table("action")
+	const finished = statsLiveRows + 5_000
+	fillFinished(t, conn, table, "bulk", finished)
+	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	// Far shorter than a count of the log (tens of milliseconds), and
+	// long enough for the open statuses' counts, read by their indexes.
+	const deadline = 10 * time.Millisecond
+	call := func() ([]once.StatusCount, error) {
+		cctx, cancel := context.WithTimeout(ctx, deadline)
+		defer cancel()
+		return s.Stats(cctx)
+	}
+	var errs []error
+	for give := time.Now().Add(20 * time.Second); time.Now().Before(give); {
+		stats, err := call()
+		if err == nil {
+			if got := counted(stats, once.StatusSucceeded); got != finished {
+				t.Fatalf("%d succeeded counted, want %d", got, finished)
+			}
+			return
+		}
+		errs = append(errs, err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("every call with a deadline of %v failed (%d calls; the last: %v): none of them could count the log", deadline, len(errs), errs[len(errs)-1])
+}
