@@ -314,6 +314,11 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 			if at, ok := pending.sent(cr.Action.Token); ok {
 				sent = at
 			}
+			if cr.Action.Attempt > 1 {
+				if o, decided := c.verifyReleased(ctx, pol, cr.Action); decided {
+					return o
+				}
+			}
 			return c.execute(ctx, pol, in, cr.Action, fn, sent, false)
 		}
 		a := cr.Action
@@ -620,6 +625,75 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 		return sent, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusInFlight}
 	}
 	return renewed, nil
+}
+
+// verifyReleased asks the kind's verifier, before the next attempt of a
+// released action runs, whether an earlier attempt's effect landed. A
+// release under VerifyThenDecide is the reaper's when its verifier found
+// no trace of a dead claim; that answer is as old as the question, and a
+// request still in the provider's queue then may have landed since. So
+// the attempt that claims it asks again, as a worker that takes an action
+// over asks just before it runs: landed, the attempt records the
+// verifier's result and runs nothing; no trace, it runs; the verifier
+// cannot tell, the attempt runs nothing and is marked unknown, for the
+// verifier to be asked again when it is due
+// (TestClient/ReleasedAfterNoTraceVerifiedAgain,
+// .../ReleasedAfterNoTraceStillNoTrace,
+// .../ReleasedAfterNoTraceVerifierFails). A release for another reason
+// (a person's Retry, an effect that said it sent nothing) costs one
+// more question. A process without the kind's verifier asks nothing, as
+// before. decided says the attempt must not run; o is the answer then.
+func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action) (o outcome, decided bool) {
+	recovery := pol.Recovery
+	if a.Recovery != RecoveryDefault {
+		recovery = a.Recovery
+	}
+	if recovery != VerifyThenDecide || pol.Verifier == nil {
+		return outcome{}, false
+	}
+	// The verifier is asked about the action as it stood: released by
+	// the attempt before this one.
+	before := a
+	before.Attempt, before.Status = a.Attempt-1, StatusReleased
+	vctx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
+	landed, result, err := safeVerify(vctx, pol.Verifier, before)
+	cancel()
+	if err == nil && landed {
+		if err = checkResult(result); err == nil && len(result) > c.maxResult {
+			err = fmt.Errorf("its result is %d bytes, over Config.MaxResultBytes", len(result))
+		}
+		if err != nil {
+			err = fmt.Errorf("the verifier says an earlier attempt's effect landed, but its result cannot be stored: %w", err)
+		}
+	}
+	switch {
+	case err != nil:
+		note := fmt.Sprintf("attempt %d never ran: the verifier, asked before it ran whether an earlier attempt's effect landed, could not tell: %v; it is asked again in %v",
+			a.Attempt, err, pol.backoff(1))
+		t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: pol.backoff(1), VerifyFailures: 1, Error: note,
+			Event: Event{Key: a.Key, Type: EventVerifyFailed, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
+		if cerr := ctx.Err(); cerr != nil {
+			// The caller gave up while the verifier was asked: not the
+			// verifier's failure; asked again at once.
+			err = cerr
+			note = fmt.Sprintf("attempt %d never ran: %s while the verifier was asked whether an earlier attempt's effect landed; it is asked again", a.Attempt, unrunNote(cerr))
+			t.Lease, t.VerifyFailures, t.Error = time.Millisecond, 0, note
+			t.Event.Type, t.Event.Note = EventUnknown, note
+		}
+		return c.recordUnrun(ctx, recovery, a, t, err, "marking it unknown", func() error {
+			return &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: err}
+		}), true
+	case landed:
+		note := fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)
+		t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusSucceeded, Result: result,
+			Event: Event{Key: a.Key, Type: EventVerified, Attempt: a.Attempt, From: StatusInFlight, To: StatusSucceeded, Actor: ActorWorker, Note: note}}
+		o := c.recordUnrun(ctx, recovery, a, t, errors.New("an earlier attempt's effect landed"), "recording the verifier's result", func() error { return nil })
+		if o.err == nil {
+			o.stored, o.replayed = result, true
+		}
+		return o, true
+	}
+	return outcome{}, false
 }
 
 // abandon gives up a won claim whose effect never ran, for cause. A

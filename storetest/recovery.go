@@ -38,6 +38,10 @@ func recoveryTests() []namedTest {
 		{name: "ReaperLoop", fn: testReaperLoop},
 		{name: "HeartbeatOutlivesDeadline", fn: testHeartbeatOutlivesDeadline},
 		{name: "UnknownUnderRetryPolicy", fn: testUnknownUnderRetry},
+		{name: "ReleasedAfterNoTraceVerifiedAgain", fn: testReleasedAfterNoTraceVerifiedAgain},
+		{name: "ReleasedAfterNoTraceStillNoTrace", fn: testReleasedAfterNoTraceStillNoTrace},
+		{name: "ReleasedAfterNoTraceVerifierFails", fn: testReleasedAfterNoTraceVerifierFails},
+		{name: "ReleasedAfterNoTraceCallerGone", fn: testReleasedAfterNoTraceCallerGone},
 	}
 }
 
@@ -839,5 +843,122 @@ func testUnknownUnderRetry(t *testing.T, h Harness) {
 	_, err = once.Do(ctx(t), c2, intent(1), func(context.Context, once.Attempt) (string, error) { return "", errors.New("?") })
 	if !errors.Is(err, once.ErrReview) || errors.Is(err, once.ErrRetryLater) {
 		t.Fatalf("default policy: %v; want review", err)
+	}
+}
+
+// releasedAfterNoTrace leaves intent(1) as the reaper leaves a dead
+// claim whose verifier found no trace of it: released, for the next
+// delivery. landed is what the verifier says from then on; asked counts
+// its calls.
+func releasedAfterNoTrace(t *testing.T, h Harness, verify func(ctx context.Context, a once.Action) (bool, json.RawMessage, error)) (once.Store, *once.Client) {
+	t.Helper()
+	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour, Verifier: verify}})
+	mustClaim(t, s, claimReq(t, intent(1), time.Millisecond))
+	lapse(t, s, keyOf(t, intent(1)))
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
+		t.Fatalf("the reaper's pass = %+v, %v; want the dead claim released", rep, err)
+	}
+	return s, c
+}
+
+// The reaper asked the verifier about a dead claim, found no trace of
+// it, and released it; attempt 1's request, still in the provider's
+// queue then, landed before the next delivery. That delivery asks the
+// verifier again before it runs anything: the effect happened once, and
+// the delivery gets the verifier's result.
+func testReleasedAfterNoTraceVerifiedAgain(t *testing.T, h Harness) {
+	var landed atomic.Bool
+	var asked atomic.Int64
+	s, c := releasedAfterNoTrace(t, h, func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		asked.Add(1)
+		return landed.Load(), json.RawMessage(`"v"`), nil
+	})
+	landed.Store(true)
+	var effects counter
+	res, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	if effects.n.Load() != 0 {
+		t.Fatalf("the delivery ran the effect again (%d), though attempt 1's had landed since the reaper asked", effects.n.Load())
+	}
+	if err != nil || res.Value != "v" || !res.Replayed {
+		t.Fatalf("the delivery = %+v, %v; want the verifier's result, replayed", res, err)
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusSucceeded || string(a.Result) != `"v"` {
+		t.Fatalf("stored %s %s, want succeeded with the verifier's result", a.Status, a.Result)
+	}
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("the verifier was asked %d times, want twice: by the reaper, and before the next attempt", n)
+	}
+}
+
+// Still no trace when the next delivery asks: it runs the effect, once.
+func testReleasedAfterNoTraceStillNoTrace(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c := releasedAfterNoTrace(t, h, func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		asked.Add(1)
+		return false, nil, nil
+	})
+	var effects counter
+	res, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	if err != nil || res.Value != "x" || res.Replayed || effects.n.Load() != 1 {
+		t.Fatalf("the delivery = %+v, %v (ran %d); want the effect run once", res, err, effects.n.Load())
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusSucceeded || a.Attempt != 2 {
+		t.Fatalf("stored %s attempt %d, want succeeded by attempt 2", a.Status, a.Attempt)
+	}
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("the verifier was asked %d times, want twice", n)
+	}
+}
+
+// A verifier that cannot tell before the next attempt runs nothing: the
+// attempt is marked unknown, as the verifier's failure leaves any other,
+// and the delivery is told to come back.
+func testReleasedAfterNoTraceVerifierFails(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c := releasedAfterNoTrace(t, h, func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		if asked.Add(1) == 1 {
+			return false, nil, nil
+		}
+		return false, nil, errors.New("provider API down")
+	})
+	var effects counter
+	_, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	var ue *once.UnknownOutcomeError
+	if effects.n.Load() != 0 || !errors.As(err, &ue) || !errors.Is(err, once.ErrRetryLater) {
+		t.Fatalf("the delivery = %v (ran %d); want nothing run, and an unknown outcome to retry later", err, effects.n.Load())
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown || !strings.Contains(a.Error, "never ran") {
+		t.Fatalf("stored %s %q, want unknown, saying the attempt never ran", a.Status, a.Error)
+	}
+}
+
+// A caller that gives up while the verifier is asked runs nothing; the
+// attempt is marked unknown and due at once, for the next delivery to
+// ask again, and the caller is told to come back.
+func testReleasedAfterNoTraceCallerGone(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	callerCtx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	s, c := releasedAfterNoTrace(t, h, func(vctx context.Context, _ once.Action) (bool, json.RawMessage, error) {
+		if asked.Add(1) == 1 {
+			return false, nil, nil
+		}
+		cancel()
+		<-vctx.Done()
+		return false, nil, vctx.Err()
+	})
+	var effects counter
+	_, err := once.Do(callerCtx, c, intent(1), effects.fn("x"))
+	var ue *once.UnknownOutcomeError
+	if effects.n.Load() != 0 || !errors.As(err, &ue) || !errors.Is(err, once.ErrRetryLater) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the delivery = %v (ran %d); want nothing run, an unknown outcome to retry later, and the caller's cancellation", err, effects.n.Load())
+	}
+	a := mustGet(t, s, keyOf(t, intent(1)))
+	if a.Status != once.StatusUnknown || a.VerifyFailures != 0 || !strings.Contains(a.Error, "never ran") || a.LeaseUntil.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("stored %s (verify failures %d, due %v) %q; want unknown, due at once, no verifier failure counted, saying the attempt never ran", a.Status, a.VerifyFailures, a.LeaseUntil, a.Error)
 	}
 }
