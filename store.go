@@ -357,7 +357,8 @@ type Store interface {
 	RecentEvents(ctx context.Context, types []EventType, limit int) ([]Event, error)
 	// Version returns the newest schema migration applied, 0 if none.
 	Version(ctx context.Context) (int, error)
-	// Stats counts actions by kind, status and recovery, ordered so.
+	// Stats counts actions by kind, status and recovery, ordered so, as
+	// bytes.
 	// The open statuses' counts are made by the call; a store may take
 	// the finished statuses' from a count made earlier, and say when
 	// (StatusCount.AsOf).

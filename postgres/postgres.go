@@ -732,7 +732,10 @@ SELECT $V FROM (
       AND attempt = 1 AND status IN ('succeeded', 'failed') AND (cardinality($1::text[]) = 0 OR status = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
 ) t ORDER BY at DESC, ord DESC, id DESC LIMIT $2`),
-		stats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		// Ordered by bytes, as Stats orders the two parts of a large
+		// log's count, whatever the columns' collation.
+		stats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery
+ORDER BY kind COLLATE "C", status COLLATE "C", recovery COLLATE "C"`),
 		// The open statuses' counts, each branch read through the
 		// partial index whose condition it implies (action_active,
 		// action_open), and the finished ones', which read the log

@@ -80,18 +80,28 @@ func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 	if s.inTx || !s.counts.inBackground(ctx, s) {
 		start := time.Now()
 		all, err := query(ctx, s, sqlrows.StatusCount, s.q.stats)
-		if err == nil && !s.inTx {
+		switch {
+		case s.inTx:
+		case err == nil:
 			s.counts.record(all, start, time.Since(start))
+		case ctx.Err() != nil:
+			// The caller could not wait for a count of the whole log
+			// (one that grew since it was last counted, or that the
+			// statistics do not describe yet): the next call counts it
+			// in the background, and no call need wait for it again.
+			s.counts.countLater()
 		}
 		return all, err
+	}
+	// The finished actions first: a count due starts before the open
+	// statuses' query, whatever becomes of that.
+	finished, err := s.counts.finished(ctx, s)
+	if err != nil {
+		return nil, s.wrap(err)
 	}
 	open, err := query(ctx, s, sqlrows.StatusCount, s.q.openStats)
 	if err != nil {
 		return nil, err
-	}
-	finished, err := s.counts.finished(ctx, s)
-	if err != nil {
-		return nil, s.wrap(err)
 	}
 	all := append(open, finished...)
 	slices.SortFunc(all, func(x, y once.StatusCount) int {
@@ -162,6 +172,10 @@ func (c *finishedCounts) finished(ctx context.Context, s *Store) ([]once.StatusC
 		go c.count(s, c.tried, c.done)
 	}
 	if c.at.IsZero() {
+		if !c.counting {
+			// None could start: the store is closed.
+			return nil, errors.New("the store is closed, and its log, large, was never counted")
+		}
 		done := c.done
 		c.mu.Unlock()
 		select {
@@ -204,8 +218,19 @@ func (c *finishedCounts) asOf() time.Time {
 	return c.at
 }
 
-// close stops a count in the background and waits for it.
+// countLater makes the next call count the finished actions in the
+// background, at once.
+func (c *finishedCounts) countLater() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.large, c.tried = true, time.Time{}
+}
+
+// close stops a count in the background and waits for it. No count
+// starts after it returns: one starts only under mu, before ctx ends.
 func (c *finishedCounts) close() {
+	c.mu.Lock()
 	c.cancel()
+	c.mu.Unlock()
 	c.wg.Wait()
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,4 +163,124 @@ func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("every call with a deadline of %v failed (%d calls; the last: %v): none of them could count the log", deadline, len(errs), errs[len(errs)-1])
+}
+
+// largeUncounted is a store over the test's pool whose log the
+// statistics say is large, and which has not counted it yet.
+func largeUncounted(t *testing.T) (*pgx.Conn, *Store) {
+	t.Helper()
+	conn, s := planStoreWith(t, nil)
+	table := s.names.Table("action")
+	fillFinished(t, conn, table, "bulk", statsLiveRows+5_000)
+	if _, err := conn.Exec(context.Background(), `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	return conn, s
+}
+
+// A store over the caller's pool still answers Stats after Close; with no
+// count made, and none to be started, it says so at once, instead of
+// waiting for a count that never comes.
+func TestStatsAfterCloseAnswersAtOnce(t *testing.T) {
+	_, s := largeUncounted(t)
+	s.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Stats(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("Stats after Close = %v; want an error saying the store is closed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stats after Close, with no deadline, never returned")
+	}
+}
+
+// Close while the first count starts: no count starts after Close
+// returns (the race detector watches the wait group).
+func TestStatsRacingClose(t *testing.T) {
+	_, s := largeUncounted(t)
+	for i := range 20 {
+		c := newFinishedCounts()
+		s := &Store{db: s.db, pool: s.pool, names: s.names, q: s.q, log: s.log, counts: c}
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			s.Stats(ctx)
+		}()
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		c.close()
+		c.mu.Lock()
+		counting := c.counting
+		c.mu.Unlock()
+		<-stopped
+		if counting {
+			t.Fatalf("round %d: a count runs after close returned", i)
+		}
+	}
+}
+
+// A log that grew past statsLiveRows after its first count (an import,
+// a restore) is counted in the background from the first call that
+// could not count it within its deadline.
+func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
+	ctx := context.Background()
+	conn, s := planStoreWith(t, nil)
+	table := s.names.Table("action")
+	fillFinished(t, conn, table, "small", 10)
+	if _, err := s.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fillFinished(t, conn, table, "bulk", statsLiveRows+5_000)
+	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 10 * time.Millisecond
+	var last error
+	for give := time.Now().Add(20 * time.Second); time.Now().Before(give); time.Sleep(50 * time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, deadline)
+		stats, err := s.Stats(cctx)
+		cancel()
+		if err == nil && counted(stats, once.StatusSucceeded) == statsLiveRows+5_010 {
+			return
+		}
+		last = err
+	}
+	t.Fatalf("no call with a deadline of %v counted the grown log (the last: %v)", deadline, last)
+}
+
+// The cells come in the same order whether the log is counted whole or
+// in two parts, whatever the column's collation.
+func TestStatsOrderDoesNotDependOnTheLogsSize(t *testing.T) {
+	ctx := context.Background()
+	conn, s := planStoreWith(t, nil)
+	table := s.names.Table("action")
+	if _, err := conn.Exec(ctx, `ALTER TABLE `+table+` ALTER COLUMN kind TYPE text COLLATE "und-x-icu"`); err != nil {
+		t.Skipf("no ICU collation to order kinds by: %v", err)
+	}
+	fillFinished(t, conn, table, "charge", 5)
+	fillFinished(t, conn, table, "Email", 5)
+	kinds := func() []string {
+		stats, err := s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks []string
+		for _, c := range stats {
+			ks = append(ks, c.Kind)
+		}
+		return ks
+	}
+	small := kinds()
+	fillFinished(t, conn, table, "bulk", statsLiveRows)
+	kinds() // the count that finds the log large
+	large := kinds()
+	if !slices.Contains(large, "bulk") || !slices.Equal(slices.DeleteFunc(slices.Clone(large), func(k string) bool { return k == "bulk" }), small) {
+		t.Fatalf("a small log's kinds come as %q, a large one's as %q", small, large)
+	}
 }
