@@ -315,7 +315,7 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 				sent = at
 			}
 			if cr.Action.Attempt > 1 {
-				if o, decided := c.verifyReleased(ctx, pol, cr.Action); decided {
+				if o, decided := c.verifyReleased(ctx, pol, cr.Action, sent); decided {
 					return o
 				}
 			}
@@ -634,16 +634,18 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 // request still in the provider's queue then may have landed since. So
 // the attempt that claims it asks again, as a worker that takes an action
 // over asks just before it runs: landed, the attempt records the
-// verifier's result and runs nothing; no trace, it runs; the verifier
-// cannot tell, the attempt runs nothing and is marked unknown, for the
-// verifier to be asked again when it is due
+// verifier's result and runs nothing (a result that cannot be stored
+// goes to review, as in recovery); no trace, it runs
 // (TestClient/ReleasedAfterNoTraceVerifiedAgain,
-// .../ReleasedAfterNoTraceStillNoTrace,
-// .../ReleasedAfterNoTraceVerifierFails). A release for another reason
-// (a person's Retry, an effect that said it sent nothing) costs one
-// more question. A process without the kind's verifier asks nothing, as
-// before. decided says the attempt must not run; o is the answer then.
-func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action) (o outcome, decided bool) {
+// .../ReleasedAfterNoTraceStillNoTrace). A verifier that cannot tell
+// leaves the release's own answer standing, and the attempt runs, as
+// before this question was asked: a person's Retry, or an effect that
+// said it sent nothing, is not held up while the provider's lookup is
+// down (.../ReleasedAfterNoTraceVerifierFails). The verifier is given
+// what is left of the claim's lease, no heartbeat runs meanwhile. A
+// process without the kind's verifier asks nothing. decided says the
+// attempt must not run; o is the answer then.
+func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (o outcome, decided bool) {
 	recovery := pol.Recovery
 	if a.Recovery != RecoveryDefault {
 		recovery = a.Recovery
@@ -655,45 +657,46 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action) (
 	// the attempt before this one.
 	before := a
 	before.Attempt, before.Status = a.Attempt-1, StatusReleased
-	vctx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
+	vctx, cancel := context.WithDeadline(ctx, sent.Add(min(pol.MaxExecution, pol.Lease-pol.margin())))
+	started := time.Now()
 	landed, result, err := safeVerify(vctx, pol.Verifier, before)
 	cancel()
-	if err == nil && landed {
-		if err = checkResult(result); err == nil && len(result) > c.maxResult {
-			err = fmt.Errorf("its result is %d bytes, over Config.MaxResultBytes", len(result))
-		}
-		if err != nil {
-			err = fmt.Errorf("the verifier says an earlier attempt's effect landed, but its result cannot be stored: %w", err)
-		}
-	}
+	took := time.Since(started)
 	switch {
+	case ctx.Err() != nil:
+		// The caller gave up while the verifier was asked: nothing ran.
+		return c.abandon(ctx, pol, a, ctx.Err(), false), true
 	case err != nil:
-		note := fmt.Sprintf("attempt %d never ran: the verifier, asked before it ran whether an earlier attempt's effect landed, could not tell: %v; it is asked again in %v",
-			a.Attempt, err, pol.backoff(1))
-		t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: pol.backoff(1), VerifyFailures: 1, Error: note,
-			Event: Event{Key: a.Key, Type: EventVerifyFailed, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
-		if cerr := ctx.Err(); cerr != nil {
-			// The caller gave up while the verifier was asked: not the
-			// verifier's failure; asked again at once.
-			err = cerr
-			note = fmt.Sprintf("attempt %d never ran: %s while the verifier was asked whether an earlier attempt's effect landed; it is asked again", a.Attempt, unrunNote(cerr))
-			t.Lease, t.VerifyFailures, t.Error = time.Millisecond, 0, note
-			t.Event.Type, t.Event.Note = EventUnknown, note
-		}
-		return c.recordUnrun(ctx, recovery, a, t, err, "marking it unknown", func() error {
-			return &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: err}
-		}), true
-	case landed:
-		note := fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)
-		t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusSucceeded, Result: result,
-			Event: Event{Key: a.Key, Type: EventVerified, Attempt: a.Attempt, From: StatusInFlight, To: StatusSucceeded, Actor: ActorWorker, Note: note}}
-		o := c.recordUnrun(ctx, recovery, a, t, errors.New("an earlier attempt's effect landed"), "recording the verifier's result", func() error { return nil })
-		if o.err == nil {
-			o.stored, o.replayed = result, true
-		}
-		return o, true
+		c.log.Warn("once: the verifier could not tell whether an earlier attempt of a released action landed; the next attempt runs on the release's answer",
+			"key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "err", err)
+		return outcome{}, false
+	case !landed:
+		return outcome{}, false
 	}
-	return outcome{}, false
+	ev := Event{Key: a.Key, Type: EventVerified, Attempt: a.Attempt, From: StatusInFlight, To: StatusSucceeded, Actor: ActorWorker,
+		Note: fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)}
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusSucceeded, Result: result}
+	if len(result) > 0 {
+		if err := checkResult(result); err != nil {
+			t.To, t.Result, t.Error = StatusReview, nil, fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but its result cannot be stored: %v", a.Attempt, err)
+		} else if len(result) > c.maxResult {
+			t.To, t.Result, t.Error = StatusReview, nil, fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but its result is %d bytes, over Config.MaxResultBytes", a.Attempt, len(result))
+		}
+	}
+	if t.To == StatusReview {
+		ev.Type, ev.To, ev.Note = EventReview, StatusReview, t.Error
+	}
+	t.Event = ev
+	o = c.recordUnrun(ctx, recovery, a, t, errors.New("an earlier attempt's effect landed"), "recording what the verifier found", took, func() error {
+		if t.To == StatusReview {
+			return &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: t.Error}
+		}
+		return nil
+	})
+	if o.err == nil {
+		o.stored, o.replayed = result, true
+	}
+	return o, true
 }
 
 // abandon gives up a won claim whose effect never ran, for cause. A
@@ -726,7 +729,7 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
 	// Not recorded, the takeover stays in flight, unless the write
 	// commits yet: recovery decides again when its lease expires.
-	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", func() error {
+	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", 0, func() error {
 		return &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: cause}
 	})
 }
@@ -735,7 +738,7 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 // (for cause) out of flight, and returns done's error when it applied.
 // Not recorded, t may yet commit, or the claim stay in flight: the
 // *RecordError says what ran, nothing, and what failed, what.
-func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, done func() error) outcome {
+func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, took time.Duration, done func() error) outcome {
 	o := outcome{key: a.Key, attempt: a.Attempt}
 	ok, err := c.record(ctx, a, t)
 	switch {
@@ -744,7 +747,7 @@ func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t
 	case !ok:
 		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
 	default:
-		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery})
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery, Duration: took})
 		o.err = done()
 	}
 	return o
@@ -771,7 +774,7 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
-	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", func() error {
+	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", 0, func() error {
 		return fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
 	})
 }

@@ -141,7 +141,9 @@ func (m *Metrics) Observe(_ context.Context, o once.Observation) {
 	case once.EventRedriven:
 		m.redriven.WithLabelValues(k).Inc()
 	default:
-		if o.Actor == once.ActorWorker && o.From == once.StatusInFlight && o.Type != once.EventTakenOver {
+		// A worker's own outcome; not a takeover or a verifier's answer,
+		// which are recoveries whoever decided them.
+		if o.Actor == once.ActorWorker && o.From == once.StatusInFlight && o.Type != once.EventTakenOver && o.Type != once.EventVerified {
 			m.outcomes.WithLabelValues(k, string(o.To)).Inc()
 			if o.Duration > 0 {
 				m.effect.WithLabelValues(k, string(o.To)).Observe(o.Duration.Seconds())

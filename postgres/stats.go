@@ -130,12 +130,6 @@ func (c *finishedCounts) inBackground(ctx context.Context, s *Store) bool {
 	return rows >= statsLiveRows
 }
 
-func (c *finishedCounts) isLarge() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.large
-}
-
 // record keeps the finished cells of cells, a count that started at
 // start and took took, unless a count that started later is kept.
 func (c *finishedCounts) record(cells []once.StatusCount, start time.Time, took time.Duration) {

@@ -42,6 +42,7 @@ func recoveryTests() []namedTest {
 		{name: "ReleasedAfterNoTraceStillNoTrace", fn: testReleasedAfterNoTraceStillNoTrace},
 		{name: "ReleasedAfterNoTraceVerifierFails", fn: testReleasedAfterNoTraceVerifierFails},
 		{name: "ReleasedAfterNoTraceCallerGone", fn: testReleasedAfterNoTraceCallerGone},
+		{name: "ReleasedAfterNoTraceLandedWithoutResult", fn: testReleasedAfterNoTraceLandedWithoutResult},
 	}
 }
 
@@ -914,9 +915,10 @@ func testReleasedAfterNoTraceStillNoTrace(t *testing.T, h Harness) {
 	}
 }
 
-// A verifier that cannot tell before the next attempt runs nothing: the
-// attempt is marked unknown, as the verifier's failure leaves any other,
-// and the delivery is told to come back.
+// A verifier that cannot tell before the next attempt leaves the
+// release's answer standing: the attempt runs, as it did before the
+// question was asked, and a release a person chose, or one an effect
+// asked for, is not held up while the provider's lookup is down.
 func testReleasedAfterNoTraceVerifierFails(t *testing.T, h Harness) {
 	var asked atomic.Int64
 	s, c := releasedAfterNoTrace(t, h, func(context.Context, once.Action) (bool, json.RawMessage, error) {
@@ -926,19 +928,34 @@ func testReleasedAfterNoTraceVerifierFails(t *testing.T, h Harness) {
 		return false, nil, errors.New("provider API down")
 	})
 	var effects counter
-	_, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
-	var ue *once.UnknownOutcomeError
-	if effects.n.Load() != 0 || !errors.As(err, &ue) || !errors.Is(err, once.ErrRetryLater) {
-		t.Fatalf("the delivery = %v (ran %d); want nothing run, and an unknown outcome to retry later", err, effects.n.Load())
+	res, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	if err != nil || res.Value != "x" || effects.n.Load() != 1 || asked.Load() != 2 {
+		t.Fatalf("the delivery = %+v, %v (ran %d, verifier asked %d times); want the effect run once, after asking", res, err, effects.n.Load(), asked.Load())
 	}
-	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusUnknown || !strings.Contains(a.Error, "never ran") {
-		t.Fatalf("stored %s %q, want unknown, saying the attempt never ran", a.Status, a.Error)
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusSucceeded || a.Attempt != 2 {
+		t.Fatalf("stored %s attempt %d, want succeeded by attempt 2", a.Status, a.Attempt)
+	}
+}
+
+// A verifier that says the effect landed, with no result to store, is
+// believed: the action succeeded, with no result, and nothing runs.
+func testReleasedAfterNoTraceLandedWithoutResult(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	s, c := releasedAfterNoTrace(t, h, func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		return asked.Add(1) > 1, nil, nil
+	})
+	var effects counter
+	res, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	if err != nil || !res.Replayed || effects.n.Load() != 0 {
+		t.Fatalf("the delivery = %+v, %v (ran %d); want nothing run, replayed", res, err, effects.n.Load())
+	}
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusSucceeded || a.VerifyFailures != 0 {
+		t.Fatalf("stored %s (verify failures %d), want succeeded", a.Status, a.VerifyFailures)
 	}
 }
 
 // A caller that gives up while the verifier is asked runs nothing; the
-// attempt is marked unknown and due at once, for the next delivery to
-// ask again, and the caller is told to come back.
+// attempt is released again, and the caller told to come back.
 func testReleasedAfterNoTraceCallerGone(t *testing.T, h Harness) {
 	var asked atomic.Int64
 	callerCtx, cancel := context.WithCancel(ctx(t))
@@ -953,12 +970,10 @@ func testReleasedAfterNoTraceCallerGone(t *testing.T, h Harness) {
 	})
 	var effects counter
 	_, err := once.Do(callerCtx, c, intent(1), effects.fn("x"))
-	var ue *once.UnknownOutcomeError
-	if effects.n.Load() != 0 || !errors.As(err, &ue) || !errors.Is(err, once.ErrRetryLater) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("the delivery = %v (ran %d); want nothing run, an unknown outcome to retry later, and the caller's cancellation", err, effects.n.Load())
+	if effects.n.Load() != 0 || !errors.Is(err, once.ErrRetryLater) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the delivery = %v (ran %d); want nothing run, to retry later, with the caller's cancellation", err, effects.n.Load())
 	}
-	a := mustGet(t, s, keyOf(t, intent(1)))
-	if a.Status != once.StatusUnknown || a.VerifyFailures != 0 || !strings.Contains(a.Error, "never ran") || a.LeaseUntil.After(time.Now().Add(time.Minute)) {
-		t.Fatalf("stored %s (verify failures %d, due %v) %q; want unknown, due at once, no verifier failure counted, saying the attempt never ran", a.Status, a.VerifyFailures, a.LeaseUntil, a.Error)
+	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReleased || a.Attempt != 2 {
+		t.Fatalf("stored %s attempt %d; want attempt 2 released again, unrun", a.Status, a.Attempt)
 	}
 }
