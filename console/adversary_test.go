@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,12 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/console"
 	"github.com/oncehq/once/internal/testdb"
-	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
 )
 
@@ -228,26 +224,7 @@ func section(body, from string) string {
 // as if the database were down, instead of 404 "No such action" / "No
 // such run".
 func TestAdversaryBadBytesInPathIsStoreUnavailable(t *testing.T) {
-	dsn := testdb.RequirePostgres(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("once_adv_%d", time.Now().UnixNano())
-	defer pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
-	store, err := postgres.New(pool, postgres.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	client, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, client, _ := postgresClient(t, "once_adv")
 	h, err := console.New(console.Config{Client: client})
 	if err != nil {
 		t.Fatal(err)

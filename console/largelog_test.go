@@ -18,34 +18,46 @@ import (
 	"github.com/oncehq/once/postgres"
 )
 
-// On a log too large to count at each page, the PostgreSQL store counts
-// succeeded and failed now and then; the overview and /api/stats say when
-// those counts were made, and still count the review backlog now.
-func TestOverviewSaysWhenALargeLogWasCounted(t *testing.T) {
+// postgresClient is a client over a PostgreSQL store in a schema of its
+// own, named from prefix (also returned), dropped when the test ends.
+func postgresClient(t *testing.T, prefix string) (*pgxpool.Pool, *postgres.Store, *once.Client, string) {
+	t.Helper()
 	dsn := testdb.RequirePostgres(t)
 	ctx := context.Background()
 	pool, err := testdb.RetryTooManyClients(ctx, func() (*pgxpool.Pool, error) { return pgxpool.New(ctx, dsn) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	schema := fmt.Sprintf("once_large_%d", time.Now().UnixNano())
-	defer pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	schema := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
 	store, err := postgres.New(pool, postgres.Config{Schema: schema})
 	if err != nil {
+		pool.Close()
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() {
+		store.Close()
+		pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		pool.Close()
+	})
 	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	const finished = 100_000
-	if _, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "once_action"}.Sanitize()+` (key, fingerprint, run_id, step, kind, target, status, attempt, result, completed_at, retain_until)
-SELECT md5(g::text) || md5(g::text), '', '', g, 'send_email', '', 'succeeded', 1, '{}', now(), now() + interval '7 days' FROM generate_series(1, $1::int) g`, finished); err != nil {
 		t.Fatal(err)
 	}
 	client, err := once.New(once.Config{Store: store})
 	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, store, client, schema
+}
+
+// On a log too large to count at each page, the PostgreSQL store counts
+// succeeded and failed now and then; the overview and /api/stats say when
+// those counts were made, and still count the review backlog now.
+func TestOverviewSaysWhenALargeLogWasCounted(t *testing.T) {
+	ctx := context.Background()
+	pool, store, client, schema := postgresClient(t, "once_large")
+	const finished = 100_000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "once_action"}.Sanitize()+` (key, fingerprint, run_id, step, kind, target, status, attempt, result, completed_at, retain_until)
+SELECT md5(g::text) || md5(g::text), '', '', g, 'send_email', '', 'succeeded', 1, '{}', now(), now() + interval '7 days' FROM generate_series(1, $1::int) g`, finished); err != nil {
 		t.Fatal(err)
 	}
 	h, err := console.New(console.Config{Client: client})

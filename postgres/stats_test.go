@@ -42,13 +42,9 @@ func counted(stats []once.StatusCount, status once.Status) int64 {
 // ones are counted again only now and then.
 func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
 	ctx := context.Background()
-	conn, s := planStoreWith(t, nil)
+	conn, s := largeUncounted(t)
 	table := s.names.Table("action")
 	const finished = statsLiveRows + 5_000
-	fillFinished(t, conn, table, "bulk", finished)
-	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
-		t.Fatal(err)
-	}
 	first, err := s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -135,13 +131,8 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 // later calls answer from it.
 func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 	ctx := context.Background()
-	conn, s := planStoreWith(t, nil)
-	table := s.names.Table("action")
+	_, s := largeUncounted(t)
 	const finished = statsLiveRows + 5_000
-	fillFinished(t, conn, table, "bulk", finished)
-	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
-		t.Fatal(err)
-	}
 	// Far shorter than a count of the log (tens of milliseconds), and
 	// long enough for the open statuses' counts, read by their indexes.
 	const deadline = 10 * time.Millisecond
@@ -165,8 +156,9 @@ func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 	t.Fatalf("every call with a deadline of %v failed (%d calls; the last: %v): none of them could count the log", deadline, len(errs), errs[len(errs)-1])
 }
 
-// largeUncounted is a store over the test's pool whose log the
-// statistics say is large, and which has not counted it yet.
+// largeUncounted is a store over the test's pool whose log, of
+// statsLiveRows+5,000 finished actions, the statistics say is large, and
+// which has not counted it yet.
 func largeUncounted(t *testing.T) (*pgx.Conn, *Store) {
 	t.Helper()
 	conn, s := planStoreWith(t, nil)
