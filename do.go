@@ -315,7 +315,9 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 				sent = at
 			}
 			if cr.Action.Attempt > 1 {
-				if o, decided := c.verifyReleased(ctx, pol, cr.Action, sent); decided {
+				var o outcome
+				var decided bool
+				if o, sent, decided = c.verifyReleased(ctx, pol, cr.Action, sent); decided {
 					return o
 				}
 			}
@@ -642,16 +644,29 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 // before this question was asked: a person's Retry, or an effect that
 // said it sent nothing, is not held up while the provider's lookup is
 // down (.../ReleasedAfterNoTraceVerifierFails). The verifier is given
-// what is left of the claim's lease, no heartbeat runs meanwhile. A
+// what is left of the claim's lease, renewed first when less than a
+// third of it is, since no heartbeat runs meanwhile. A
 // process without the kind's verifier asks nothing. decided says the
-// attempt must not run; o is the answer then.
-func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (o outcome, decided bool) {
+// attempt must not run; o is the answer then. renewed is when the
+// claim's lease now counts from.
+func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (o outcome, renewed time.Time, decided bool) {
 	recovery := pol.Recovery
 	if a.Recovery != RecoveryDefault {
 		recovery = a.Recovery
 	}
 	if recovery != VerifyThenDecide || pol.Verifier == nil {
-		return outcome{}, false
+		return outcome{}, sent, false
+	}
+	// A claim whose reply was slow, or read back after it was lost, may
+	// have little of its lease left: renewed first, the verifier has at
+	// least a third of a lease to answer in, and is never asked with a
+	// deadline already past (TestClient/ReleasedAfterNoTraceSlowClaimReply).
+	sent, err := c.freshen(ctx, pol, a, sent)
+	switch {
+	case errors.Is(err, errNotRenewed):
+		return c.abandon(ctx, pol, a, err, false), sent, true
+	case err != nil:
+		return outcome{key: a.Key, attempt: a.Attempt, err: err}, sent, true
 	}
 	// The verifier is asked about the action as it stood: released by
 	// the attempt before this one.
@@ -663,15 +678,19 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 	cancel()
 	took := time.Since(started)
 	switch {
+	case err == nil && landed:
+		// An answer is kept, also when the caller left meanwhile
+		// (TestClient/ReleasedAfterNoTraceLandedAsCallerLeaves).
 	case ctx.Err() != nil:
-		// The caller gave up while the verifier was asked: nothing ran.
-		return c.abandon(ctx, pol, a, ctx.Err(), false), true
+		// The caller gave up while the verifier was asked, with no
+		// answer: nothing ran.
+		return c.abandon(ctx, pol, a, ctx.Err(), false), sent, true
 	case err != nil:
 		c.log.Warn("once: the verifier could not tell whether an earlier attempt of a released action landed; the next attempt runs on the release's answer",
 			"key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "err", err)
-		return outcome{}, false
-	case !landed:
-		return outcome{}, false
+		return outcome{}, sent, false
+	default:
+		return outcome{}, sent, false
 	}
 	ev := Event{Key: a.Key, Type: EventVerified, Attempt: a.Attempt, From: StatusInFlight, To: StatusSucceeded, Actor: ActorWorker,
 		Note: fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)}
@@ -696,7 +715,7 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 	if o.err == nil {
 		o.stored, o.replayed = result, true
 	}
-	return o, true
+	return o, sent, true
 }
 
 // abandon gives up a won claim whose effect never ran, for cause. A

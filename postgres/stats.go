@@ -199,7 +199,11 @@ func (c *finishedCounts) count(s *Store, start time.Time, done chan struct{}) {
 	if err == nil {
 		c.record(cells, start, took)
 	} else if c.ctx.Err() == nil {
-		s.log.Warn("once: counting the finished actions failed; Stats keeps the count from before", "as_of", c.asOf(), "err", err)
+		if at := c.asOf(); at.IsZero() {
+			s.log.Warn("once: counting the finished actions failed; Stats has no count of them yet, and tries again at its next call", "err", err)
+		} else {
+			s.log.Warn("once: counting the finished actions failed; Stats keeps the count from before", "as_of", at, "err", err)
+		}
 	}
 	c.mu.Lock()
 	c.counting = false

@@ -43,6 +43,8 @@ func recoveryTests() []namedTest {
 		{name: "ReleasedAfterNoTraceVerifierFails", fn: testReleasedAfterNoTraceVerifierFails},
 		{name: "ReleasedAfterNoTraceCallerGone", fn: testReleasedAfterNoTraceCallerGone},
 		{name: "ReleasedAfterNoTraceLandedWithoutResult", fn: testReleasedAfterNoTraceLandedWithoutResult},
+		{name: "ReleasedAfterNoTraceSlowClaimReply", fn: testReleasedAfterNoTraceSlowClaimReply},
+		{name: "ReleasedAfterNoTraceLandedAsCallerLeaves", fn: testReleasedAfterNoTraceLandedAsCallerLeaves},
 	}
 }
 
@@ -973,5 +975,69 @@ func testReleasedAfterNoTraceCallerGone(t *testing.T, h Harness) {
 	}
 	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReleased || a.Attempt != 2 {
 		t.Fatalf("stored %s attempt %d; want attempt 2 released again, unrun", a.Status, a.Attempt)
+	}
+}
+
+// slowReply is a store whose claims' replies come back late: the claim
+// applies, and its answer arrives delay later.
+type slowReply struct {
+	once.Store
+	delay time.Duration
+}
+
+func (s slowReply) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
+	cr, err := s.Store.Claim(ctx, req)
+	time.Sleep(s.delay)
+	return cr, err
+}
+
+// A claim whose reply took most of its lease still gives the verifier a
+// window to answer in: asked with a deadline already past, it could not
+// tell, and the effect ran again though attempt 1's had landed.
+func testReleasedAfterNoTraceSlowClaimReply(t *testing.T, h Harness) {
+	var landed atomic.Bool
+	var expired atomic.Int64
+	verify := func(vctx context.Context, _ once.Action) (bool, json.RawMessage, error) {
+		if vctx.Err() != nil {
+			expired.Add(1)
+			return false, nil, vctx.Err()
+		}
+		return landed.Load(), json.RawMessage(`"v"`), nil
+	}
+	s, _ := releasedAfterNoTrace(t, h, verify)
+	landed.Store(true)
+	const lease = time.Second
+	c, err := once.New(once.Config{Store: slowReply{s, lease * 85 / 100}, Default: once.KindPolicy{Recovery: once.VerifyThenDecide, Verifier: verify, Lease: lease}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var effects counter
+	res, err := once.Do(ctx(t), c, intent(1), effects.fn("x"))
+	if effects.n.Load() != 0 || expired.Load() != 0 {
+		t.Fatalf("the delivery ran the effect %d times, the verifier asked %d times with its deadline past; want it asked in time, and nothing run", effects.n.Load(), expired.Load())
+	}
+	if err != nil || res.Value != "v" || !res.Replayed {
+		t.Fatalf("the delivery = %+v, %v; want the verifier's result, replayed", res, err)
+	}
+}
+
+// The verifier's answer is kept when the caller leaves while it is asked:
+// the effect landed, and the next delivery, perhaps on a process without
+// the verifier, must not run it again.
+func testReleasedAfterNoTraceLandedAsCallerLeaves(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	callerCtx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	s, c := releasedAfterNoTrace(t, h, func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		if asked.Add(1) == 1 {
+			return false, nil, nil
+		}
+		cancel()
+		return true, json.RawMessage(`"v"`), nil
+	})
+	var effects counter
+	once.Do(callerCtx, c, intent(1), effects.fn("x"))
+	if a := mustGet(t, s, keyOf(t, intent(1))); effects.n.Load() != 0 || a.Status != once.StatusSucceeded || string(a.Result) != `"v"` {
+		t.Fatalf("stored %s %s (ran %d); want the verifier's answer kept: succeeded with its result, nothing run", a.Status, a.Result, effects.n.Load())
 	}
 }
