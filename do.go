@@ -706,7 +706,7 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 		ev.Type, ev.To, ev.Note = EventReview, StatusReview, t.Error
 	}
 	t.Event = ev
-	o = c.recordUnrun(ctx, recovery, a, t, errors.New("an earlier attempt's effect landed"), "recording what the verifier found", took, func() error {
+	o = c.recordUnrun(ctx, recovery, a, t, errors.New("an earlier attempt's effect landed"), "recording what the verifier found", &took, func() error {
 		if t.To == StatusReview {
 			return &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: t.Error}
 		}
@@ -748,7 +748,7 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
 	// Not recorded, the takeover stays in flight, unless the write
 	// commits yet: recovery decides again when its lease expires.
-	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", 0, func() error {
+	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", nil, func() error {
 		return &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: cause}
 	})
 }
@@ -757,7 +757,10 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 // (for cause) out of flight, and returns done's error when it applied.
 // Not recorded, t may yet commit, or the claim stay in flight: the
 // *RecordError says what ran, nothing, and what failed, what.
-func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, took time.Duration, done func() error) outcome {
+//
+// verified is the verifier's time when its answer decided t
+// (verifyReleased): t is then recovery's decision, not the worker's.
+func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, verified *time.Duration, done func() error) outcome {
 	o := outcome{key: a.Key, attempt: a.Attempt}
 	ok, err := c.record(ctx, a, t)
 	switch {
@@ -766,7 +769,11 @@ func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t
 	case !ok:
 		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
 	default:
-		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery, Duration: took})
+		obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery}
+		if verified != nil {
+			obs.Duration, obs.Recovered = *verified, true
+		}
+		c.emit(ctx, obs)
 		o.err = done()
 	}
 	return o
@@ -793,7 +800,7 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
 		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
-	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", 0, func() error {
+	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", nil, func() error {
 		return fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
 	})
 }

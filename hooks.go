@@ -29,6 +29,11 @@ type Observation struct {
 	// Duration is the effect's run time on outcome events, the
 	// verifier's on verification events.
 	Duration time.Duration
+	// Recovered says recovery decided the transition: a reaper, or a
+	// worker that found the action's claim dead or released, not an
+	// effect's outcome. Metrics count these as recoveries whoever made
+	// them.
+	Recovered bool
 }
 
 // Hooks let a program watch every transition: for metrics (the metrics

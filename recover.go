@@ -122,7 +122,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 		if !ok {
 			return decChanged, nil, nil
 		}
-		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took})
+		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took, Recovered: true})
 		c.log.Info("once: recovered", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "outcome", d, "by", actor)
 		return d, t.Result, nil
 	}

@@ -141,9 +141,10 @@ func (m *Metrics) Observe(_ context.Context, o once.Observation) {
 	case once.EventRedriven:
 		m.redriven.WithLabelValues(k).Inc()
 	default:
-		// A worker's own outcome; not a takeover or a verifier's answer,
-		// which are recoveries whoever decided them.
-		if o.Actor == once.ActorWorker && o.From == once.StatusInFlight && o.Type != once.EventTakenOver && o.Type != once.EventVerified {
+		// A worker's own outcome; not recovery's decision (a takeover, a
+		// verifier's answer, a dead claim put up for review), which is
+		// a recovery whoever made it.
+		if o.Actor == once.ActorWorker && o.From == once.StatusInFlight && !o.Recovered {
 			m.outcomes.WithLabelValues(k, string(o.To)).Inc()
 			if o.Duration > 0 {
 				m.effect.WithLabelValues(k, string(o.To)).Observe(o.Duration.Seconds())

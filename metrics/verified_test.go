@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,38 @@ func TestVerifiedBeforeAReleasedActionRunsIsARecovery(t *testing.T) {
 # TYPE once_recoveries_total counter
 once_recoveries_total{kind="charge",outcome="released",recovery="verify_then_decide"} 1
 once_recoveries_total{kind="charge",outcome="verified",recovery="verify_then_decide"} 1
+`), "once_recoveries_total", "once_outcomes_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A worker that meets a dead claim and, under AskPerson, puts it up for
+// review decided a recovery; no effect of its own ended so, and no
+// worker outcome is counted.
+func TestReviewOfADeadClaimFoundInlineIsARecovery(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, store := testdb.SQLiteClient(t, once.Config{Hooks: m.Hooks(), Default: once.KindPolicy{Recovery: once.AskPerson}})
+	ctx := context.Background()
+	in := once.Intent{Kind: "charge", Target: "acct", Run: "r", Step: 1}
+	k, fp, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr, err := store.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond}); err != nil || !cr.Claimed {
+		t.Fatal(cr, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) { return "x", nil }); !errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v; want the dead claim put up for review", err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP once_recoveries_total Unknown outcomes recovered, by recovery mode and outcome.
+# TYPE once_recoveries_total counter
+once_recoveries_total{kind="charge",outcome="review",recovery="ask_person"} 1
 `), "once_recoveries_total", "once_outcomes_total"); err != nil {
 		t.Fatal(err)
 	}
