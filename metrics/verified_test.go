@@ -37,15 +37,7 @@ func TestVerifiedBeforeAReleasedActionRunsIsARecovery(t *testing.T) {
 			return true, json.RawMessage(`"v"`), nil
 		}}})
 	ctx := context.Background()
-	in := once.Intent{Kind: "charge", Target: "acct", Run: "r", Step: 1}
-	k, fp, err := once.KeyOf(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cr, err := store.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond}); err != nil || !cr.Claimed {
-		t.Fatal(cr, err)
-	}
-	time.Sleep(20 * time.Millisecond)
+	in := deadClaim(t, store)
 	r, err := once.NewReaper(c, once.ReaperConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -78,15 +70,7 @@ func TestReviewOfADeadClaimFoundInlineIsARecovery(t *testing.T) {
 	}
 	c, store := testdb.SQLiteClient(t, once.Config{Hooks: m.Hooks(), Default: once.KindPolicy{Recovery: once.AskPerson}})
 	ctx := context.Background()
-	in := once.Intent{Kind: "charge", Target: "acct", Run: "r", Step: 1}
-	k, fp, err := once.KeyOf(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cr, err := store.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond}); err != nil || !cr.Claimed {
-		t.Fatal(cr, err)
-	}
-	time.Sleep(20 * time.Millisecond)
+	in := deadClaim(t, store)
 	if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) { return "x", nil }); !errors.Is(err, once.ErrReview) {
 		t.Fatalf("Do = %v; want the dead claim put up for review", err)
 	}
@@ -97,4 +81,20 @@ once_recoveries_total{kind="charge",outcome="review",recovery="ask_person"} 1
 `), "once_recoveries_total", "once_outcomes_total"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deadClaim claims an intent on s as a worker that died at once, and
+// returns it once the claim's lease has lapsed.
+func deadClaim(t *testing.T, s once.Store) once.Intent {
+	t.Helper()
+	in := once.Intent{Kind: "charge", Target: "acct", Run: "r", Step: 1}
+	k, fp, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr, err := s.Claim(context.Background(), once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond}); err != nil || !cr.Claimed {
+		t.Fatal(cr, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	return in
 }
