@@ -650,10 +650,7 @@ func (c *Client) freshen(ctx context.Context, pol KindPolicy, a Action, sent tim
 // attempt must not run; o is the answer then. renewed is when the
 // claim's lease now counts from.
 func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (o outcome, renewed time.Time, decided bool) {
-	recovery := pol.Recovery
-	if a.Recovery != RecoveryDefault {
-		recovery = a.Recovery
-	}
+	recovery := pol.recoveryOf(a)
 	if recovery != VerifyThenDecide || pol.Verifier == nil {
 		return outcome{}, sent, false
 	}
@@ -695,14 +692,8 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 	ev := Event{Key: a.Key, Type: EventVerified, Attempt: a.Attempt, From: StatusInFlight, To: StatusSucceeded, Actor: ActorWorker,
 		Note: fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusSucceeded, Result: result}
-	if len(result) > 0 {
-		if err := checkResult(result); err != nil {
-			t.To, t.Result, t.Error = StatusReview, nil, fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but its result cannot be stored: %v", a.Attempt, err)
-		} else if len(result) > c.maxResult {
-			t.To, t.Result, t.Error = StatusReview, nil, fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but its result is %d bytes, over Config.MaxResultBytes", a.Attempt, len(result))
-		}
-	}
-	if t.To == StatusReview {
+	if why := c.unstorable(result); why != "" {
+		t.To, t.Result, t.Error = StatusReview, nil, fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but %s", a.Attempt, why)
 		ev.Type, ev.To, ev.Note = EventReview, StatusReview, t.Error
 	}
 	t.Event = ev
@@ -733,10 +724,7 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 // TestCallerGoneAfterATakeoverAsksTheVerifierAgain,
 // TestAbandonedTakeoverTrailSaysNothingRan).
 func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause error, takeover bool) outcome {
-	recovery := pol.Recovery
-	if a.Recovery != RecoveryDefault {
-		recovery = a.Recovery
-	}
+	recovery := pol.recoveryOf(a)
 	if !takeover || recovery != VerifyThenDecide {
 		return c.releaseUnrun(ctx, pol, a, cause)
 	}

@@ -84,12 +84,7 @@ func newToken() string {
 // effect itself (a worker in Do) or only release it (the reaper). It
 // returns the verifier's result when it found the effect landed.
 func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, actor string, canExecute bool) (decision, json.RawMessage, error) {
-	// The row's recovery, recorded when it was claimed, is the one that
-	// applies: a process that was told nothing about the kind (the
-	// command's reaper) still does what the application asked for.
-	if a.Recovery != RecoveryDefault {
-		pol.Recovery = a.Recovery
-	}
+	pol.Recovery = pol.recoveryOf(a)
 	reason := a.Error
 	if a.Status == StatusInFlight {
 		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
@@ -164,13 +159,8 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 			return apply(t, decBackoff)
 		}
 		if landed {
-			if len(result) > 0 {
-				if err := checkResult(result); err != nil {
-					return review(fmt.Sprintf("%s; the verifier says it landed but its result cannot be stored: %v", reason, err))
-				}
-			}
-			if len(result) > c.maxResult {
-				return review(fmt.Sprintf("%s; the verifier says it landed but its result is %d bytes, over Config.MaxResultBytes", reason, len(result)))
+			if why := c.unstorable(result); why != "" {
+				return review(fmt.Sprintf("%s; the verifier says it landed but %s", reason, why))
 			}
 			t := base
 			t.To, t.Result = StatusSucceeded, result
@@ -181,6 +171,32 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	default:
 		return review(reason)
 	}
+}
+
+// recoveryOf is the recovery that applies to a: the one its row
+// recorded when it was claimed, else the policy's. A process that was
+// told nothing about the kind (the command's reaper) still does what the
+// application asked for.
+func (p KindPolicy) recoveryOf(a Action) Recovery {
+	if a.Recovery != RecoveryDefault {
+		return a.Recovery
+	}
+	return p.Recovery
+}
+
+// unstorable says why a verifier's result cannot be stored ("its result
+// is 70000 bytes, over Config.MaxResultBytes"), or "". An empty result
+// is stored as none.
+func (c *Client) unstorable(result json.RawMessage) string {
+	if len(result) > 0 {
+		if err := checkResult(result); err != nil {
+			return fmt.Sprintf("its result cannot be stored: %v", err)
+		}
+	}
+	if len(result) > c.maxResult {
+		return fmt.Sprintf("its result is %d bytes, over Config.MaxResultBytes", len(result))
+	}
+	return ""
 }
 
 // safeVerify calls a verifier, turning a panic into an error: a broken

@@ -75,7 +75,7 @@ type kindsData struct {
 	Kinds    []kindView
 	Statuses []once.Status
 	// Counted is when the finished actions were counted, when not now
-	// (counts.FinishedAsOf).
+	// (countedAsOf).
 	Counted time.Time
 }
 
@@ -85,7 +85,7 @@ func (s *server) kinds(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
 		return
 	}
-	s.render(w, r, http.StatusOK, "kinds", page{Title: "Kinds", Nav: "kinds", Data: kindsData{Kinds: s.kindViews(st), Statuses: once.Statuses(), Counted: tally(st).FinishedAsOf}})
+	s.render(w, r, http.StatusOK, "kinds", page{Title: "Kinds", Nav: "kinds", Data: kindsData{Kinds: s.kindViews(st), Statuses: once.Statuses(), Counted: countedAsOf(st)}})
 }
 
 func (s *server) apiKinds(w http.ResponseWriter, r *http.Request) {

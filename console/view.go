@@ -207,10 +207,20 @@ func tally(cs []once.StatusCount) counts {
 		c.ByStatus[sc.Status] += sc.Count
 		c.KindSum[sc.Kind] += sc.Count
 		c.Total += sc.Count
-		if !sc.AsOf.IsZero() && (c.FinishedAsOf.IsZero() || sc.AsOf.Before(c.FinishedAsOf)) {
-			c.FinishedAsOf = sc.AsOf
-		}
 	}
 	slices.Sort(c.Kinds)
+	c.FinishedAsOf = countedAsOf(cs)
 	return c
+}
+
+// countedAsOf is when the oldest of cs was counted, when the store took
+// it from an earlier count (StatusCount.AsOf), or zero.
+func countedAsOf(cs []once.StatusCount) time.Time {
+	var at time.Time
+	for _, sc := range cs {
+		if !sc.AsOf.IsZero() && (at.IsZero() || sc.AsOf.Before(at)) {
+			at = sc.AsOf
+		}
+	}
+	return at
 }

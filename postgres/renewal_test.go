@@ -280,10 +280,7 @@ func TestAbandonedTakeoverTrailSaysNothingRan(t *testing.T) {
 	}
 	in := once.Intent{Run: "trail", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
 	k := deadClaim(t, s, in, once.VerifyThenDecide)
-	effect := func(context.Context, once.Attempt) (string, error) {
-		t.Error("the effect ran")
-		return "sent", nil
-	}
+	effect := neverRuns(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err = once.Do(context.WithValue(ctx, cancelKey{}, cancel), c, in, effect)
 	cancel()
@@ -328,10 +325,7 @@ func TestTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan(t *testing.T) {
 	}
 	in := once.Intent{Run: "twice", Kind: "send_email", Target: "ada@example.com", Payload: "hello"}
 	k := deadClaim(t, s, in, once.VerifyThenDecide)
-	effect := func(context.Context, once.Attempt) (string, error) {
-		t.Error("the effect ran")
-		return "", nil
-	}
+	effect := neverRuns(t)
 	// Deliveries whose callers are gone after each takeover, until two
 	// takeovers were abandoned (a delivery that comes before the
 	// unknown is due is only answered).
@@ -518,5 +512,13 @@ func TestAbandonedTakeoverPausedPastItsLeaseIsFenced(t *testing.T) {
 	if !errors.Is(err, once.ErrFenced) || a.Status != once.StatusSucceeded || a.Attempt != 3 || runs.Load() != 1 {
 		t.Errorf("the paused worker's abandon: %v; the row %s at attempt %d, the effect run %d times; want *FencedError, attempt 3 succeeded, one run",
 			err, a.Status, a.Attempt, runs.Load())
+	}
+}
+
+// neverRuns is an effect that fails the test if it runs.
+func neverRuns(t *testing.T) func(context.Context, once.Attempt) (string, error) {
+	return func(context.Context, once.Attempt) (string, error) {
+		t.Error("the effect ran")
+		return "", nil
 	}
 }
