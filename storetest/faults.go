@@ -52,6 +52,8 @@ func faultTests() []namedTest {
 		{name: "FaultClaimWonAfterCallerGaveUp", fn: testFaultClaimWonAfterCallerGaveUp, needs: needFaults | needLostReplies},
 		{name: "FaultResolveReplyLost", fn: testFaultResolveReplyLost, needs: needFaults | needLostReplies},
 		{name: "FaultOutcomeReplyLost", fn: testFaultOutcomeReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultVerifiedBeforeRunReplyLost", fn: testFaultVerifiedBeforeRunReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultVerifiedBeforeRunHangs", fn: testFaultVerifiedBeforeRunHangs, needs: needFaults},
 		{name: "FaultFailureReplyLostThenDecided", fn: testFaultFailureReplyLostThenDecided, needs: needFaults | needLostReplies},
 		{name: "FaultClaimOnKeyHeldByOpenTx", fn: testFaultClaimOnKeyHeldByOpenTx, needs: needTx},
 	}
@@ -359,6 +361,92 @@ func testFaultOutcomeReplyLost(t *testing.T, h Harness) {
 	})
 	if err != nil || !dup.Replayed || dup.Value != "250 queued" || ran != 1 {
 		t.Fatalf("redelivery = %+v, %v (ran %d); want the result replayed", dup, err, ran)
+	}
+}
+
+// The answer a released action's next attempt got from the verifier
+// (landed) commits, and its reply is lost: the worker reads the row back
+// by its token, finds its write applied, and reports the verifier's
+// result; nothing ran, and a duplicate replays it.
+func testFaultVerifiedBeforeRunReplyLost(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	var f Faults
+	var lost <-chan struct{}
+	c, direct, s, f := faultClients(t, h, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			if asked.Add(1) == 1 {
+				return false, nil, nil // the reaper's: no trace
+			}
+			lost = f.LoseReply(h.Markers.Transition, false)
+			return true, json.RawMessage(`"v"`), nil
+		}}})
+	in := once.Intent{Run: "lost-verified", Kind: "send_email", Target: "ada@example.com"}
+	k := keyOf(t, in)
+	mustClaim(t, s, claimReq(t, in, time.Millisecond))
+	lapse(t, s, k)
+	r, err := once.NewReaper(direct, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
+		t.Fatalf("the reaper's pass = %+v, %v; want the dead claim released", rep, err)
+	}
+	var effects counter
+	res, err := once.Do(ctx(t), c, in, effects.fn("x"))
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the reply of the verifier's answer was never lost")
+	}
+	if err != nil || res.Value != "v" || !res.Replayed || effects.n.Load() != 0 {
+		t.Fatalf("Do after a lost reply = %+v, %v (ran %d); want the verifier's result, nothing run", res, err, effects.n.Load())
+	}
+	dup, err := once.Do(ctx(t), direct, in, effects.fn("x"))
+	if err != nil || !dup.Replayed || dup.Value != "v" || effects.n.Load() != 0 {
+		t.Fatalf("redelivery = %+v, %v (ran %d); want the result replayed", dup, err, effects.n.Load())
+	}
+}
+
+// The database hangs (a half-open connection; SQLite's lock held) just
+// as a released action's next attempt records the verifier's answer: the
+// record gives up within RecordTimeout and says it was not recorded, and
+// nothing ran. The attempt stays in flight; once the database answers
+// again and its lease lapses, the next delivery recovers it, asks the
+// verifier, and stores the effect as landed, run by no one.
+func testFaultVerifiedBeforeRunHangs(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	var f Faults
+	c, direct, s, f := faultClients(t, h, once.Config{RecordTimeout: time.Second, Default: once.KindPolicy{Recovery: once.VerifyThenDecide, Lease: 600 * time.Millisecond,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			switch asked.Add(1) {
+			case 1:
+				return false, nil, nil // the reaper's: no trace
+			case 2:
+				f.Hang(true)
+			}
+			return true, json.RawMessage(`"v"`), nil
+		}}})
+	in := once.Intent{Run: "hung-verified", Kind: "send_email", Target: "ada@example.com"}
+	k := keyOf(t, in)
+	mustClaim(t, s, claimReq(t, in, time.Millisecond))
+	lapse(t, s, k)
+	r, err := once.NewReaper(direct, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
+		t.Fatalf("the reaper's pass = %+v, %v; want the dead claim released", rep, err)
+	}
+	var effects counter
+	_, err = once.Do(ctx(t), c, in, effects.fn("x"))
+	f.Hang(false)
+	if effects.n.Load() != 0 || !errors.Is(err, once.ErrNotRecorded) {
+		t.Fatalf("Do while the database hangs = %v (ran %d); want nothing run, and the answer not recorded", err, effects.n.Load())
+	}
+	lapse(t, s, k)
+	res, err := once.Do(ctx(t), direct, in, effects.fn("x"))
+	if err != nil || res.Value != "v" || !res.Replayed || effects.n.Load() != 0 {
+		t.Fatalf("the next delivery = %+v, %v (ran %d); want the verifier's result, nothing run", res, err, effects.n.Load())
 	}
 }
 

@@ -45,6 +45,7 @@ func recoveryTests() []namedTest {
 		{name: "ReleasedAfterNoTraceLandedWithoutResult", fn: testReleasedAfterNoTraceLandedWithoutResult},
 		{name: "ReleasedAfterNoTraceSlowClaimReply", fn: testReleasedAfterNoTraceSlowClaimReply},
 		{name: "ReleasedAfterNoTraceLandedAsCallerLeaves", fn: testReleasedAfterNoTraceLandedAsCallerLeaves},
+		{name: "ReleasedAfterNoTraceVerifierOutlivesLease", fn: testReleasedAfterNoTraceVerifierOutlivesLease},
 	}
 }
 
@@ -1039,5 +1040,71 @@ func testReleasedAfterNoTraceLandedAsCallerLeaves(t *testing.T, h Harness) {
 	once.Do(callerCtx, c, intent(1), effects.fn("x"))
 	if a := mustGet(t, s, keyOf(t, intent(1))); effects.n.Load() != 0 || a.Status != once.StatusSucceeded || string(a.Result) != `"v"` {
 		t.Fatalf("stored %s %s (ran %d); want the verifier's answer kept: succeeded with its result, nothing run", a.Status, a.Result, effects.n.Load())
+	}
+}
+
+// A verifier that outlives the claim's lease (the process paused, or
+// the provider was slow, and nothing renews the lease meanwhile) finds
+// the action recovered by the reaper when it answers: its answer, landed,
+// is refused by the newer state (*FencedError), nothing runs, and the
+// action stands as the reaper left it, for the next delivery to ask
+// again.
+func testReleasedAfterNoTraceVerifierOutlivesLease(t *testing.T, h Harness) {
+	const lease = 300 * time.Millisecond
+	var asked atomic.Int64
+	reaped := make(chan error, 1)
+	verify := func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		if asked.Add(1) == 2 {
+			// The delivery's question, answered once the reaper has
+			// recovered the attempt whose lease lapsed meanwhile.
+			select {
+			case err := <-reaped:
+				reaped <- err
+			case <-time.After(patience):
+			}
+			return true, json.RawMessage(`"v"`), nil
+		}
+		return false, nil, nil // the reapers' questions
+	}
+	s, c := releasedAfterNoTrace(t, h, verify)
+	worker, err := once.New(once.Config{Store: s, Default: once.KindPolicy{Recovery: once.VerifyThenDecide, Verifier: verify, Lease: lease}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keyOf(t, intent(1))
+	go func() {
+		reaped <- func() error {
+			for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
+				a, err := s.Get(ctx(t), k)
+				if err != nil {
+					return err
+				}
+				if a.Status == once.StatusInFlight && a.Attempt == 2 && time.Now().After(a.LeaseUntil) {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("attempt 2's lease never lapsed: %s attempt %d", a.Status, a.Attempt)
+				}
+			}
+			r, err := once.NewReaper(c, once.ReaperConfig{})
+			if err != nil {
+				return err
+			}
+			if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
+				return fmt.Errorf("the reaper's pass = %+v, %v; want the lapsed attempt released", rep, err)
+			}
+			return nil
+		}()
+	}()
+	var effects counter
+	_, err = once.Do(ctx(t), worker, intent(1), effects.fn("x"))
+	if err := <-reaped; err != nil {
+		t.Fatal(err)
+	}
+	if effects.n.Load() != 0 || !errors.Is(err, once.ErrFenced) {
+		t.Fatalf("the delivery = %v (ran %d); want nothing run, and its late answer refused as fenced", err, effects.n.Load())
+	}
+	if a := mustGet(t, s, k); a.Status != once.StatusReleased || a.Attempt != 2 {
+		t.Fatalf("stored %s attempt %d; want attempt 2 released by the reaper", a.Status, a.Attempt)
 	}
 }
