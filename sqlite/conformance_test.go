@@ -28,3 +28,10 @@ func TestStore(t *testing.T) { storetest.RunStore(t, testdb.SQLite()) }
 
 // TestClient runs the engine over the sqlite store, DoTx included.
 func TestClient(t *testing.T) { storetest.RunClient(t, testdb.SQLite()) }
+
+// TestStoreUnbatched runs the Store contract with group commit off.
+func TestStoreUnbatched(t *testing.T) { storetest.RunStore(t, testdb.SQLiteUnbatched()) }
+
+// TestClientUnbatched runs the engine over the store with group commit
+// off.
+func TestClientUnbatched(t *testing.T) { storetest.RunClient(t, testdb.SQLiteUnbatched()) }

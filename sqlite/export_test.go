@@ -14,3 +14,22 @@ func MigrateTo(ctx context.Context, s *Store, version int) error {
 		return err
 	})
 }
+
+// SetBeforeBatch sets the hook group commit runs with the size of each
+// transaction it takes.
+func SetBeforeBatch(s *Store, f func(n int)) { s.group.beforeBatch = f }
+
+// QueuedWrites counts the writes waiting for group commit's next
+// transaction.
+func QueuedWrites(s *Store) int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
+}
+
+// HoldTurn takes the store's turn to write, as a write in progress
+// would, until the returned func is called.
+func HoldTurn(s *Store) (release func()) {
+	s.writer <- struct{}{}
+	return s.release
+}

@@ -24,7 +24,6 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +56,13 @@ type Config struct {
 	// seen, and a read that meets its checkpoint may fail; read again.
 	// A write through a read-only store fails.
 	ReadOnly bool
+	// Unbatched turns group commit off: each claim of a new key, each
+	// outcome and each heartbeat is a transaction of its own, with a
+	// commit of its own. By default (false) those that queue up behind
+	// another write of the store are committed together, in one
+	// transaction (see group.go), which concurrent workers need to get
+	// past one commit at a time; a lone write runs at once either way.
+	Unbatched bool
 }
 
 // check fills in cfg's defaults and checks it.
@@ -122,6 +128,9 @@ type Store struct {
 	writer chan struct{}
 	// waiting counts the writers waiting for their turn.
 	waiting *atomic.Int64
+	// group queues the writes that go together; nil with
+	// Config.Unbatched.
+	group *group
 	// closed is closed by Close: its waiters can read nothing more.
 	closed    chan struct{}
 	closeOnce *sync.Once
@@ -190,7 +199,12 @@ func Open(path string, cfg Config) (*Store, error) {
 func newStore(db *sql.DB, path string, cfg Config) *Store {
 	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	q := buildQueries(names.Table("action"), names.Table("event"))
+	var g *group
+	if !cfg.Unbatched {
+		g = new(group)
+	}
 	return &Store{
+		group:     g,
 		db:        db,
 		sqlDB:     db,
 		path:      path,
@@ -560,13 +574,7 @@ func nullBytes(b []byte) any {
 // timeout runs out. Queueing writers here, in order, leaves one poller per
 // process and hands the lock from one writer of the process to the next
 // without a sleep. A store bound to a caller's transaction already holds
-// the lock.
-//
-// The writer done yields its processor when another waits: the next
-// writer, woken by the release, runs on it at once, rather than when the one done next blocks
-// (it goes on to run its effect, or reads its next key), and the write
-// lock, which every writer of the process waits for, is not left idle
-// for that time.
+// the lock. The writer done hands the turn on with release.
 func (s *Store) write(ctx context.Context, fn func() error) error {
 	if s.inTx {
 		return fn()
@@ -579,12 +587,7 @@ func (s *Store) write(ctx context.Context, fn func() error) error {
 		s.waiting.Add(-1)
 		return ctx.Err()
 	}
-	defer func() {
-		<-s.writer
-		if s.waiting.Load() > 0 {
-			runtime.Gosched()
-		}
-	}()
+	defer s.release()
 	return fn()
 }
 
@@ -643,8 +646,8 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	}
 	if !known {
 		res = once.ClaimResult{}
-		err := s.write(ctx, func() error {
-			return s.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
+		err := s.grouped(ctx, func(ctx context.Context, w *Store) error {
+			return w.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
 				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
 				sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
 		})
@@ -702,8 +705,8 @@ func claimedRow(req once.ClaimRequest, now int64) once.Action {
 // Heartbeat implements once.Store.
 func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
 	var until int64
-	err := s.write(ctx, func() error {
-		return s.queryRow(ctx, stHeartbeat, func(r *sql.Rows) error { return r.Scan(&until) }, string(key), attempt, leaseMS(lease))
+	err := s.grouped(ctx, func(ctx context.Context, w *Store) error {
+		return w.queryRow(ctx, stHeartbeat, func(r *sql.Rows) error { return r.Scan(&until) }, string(key), attempt, leaseMS(lease))
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
@@ -732,8 +735,8 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if event == "" && !backfill && len(t.From) == 1 {
 		args[10] = string(t.From[0])
 		var n int64
-		err := s.write(ctx, func() error {
-			res, err := s.exec(ctx, stOutcome, args...)
+		err := s.grouped(ctx, func(ctx context.Context, w *Store) error {
+			res, err := w.exec(ctx, stOutcome, args...)
 			if err == nil {
 				n, err = res.RowsAffected()
 			}
@@ -751,11 +754,11 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	args[10] = from
 	var attempt int
 	var status string
-	update := func(s *Store) error {
+	update := func(ctx context.Context, s *Store) error {
 		return s.queryRow(ctx, stTransition, func(r *sql.Rows) error { return r.Scan(&attempt, &status) }, args...)
 	}
 	if event == "" && !backfill {
-		err = s.write(ctx, func() error { return update(s) })
+		err = s.grouped(ctx, update)
 	} else {
 		err = s.inWriteTx(ctx, func(tx *Store) error {
 			if backfill {
@@ -763,7 +766,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 					return err
 				}
 			}
-			if err := update(tx); err != nil || event == "" {
+			if err := update(ctx, tx); err != nil || event == "" {
 				return err
 			}
 			return tx.execOnly(ctx, stEvent, string(t.Key), event, attempt, string(t.Event.From), status, t.Event.Actor, t.Event.Note, t.Event.Origin)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,18 +28,49 @@ func SQLite() storetest.Harness {
 	}
 }
 
-// OpenSQLite opens the database file at path; worker processes call it
-// from storetest.MaybeChild.
-func OpenSQLite(_ context.Context, path string) (once.Store, error) {
-	return sqlite.Open(path, sqlite.Config{})
+// SQLiteUnbatched is SQLite with group commit off (Config.Unbatched):
+// every claim and outcome a transaction of its own, worker processes'
+// too.
+func SQLiteUnbatched() storetest.Harness {
+	h := SQLite()
+	h.New = func(t *testing.T) (once.Store, string) {
+		s, path := newSQLiteWith(t, sqlite.Config{Unbatched: true})
+		return s, unbatchedSpec + path
+	}
+	return h
+}
+
+// unbatchedSpec starts the spec of a store opened with
+// Config.Unbatched; the path follows it.
+const unbatchedSpec = "unbatched:"
+
+// sqliteSpec reads a harness's spec: the file's path, and the config.
+func sqliteSpec(spec string) (string, sqlite.Config) {
+	if path, ok := strings.CutPrefix(spec, unbatchedSpec); ok {
+		return path, sqlite.Config{Unbatched: true}
+	}
+	return spec, sqlite.Config{}
+}
+
+// OpenSQLite opens the database file a spec names, as the spec says;
+// worker processes call it from storetest.MaybeChild.
+func OpenSQLite(_ context.Context, spec string) (once.Store, error) {
+	path, cfg := sqliteSpec(spec)
+	return sqlite.Open(path, cfg)
 }
 
 // NewSQLite opens a new, not yet migrated database file in the test's
 // temporary directory, closed when the test ends.
 func NewSQLite(t testing.TB) (*sqlite.Store, string) {
 	t.Helper()
+	return newSQLiteWith(t, sqlite.Config{})
+}
+
+// newSQLiteWith is NewSQLite with cfg.
+func newSQLiteWith(t testing.TB, cfg sqlite.Config) (*sqlite.Store, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "once.db")
-	s, err := sqlite.Open(path, sqlite.Config{})
+	s, err := sqlite.Open(path, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +122,10 @@ func sqliteTx(t *testing.T, st once.Store, _ string) storetest.TxHarness {
 // connection to refuse; what can hang is the file's write lock, held by
 // another connection (as a process stopped inside a write would hold it).
 // It holds up every store on the file, not only the faulted one.
-func sqliteFaults(t *testing.T, path string) (once.Store, storetest.Faults) {
+func sqliteFaults(t *testing.T, spec string) (once.Store, storetest.Faults) {
 	t.Helper()
-	s, err := sqlite.Open(path, sqlite.Config{})
+	path, cfg := sqliteSpec(spec)
+	s, err := sqlite.Open(path, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

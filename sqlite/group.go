@@ -1,0 +1,209 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+)
+
+// Group commit.
+//
+// With synchronous=FULL every commit waits for the disk, and SQLite
+// commits one writer at a time: workers that each claim and record on
+// their own get, together, what one commit a time allows. A store
+// (unless Config.Unbatched) therefore lets the one-statement writes of a
+// Do (a new key's claim, a worker's outcome, a heartbeat) that queue up
+// behind a write in progress go together: the next writer takes them
+// all, runs them one after another in one transaction, in the order
+// they came, and commits once. A write that finds none in progress and
+// none waiting runs at once, alone, as its own transaction, exactly as
+// with Config.Unbatched: one worker waits for nothing more.
+//
+// Each write's answer is what it would have had alone: its statement is
+// the same, it reads what the writes before it in the transaction wrote
+// as it would have read them committed, and it commits with them or not
+// at all. What one write does cannot decide another's answer: a
+// statement that fails (a result SQLite refuses, say) rolls the whole
+// transaction back, and each of its writes then runs again alone, so
+// that only the one at fault is refused. A commit that fails fails every
+// write in it, which is what each would have met committing alone.
+//
+// A writer whose context ends while it waits for its turn leaves the
+// queue and has written nothing. Once its write was taken into a
+// transaction, which then holds the write lock and runs statements of a
+// few microseconds each, it waits for the transaction's end and has its
+// answer, so that no write of this store is left in doubt.
+
+// maxGroup caps the writes one transaction carries; more wait for the
+// next.
+const maxGroup = 128
+
+// groupWrite is one write waiting for its turn, or riding in another's
+// transaction.
+type groupWrite struct {
+	// fn runs the write's statement on w, the store or the transaction.
+	fn func(ctx context.Context, w *Store) error
+	// taken is set, under group.mu, when a transaction took the write.
+	taken bool
+	// err is the write's answer, set before done is closed.
+	err  error
+	done chan struct{}
+}
+
+// group holds a store's writes waiting for their turn. The stores
+// BindTx makes share it but never use it: in a caller's transaction
+// every statement runs in that transaction.
+type group struct {
+	mu    sync.Mutex
+	queue []*groupWrite
+
+	// beforeBatch, when set (by tests), runs with the number of writes
+	// a transaction took, after it began and before it runs them.
+	beforeBatch func(n int)
+}
+
+// grouped runs fn, a write of one statement whose error sql.ErrNoRows
+// means it changed nothing, in this process's turn to write: alone when
+// nothing else of this store writes or waits to, otherwise with the
+// writes waiting, in one transaction (see group commit above).
+func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, w *Store) error) error {
+	if s.inTx || s.group == nil {
+		return s.write(ctx, func() error { return fn(ctx, s) })
+	}
+	// Prepared before a transaction holds a connection: see statements.
+	s.stmts.get(ctx, stNow, true)
+	g := s.group
+	g.mu.Lock()
+	if len(g.queue) == 0 {
+		select {
+		case s.writer <- struct{}{}:
+			g.mu.Unlock()
+			defer s.release()
+			return fn(ctx, s)
+		default:
+		}
+	}
+	w := &groupWrite{fn: fn, done: make(chan struct{})}
+	g.queue = append(g.queue, w)
+	g.mu.Unlock()
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	for {
+		select {
+		case <-w.done:
+			return w.err
+		case s.writer <- struct{}{}:
+			if err := s.lead(ctx, w); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			g.mu.Lock()
+			if !w.taken {
+				g.queue = slices.DeleteFunc(g.queue, func(q *groupWrite) bool { return q == w })
+				g.mu.Unlock()
+				return ctx.Err()
+			}
+			g.mu.Unlock()
+			<-w.done
+			return w.err
+		}
+	}
+}
+
+// release hands this process's turn to write to the next writer. The
+// writer done yields its processor when another waits: the next writer,
+// woken by the release, runs on it at once, rather than when the one
+// done next blocks (it goes on to run its effect, or reads its next
+// key), and the write lock, which every writer of the process waits
+// for, is not left idle for that time.
+func (s *Store) release() {
+	<-s.writer
+	if s.waiting.Load() > 0 {
+		runtime.Gosched()
+	}
+}
+
+// lead runs, in the turn to write its caller holds, one transaction of
+// the writes waiting, the caller's own, w, among them unless it was
+// taken already. It returns ctx's error when the caller's context ended
+// while the transaction waited for SQLite's write lock, another
+// process's, and w was not taken.
+func (s *Store) lead(ctx context.Context, w *groupWrite) error {
+	defer s.release()
+	g := s.group
+	g.mu.Lock()
+	idle := len(g.queue) == 0
+	g.mu.Unlock()
+	if idle {
+		return nil
+	}
+	// The transaction must outlive its leader's context, whose end
+	// would roll it back under the other writes in it; only the wait
+	// for the lock ends with it.
+	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	tx, err := s.sqlDB.BeginTx(txCtx, nil)
+	if !stop() {
+		if err == nil {
+			tx.Rollback()
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !w.taken {
+			g.queue = slices.DeleteFunc(g.queue, func(q *groupWrite) bool { return q == w })
+			return ctx.Err()
+		}
+		return nil
+	}
+	g.mu.Lock()
+	batch := g.queue[:min(len(g.queue), maxGroup)]
+	g.queue = slices.Clone(g.queue[len(batch):])
+	for _, q := range batch {
+		q.taken = true
+	}
+	g.mu.Unlock()
+	if err != nil {
+		answer(batch, err)
+		return nil
+	}
+	if g.beforeBatch != nil {
+		g.beforeBatch(len(batch))
+	}
+	c := *s
+	c.db, c.inTx, c.ownTx = tx, true, tx
+	errs := make([]error, len(batch))
+	for i, q := range batch {
+		errs[i] = q.fn(txCtx, &c)
+		if errs[i] != nil && !errors.Is(errs[i], sql.ErrNoRows) {
+			// One write's failure must not be the others' answer: none
+			// is committed, and each runs again alone.
+			tx.Rollback()
+			for _, q := range batch {
+				q.err = q.fn(txCtx, s)
+				close(q.done)
+			}
+			return nil
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		answer(batch, err)
+		return nil
+	}
+	for i, q := range batch {
+		q.err = errs[i]
+		close(q.done)
+	}
+	return nil
+}
+
+// answer gives every write of batch err.
+func answer(batch []*groupWrite, err error) {
+	for _, q := range batch {
+		q.err = err
+		close(q.done)
+	}
+}
