@@ -11,6 +11,9 @@
 // survives a power cut and not just a crash. Write transactions begin
 // IMMEDIATE and wait for the lock under a busy timeout, so processes racing
 // for the same key queue up instead of failing with "database is locked".
+// Within a process, the claims, outcomes and heartbeats that queue behind
+// a write in progress commit together, in one transaction (group.go;
+// Config.Unbatched turns it off).
 package sqlite
 
 import (
