@@ -27,15 +27,20 @@ import (
 // as it would have read them committed, and it commits with them or not
 // at all. What one write does cannot decide another's answer: a
 // statement that fails (a result SQLite refuses, say) rolls the whole
-// transaction back, and each of its writes then runs again alone, so
-// that only the one at fault is refused. A commit that fails fails every
-// write in it, which is what each would have met committing alone.
+// transaction back, and each caller then writes its own again, alone,
+// under its own context, as without group commit, so that only the one
+// at fault is refused. A transaction that cannot have the file's write
+// lock (another process holds it past the busy timeout) answers only
+// the writer that began it; the others wait on, and try for the lock
+// themselves. A commit that fails fails every write in it, which is
+// what each would have met committing alone.
 //
-// A writer whose context ends while it waits for its turn leaves the
-// queue and has written nothing. Once its write was taken into a
-// transaction, which then holds the write lock and runs statements of a
-// few microseconds each, it waits for the transaction's end and has its
-// answer, so that no write of this store is left in doubt.
+// A writer whose context ends while it waits for its turn, or for the
+// write lock, leaves the queue and has written nothing. A transaction
+// takes its writes only once it holds the write lock, and then runs
+// statements of a few microseconds each: a writer whose write was taken
+// waits for the transaction's end and has its answer, so that no write
+// of this store is left in doubt.
 
 // maxGroup caps the writes one transaction carries; more wait for the
 // next.
@@ -48,9 +53,12 @@ type groupWrite struct {
 	fn func(ctx context.Context, w *Store) error
 	// taken is set, under group.mu, when a transaction took the write.
 	taken bool
-	// err is the write's answer, set before done is closed.
-	err  error
-	done chan struct{}
+	// err is the write's answer, set before done is closed; alone, set
+	// instead, says its transaction rolled back for another write's
+	// sake, and it is to be written again alone.
+	err   error
+	alone bool
+	done  chan struct{}
 }
 
 // group holds a store's writes waiting for their turn. The stores
@@ -89,17 +97,25 @@ func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, w *Sto
 	w := &groupWrite{fn: fn, done: make(chan struct{})}
 	g.queue = append(g.queue, w)
 	g.mu.Unlock()
-	s.waiting.Add(1)
-	defer s.waiting.Add(-1)
 	for {
+		s.waiting.Add(1)
 		select {
 		case <-w.done:
-			return w.err
+			s.waiting.Add(-1)
+			return s.answer(ctx, w)
 		case s.writer <- struct{}{}:
+			s.waiting.Add(-1)
+			if isDone(w) {
+				// Written by the transaction before: the turn is for
+				// the writes still waiting.
+				s.release()
+				return s.answer(ctx, w)
+			}
 			if err := s.lead(ctx, w); err != nil {
 				return err
 			}
 		case <-ctx.Done():
+			s.waiting.Add(-1)
 			g.mu.Lock()
 			if !w.taken {
 				g.queue = slices.DeleteFunc(g.queue, func(q *groupWrite) bool { return q == w })
@@ -108,8 +124,27 @@ func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, w *Sto
 			}
 			g.mu.Unlock()
 			<-w.done
-			return w.err
+			return s.answer(ctx, w)
 		}
+	}
+}
+
+// answer is w's answer from its transaction; a write whose transaction
+// rolled back because of another's is written now, alone, on its
+// caller's context, as it would have been without group commit.
+func (s *Store) answer(ctx context.Context, w *groupWrite) error {
+	if w.alone {
+		return s.write(ctx, func() error { return w.fn(ctx, s) })
+	}
+	return w.err
+}
+
+func isDone(w *groupWrite) bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -127,19 +162,15 @@ func (s *Store) release() {
 }
 
 // lead runs, in the turn to write its caller holds, one transaction of
-// the writes waiting, the caller's own, w, among them unless it was
-// taken already. It returns ctx's error when the caller's context ended
-// while the transaction waited for SQLite's write lock, another
-// process's, and w was not taken.
+// the writes waiting, the caller's own, w, among them unless more than
+// maxGroup wait before it. The transaction takes the writes once it
+// holds SQLite's write lock: if it cannot have the lock (another
+// process holds it past the busy timeout, or the caller's context ends
+// while it waits), lead answers its caller with the error and leaves
+// the others waiting, to try for the lock themselves.
 func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 	defer s.release()
 	g := s.group
-	g.mu.Lock()
-	idle := len(g.queue) == 0
-	g.mu.Unlock()
-	if idle {
-		return nil
-	}
 	// The transaction must outlive its leader's context, whose end
 	// would roll it back under the other writes in it; only the wait
 	// for the lock ends with it.
@@ -151,13 +182,13 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 		if err == nil {
 			tx.Rollback()
 		}
+		err = ctx.Err()
+	}
+	if err != nil {
 		g.mu.Lock()
-		defer g.mu.Unlock()
-		if !w.taken {
-			g.queue = slices.DeleteFunc(g.queue, func(q *groupWrite) bool { return q == w })
-			return ctx.Err()
-		}
-		return nil
+		g.queue = slices.DeleteFunc(g.queue, func(q *groupWrite) bool { return q == w })
+		g.mu.Unlock()
+		return err
 	}
 	g.mu.Lock()
 	batch := g.queue[:min(len(g.queue), maxGroup)]
@@ -166,10 +197,6 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 		q.taken = true
 	}
 	g.mu.Unlock()
-	if err != nil {
-		answer(batch, err)
-		return nil
-	}
 	if g.beforeBatch != nil {
 		g.beforeBatch(len(batch))
 	}
@@ -180,17 +207,18 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 		errs[i] = q.fn(txCtx, &c)
 		if errs[i] != nil && !errors.Is(errs[i], sql.ErrNoRows) {
 			// One write's failure must not be the others' answer: none
-			// is committed, and each runs again alone.
+			// is committed, and each caller writes its own again, alone
+			// (answer).
 			tx.Rollback()
 			for _, q := range batch {
-				q.err = q.fn(txCtx, s)
+				q.alone = true
 				close(q.done)
 			}
 			return nil
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		answer(batch, err)
+		answerAll(batch, err)
 		return nil
 	}
 	for i, q := range batch {
@@ -200,8 +228,8 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 	return nil
 }
 
-// answer gives every write of batch err.
-func answer(batch []*groupWrite, err error) {
+// answerAll gives every write of batch err.
+func answerAll(batch []*groupWrite, err error) {
 	for _, q := range batch {
 		q.err = err
 		close(q.done)

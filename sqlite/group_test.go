@@ -346,3 +346,218 @@ func TestGroupCommitManyWorkersOneOutcomeEach(t *testing.T) {
 		t.Error("no write was grouped with 16 workers writing at once")
 	}
 }
+
+// heldTx begins a transaction on the store's database, as a DoTx's
+// caller would, once the pool has a connection for it, and holds it
+// until the returned func; started is closed once it has begun.
+func heldTx(t *testing.T, s *sqlite.Store) (started <-chan struct{}, end func()) {
+	t.Helper()
+	begun, stop := make(chan struct{}), make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tx, err := s.DB().BeginTx(context.Background(), nil)
+		if err != nil {
+			t.Error(err)
+			close(begun)
+			return
+		}
+		close(begun)
+		<-stop
+		tx.Rollback()
+	}()
+	var once sync.Once
+	end = func() {
+		once.Do(func() { close(stop) })
+		<-ended
+	}
+	t.Cleanup(end)
+	return begun, end
+}
+
+// TestGroupCommitRewriteKeepsItsCallersDeadline: a write refused in a
+// transaction sends the others back to be written alone. They were
+// written by the writer that led the transaction, with no deadline, one
+// after another: with a pool of one connection, which a caller's DoTx
+// transaction took when the batch rolled back, a claim whose caller
+// allowed it half a second waited as long as the DoTx did, and was then
+// written. Each caller writes its own again, under its own context.
+func TestGroupCommitRewriteKeepsItsCallersDeadline(t *testing.T) {
+	ctx := context.Background()
+	s, _ := groupStore(t)
+	s.DB().SetMaxOpenConns(1)
+	if _, err := s.Claim(ctx, newClaim("bad")); err != nil {
+		t.Fatal(err)
+	}
+	var first sync.Once
+	var endTx func()
+	sqlite.SetBeforeBatch(s, func(int) {
+		first.Do(func() {
+			// The transaction holds the only connection: the DoTx's
+			// begin waits for it, and has it when the batch rolls back.
+			_, endTx = heldTx(t, s)
+			time.Sleep(100 * time.Millisecond)
+		})
+	})
+	release := sqlite.HoldTurn(s)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s.Transition(ctx, once.Transition{Key: "bad", Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusSucceeded,
+			Result: []byte(`{not json`)})
+	})
+	waitQueued(t, s, 1)
+	claimed := make(chan error, 1)
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := s.Claim(dctx, newClaim("x"))
+		claimed <- err
+	}()
+	waitQueued(t, s, 2)
+	release()
+	select {
+	case err := <-claimed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("claim = %v, want its caller's deadline", err)
+		}
+	case <-time.After(5 * time.Second):
+		endTx()
+		t.Fatalf("a claim whose caller allowed it 500ms was answered only after the DoTx holding the connection ended: %v", <-claimed)
+	}
+	// The refused outcome, whose caller set no deadline, waits for the
+	// connection as it would have alone.
+	endTx()
+	wg.Wait()
+	if _, err := s.Get(ctx, "x"); !errors.Is(err, once.ErrNotFound) {
+		t.Errorf("the claim answered with its deadline: %v, want not stored", err)
+	}
+}
+
+// TestGroupCommitRewritesDoNotQueueBehindEachOther: when a refused
+// write sent the others back to be written alone, and another process
+// took the file's write lock meanwhile, each waited the busy timeout
+// (10 s) in turn, under the writer that led, whatever its own caller's
+// deadline: the last of three outcomes allowed a second each was
+// answered after twenty. Each is answered by its own deadline.
+func TestGroupCommitRewritesDoNotQueueBehindEachOther(t *testing.T) {
+	ctx := context.Background()
+	s, path := groupStore(t)
+	keys := []string{"bad", "a", "b"}
+	for _, k := range keys {
+		if _, err := s.Claim(ctx, newClaim(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other process tries for the lock without waiting, again and
+	// again, from the moment the batch begins, and keeps it once it has
+	// it, which it has, but for a rare race, when the batch rolls back.
+	other := grabber(t, path)
+	var first sync.Once
+	sqlite.SetBeforeBatch(s, func(int) { first.Do(other) })
+	release := sqlite.HoldTurn(s)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		result := `"sent"`
+		if k == "bad" {
+			result = `{not json`
+		}
+		wg.Go(func() {
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			s.Transition(dctx, once.Transition{Key: once.Key(k), Attempt: 1, From: []once.Status{once.StatusInFlight},
+				To: once.StatusSucceeded, Result: []byte(result)})
+		})
+		waitQueued(t, s, i+1)
+	}
+	release()
+	answered := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(answered)
+	}()
+	select {
+	case <-answered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("outcomes whose callers allowed them a second each were not answered within five")
+	}
+}
+
+// grabber returns a func that starts taking the write lock of the file
+// at path on a connection of its own, trying without waiting until it
+// has it, and holding it until the test ends.
+func grabber(t *testing.T, path string) (start func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	var started atomic.Bool
+	t.Cleanup(func() {
+		close(stop)
+		if started.Load() {
+			<-stopped
+		}
+		conn.Close()
+		db.Close()
+	})
+	return func() {
+		started.Store(true)
+		go func() {
+			defer close(stopped)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`); err == nil {
+					<-stop
+					conn.ExecContext(context.Background(), `ROLLBACK`)
+					return
+				}
+			}
+		}()
+	}
+}
+
+// TestGroupCommitWriteQueuedBehindALockedBeginWaitsItsOwnTurn: the
+// writer leading a transaction waits for the file's write lock, held by
+// another process, and gives up at the busy timeout. A write that
+// queued a second before that was given the leader's "database is
+// locked" after waiting that second; it now tries for the lock itself,
+// and is written when the other process lets go.
+func TestGroupCommitWriteQueuedBehindALockedBeginWaitsItsOwnTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := groupStore(t)
+	other := holdFile(t, path)
+	release := sqlite.HoldTurn(s)
+	var wg sync.WaitGroup
+	var leadErr error
+	wg.Go(func() { _, leadErr = s.Claim(ctx, newClaim("lead")) })
+	waitQueued(t, s, 1)
+	release() // "lead" leads a transaction whose begin waits for the file
+	time.Sleep(9 * time.Second)
+	late := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(ctx, newClaim("late"))
+		late <- err
+	}()
+	wg.Wait() // the leader's busy timeout
+	time.Sleep(300 * time.Millisecond)
+	other()
+	if leadErr == nil {
+		t.Fatal("the leader was written while another process held the file")
+	}
+	if err := <-late; err != nil {
+		t.Fatalf("a write that queued a second before the leader's busy timeout: %v, want it written once the file is free", err)
+	}
+	if a, err := s.Get(ctx, "late"); err != nil || a.Status != once.StatusInFlight {
+		t.Fatalf("late: %s, %v; want in flight", a.Status, err)
+	}
+}
