@@ -85,6 +85,7 @@ import (
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/internal/sqlrows"
+	"github.com/oncehq/once/internal/statcount"
 )
 
 //go:embed migrations/*.sql
@@ -184,7 +185,7 @@ type Store struct {
 	// Config.Unbatched.
 	batch *batcher
 	// counts is the last count of the finished actions (stats.go).
-	counts *finishedCounts
+	counts *statcount.Counts
 }
 
 var (
@@ -280,12 +281,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		schema:  cfg.Schema,
 		pollMin: pollMin,
 		pollMax: pollMax,
-		counts:  newFinishedCounts(),
 	}
 	s.pooler, s.execMode, s.log = cfg.Pooler, cc.DefaultQueryExecMode, cfg.Logger
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.counts = newCounts(s)
 	if !cfg.Unbatched {
 		// Half the pool at most, so that heartbeats, reads and recovery
 		// never wait behind batches for a connection.
@@ -391,7 +392,7 @@ func (s *Store) Close() error {
 	if s.listen != nil {
 		s.listen.close()
 	}
-	s.counts.close()
+	s.counts.Close()
 	if s.owned {
 		// Waiters first: a read of the closed pool tells them nothing.
 		s.closeOnce.Do(func() { close(s.closed) })

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/statcount"
 )
 
 // fillFinished writes n succeeded actions of kind into table, as a log
@@ -44,7 +45,7 @@ func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
 	ctx := context.Background()
 	conn, s := largeUncounted(t)
 	table := s.names.Table("action")
-	const finished = statsLiveRows + 5_000
+	const finished = statcount.LiveRows + 5_000
 	first, err := s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 	ctx := context.Background()
 	conn, s := planStoreWith(t, nil)
 	table := s.names.Table("action")
-	s.counts.every = func(time.Duration) time.Duration { return 0 }
+	s.counts.Every = func(time.Duration) time.Duration { return 0 }
 	fillFinished(t, conn, table, "small", 10)
 	stats, err := s.Stats(ctx)
 	if err != nil {
@@ -93,13 +94,13 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			t.Fatalf("a small log's count %+v says it was made earlier; it is made by each call", c)
 		}
 	}
-	fillFinished(t, conn, table, "bulk", statsLiveRows)
+	fillFinished(t, conn, table, "bulk", statcount.LiveRows)
 	stats, err = s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counted(stats, once.StatusSucceeded); got != statsLiveRows+10 {
-		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, statsLiveRows+10)
+	if got := counted(stats, once.StatusSucceeded); got != statcount.LiveRows+10 {
+		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, statcount.LiveRows+10)
 	}
 	before := time.Now()
 	fillFinished(t, conn, table, "later", 7)
@@ -109,7 +110,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := counted(stats, once.StatusSucceeded); got == statsLiveRows+17 {
+		if got := counted(stats, once.StatusSucceeded); got == statcount.LiveRows+17 {
 			for _, c := range stats {
 				if c.Status == once.StatusSucceeded && c.AsOf.Before(before.Add(-time.Second)) {
 					t.Fatalf("the count %+v includes actions written after it says it was made (%v)", c, before)
@@ -118,7 +119,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", counted(stats, once.StatusSucceeded), statsLiveRows+17, strconv.Quote(table))
+			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", counted(stats, once.StatusSucceeded), statcount.LiveRows+17, strconv.Quote(table))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -132,7 +133,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 	ctx := context.Background()
 	_, s := largeUncounted(t)
-	const finished = statsLiveRows + 5_000
+	const finished = statcount.LiveRows + 5_000
 	// Far shorter than a count of the log (tens of milliseconds), and
 	// long enough for the open statuses' counts, read by their indexes.
 	const deadline = 10 * time.Millisecond
@@ -157,13 +158,13 @@ func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 }
 
 // largeUncounted is a store over the test's pool whose log, of
-// statsLiveRows+5,000 finished actions, the statistics say is large, and
+// statcount.LiveRows+5,000 finished actions, the statistics say is large, and
 // which has not counted it yet.
 func largeUncounted(t *testing.T) (*pgx.Conn, *Store) {
 	t.Helper()
 	conn, s := planStoreWith(t, nil)
 	table := s.names.Table("action")
-	fillFinished(t, conn, table, "bulk", statsLiveRows+5_000)
+	fillFinished(t, conn, table, "bulk", statcount.LiveRows+5_000)
 	if _, err := conn.Exec(context.Background(), `ANALYZE `+table); err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +197,9 @@ func TestStatsAfterCloseAnswersAtOnce(t *testing.T) {
 func TestStatsRacingClose(t *testing.T) {
 	_, s := largeUncounted(t)
 	for i := range 20 {
-		c := newFinishedCounts()
-		s := &Store{db: s.db, pool: s.pool, names: s.names, q: s.q, log: s.log, counts: c}
+		s := &Store{db: s.db, pool: s.pool, names: s.names, q: s.q, log: s.log}
+		c := newCounts(s)
+		s.counts = c
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)
@@ -206,10 +208,8 @@ func TestStatsRacingClose(t *testing.T) {
 			s.Stats(ctx)
 		}()
 		time.Sleep(time.Duration(i%5) * time.Millisecond)
-		c.close()
-		c.mu.Lock()
-		counting := c.counting
-		c.mu.Unlock()
+		c.Close()
+		counting := c.Counting()
 		<-stopped
 		if counting {
 			t.Fatalf("round %d: a count runs after close returned", i)
@@ -217,8 +217,8 @@ func TestStatsRacingClose(t *testing.T) {
 	}
 }
 
-// A log that grew past statsLiveRows after its first count (an import,
-// a restore) is counted in the background from the first call that
+// A log that grew past statcount.LiveRows after its first count (an
+// import, a restore) is counted in the background from the first call that
 // could not count it within its deadline.
 func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
 	ctx := context.Background()
@@ -228,7 +228,7 @@ func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
 	if _, err := s.Stats(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fillFinished(t, conn, table, "bulk", statsLiveRows+5_000)
+	fillFinished(t, conn, table, "bulk", statcount.LiveRows+5_000)
 	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, deadline)
 		stats, err := s.Stats(cctx)
 		cancel()
-		if err == nil && counted(stats, once.StatusSucceeded) == statsLiveRows+5_010 {
+		if err == nil && counted(stats, once.StatusSucceeded) == statcount.LiveRows+5_010 {
 			return
 		}
 		last = err
@@ -269,7 +269,7 @@ func TestStatsOrderDoesNotDependOnTheLogsSize(t *testing.T) {
 		return ks
 	}
 	small := kinds()
-	fillFinished(t, conn, table, "bulk", statsLiveRows)
+	fillFinished(t, conn, table, "bulk", statcount.LiveRows)
 	kinds() // the count that finds the log large
 	large := kinds()
 	if !slices.Contains(large, "bulk") || !slices.Equal(slices.DeleteFunc(slices.Clone(large), func(k string) bool { return k == "bulk" }), small) {

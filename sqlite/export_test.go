@@ -1,6 +1,9 @@
 package sqlite
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // MigrateTo runs the migrations up to version and no further, to make a
 // file as an older build left it.
@@ -33,3 +36,7 @@ func HoldTurn(s *Store) (release func()) {
 	s.writer <- struct{}{}
 	return s.release
 }
+
+// SetStatsEvery sets how old a large log's count of its finished
+// actions may grow.
+func SetStatsEvery(s *Store, every func(time.Duration) time.Duration) { s.counts.Every = every }

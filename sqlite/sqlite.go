@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -40,6 +41,7 @@ import (
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/internal/sqlrows"
+	"github.com/oncehq/once/internal/statcount"
 )
 
 //go:embed migrations/*.sql
@@ -134,6 +136,8 @@ type Store struct {
 	// group queues the writes that go together; nil with
 	// Config.Unbatched.
 	group *group
+	// counts is the last count of the finished actions, for Stats.
+	counts *statcount.Counts
 	// closed is closed by Close: its waiters can read nothing more.
 	closed    chan struct{}
 	closeOnce *sync.Once
@@ -206,7 +210,7 @@ func newStore(db *sql.DB, path string, cfg Config) *Store {
 	if !cfg.Unbatched {
 		g = new(group)
 	}
-	return &Store{
+	s := &Store{
 		group:     g,
 		db:        db,
 		sqlDB:     db,
@@ -219,6 +223,8 @@ func newStore(db *sql.DB, path string, cfg Config) *Store {
 		closed:    make(chan struct{}),
 		closeOnce: new(sync.Once),
 	}
+	s.counts = newCounts(s)
+	return s
 }
 
 // openReadOnly opens path for Config.ReadOnly.
@@ -302,6 +308,7 @@ func (s *Store) Close() error {
 	}
 	// Waiters first: a read of the closed database tells them nothing.
 	s.closeOnce.Do(func() { close(s.closed) })
+	s.counts.Close()
 	s.stmts.close()
 	return s.sqlDB.Close()
 }
@@ -496,7 +503,25 @@ WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
   AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
        OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
 RETURNING $C, $NOW`),
-		stStats:       r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		stStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
+		// The open statuses' counts, each branch read through the
+		// partial index whose condition it implies (action_due,
+		// action_open), and the finished ones', which read the log
+		// (package statcount). TestStatsReadsTheOpenStatusesByTheirIndexes
+		// holds the plan.
+		stOpenStats: r.Replace(`
+SELECT kind, status, recovery, count(*) FROM (
+    SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
+    UNION ALL
+    SELECT kind, status, recovery FROM $T WHERE status = 'review'
+    UNION ALL
+    SELECT kind, status, recovery FROM $T WHERE status = 'released'
+) a GROUP BY kind, status, recovery`),
+		stFinishedStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T WHERE status IN ('succeeded', 'failed') GROUP BY kind, status, recovery`),
+		// How many rows the log has held at most: SQLite numbers a new
+		// row one past the highest, so this reads one page, and errs only
+		// high, after a purge.
+		stEstimate:    r.Replace(`SELECT coalesce(max(rowid), 0) FROM $T`),
 		stPurgeEvents: r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
 		stPurgeDue:    r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeDue + ` ORDER BY retain_until LIMIT ?1) RETURNING key`),
 		stPurgeOlder:  r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeOlder + ` ORDER BY key LIMIT ?2) RETURNING key`),
@@ -942,10 +967,41 @@ func collect[T any](s *Store, rows *sql.Rows, err error, scan func(sqlrows.Rows)
 	return out, s.wrap(err)
 }
 
-// Stats implements once.Store.
+// Stats implements once.Store. It counts every action while the log
+// holds fewer than statcount.LiveRows finished ones; past that, it counts
+// the open ones at each call and takes the finished ones from a count
+// made now and then, in the background, whose cells say when (AsOf).
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
-	rows, err := s.query(ctx, stStats)
-	return collect(s, rows, err, sqlrows.StatusCount)
+	if s.inTx {
+		rows, err := s.query(ctx, stStats)
+		return collect(s, rows, err, sqlrows.StatusCount)
+	}
+	all, err := s.counts.Stats(ctx)
+	return all, s.wrap(err)
+}
+
+// newCounts returns the counts Stats answers from (package statcount).
+// The stores BindTx makes share them, but count within their
+// transaction.
+func newCounts(s *Store) *statcount.Counts {
+	cells := func(id stmtID) func(context.Context) ([]once.StatusCount, error) {
+		return func(ctx context.Context) ([]once.StatusCount, error) {
+			rows, err := s.query(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			return sqlrows.Collect(rows, sqlrows.StatusCount)
+		}
+	}
+	return statcount.New(statcount.Queries{
+		All:      cells(stStats),
+		Open:     cells(stOpenStats),
+		Finished: cells(stFinishedStats),
+		Estimate: func(ctx context.Context) (rows float64, err error) {
+			return rows, s.queryRow(ctx, stEstimate, func(r *sql.Rows) error { return r.Scan(&rows) })
+		},
+	}, slog.Default())
 }
 
 // Purge implements once.Store.

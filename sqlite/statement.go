@@ -27,6 +27,9 @@ const (
 	stRecoverable
 	stRecoverKey
 	stStats
+	stOpenStats
+	stFinishedStats
+	stEstimate
 	stPurgeDue
 	stPurgeOlder
 	stPurgeEvents
