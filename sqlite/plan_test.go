@@ -57,6 +57,8 @@ func TestPlans(t *testing.T) {
 		{"trail", stmt(stEvents), []string{"once_event_key_idx"}},
 		{"purge", stmt(stPurgeDue), []string{"once_action_retain_idx"}},
 		{"purge's count", stmt(stCountDue), []string{"once_action_retain_idx"}},
+		{"open statuses' counts", stmt(stOpenStats), []string{"once_action_due_idx", "once_action_open_idx"}},
+		{"the log's size", stmt(stEstimate), nil},
 	} {
 		q, args := c.query()
 		rows, err := s.sqlDB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+q, args...)
@@ -79,11 +81,18 @@ func TestPlans(t *testing.T) {
 				t.Errorf("%s: the plan does not use %s: %s", c.name, w, text)
 			}
 		}
-		if strings.Contains(text, "SCAN once_action ") || strings.HasSuffix(text, "SCAN once_action") {
-			t.Errorf("%s: the plan reads the whole log: %s", c.name, text)
+		for _, step := range plan {
+			// Reading the whole of a partial index of open actions is
+			// reading the open actions, which are few.
+			if step == "SCAN once_action" || strings.HasPrefix(step, "SCAN once_action ") && !openIndex.MatchString(step) {
+				t.Errorf("%s: the plan reads the whole log: %s", c.name, text)
+			}
 		}
 	}
 }
+
+// openIndex matches a scan of the partial indexes of open actions.
+var openIndex = regexp.MustCompile(`^SCAN once_action USING (COVERING )?INDEX once_action_(due|open)_idx\b`)
 
 func must[T any](v T, err error) T {
 	if err != nil {

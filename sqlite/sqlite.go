@@ -507,8 +507,7 @@ RETURNING $C, $NOW`),
 		// The open statuses' counts, each branch read through the
 		// partial index whose condition it implies (action_due,
 		// action_open), and the finished ones', which read the log
-		// (package statcount). TestStatsReadsTheOpenStatusesByTheirIndexes
-		// holds the plan.
+		// (package statcount). TestPlans holds the first's plan.
 		stOpenStats: r.Replace(`
 SELECT kind, status, recovery, count(*) FROM (
     SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
