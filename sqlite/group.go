@@ -37,20 +37,29 @@ import (
 //
 // A writer whose context ends while it waits for its turn, or for the
 // write lock, leaves the queue and has written nothing. A transaction
-// takes its writes only once it holds the write lock, and then runs
-// statements of a few microseconds each: a writer whose write was taken
-// waits for the transaction's end and has its answer, so that no write
-// of this store is left in doubt.
+// takes its writes only once it holds the write lock, and no more than
+// about what one large write alone writes (maxGroupBytes): a writer
+// whose write was taken waits for the transaction's end and has its
+// answer, so that no write of this store is left in doubt.
 
-// maxGroup caps the writes one transaction carries; more wait for the
-// next.
-const maxGroup = 128
+// maxGroup caps the writes one transaction carries, and maxGroupBytes
+// the bytes of payload and result they write together: a writer whose
+// write was taken waits for the whole transaction, its commit included,
+// so a transaction writes no more than about what one large write
+// alone would. A write larger than that goes alone. More wait for the
+// next transaction.
+const (
+	maxGroup      = 128
+	maxGroupBytes = 1 << 20
+)
 
 // groupWrite is one write waiting for its turn, or riding in another's
 // transaction.
 type groupWrite struct {
 	// fn runs the write's statement on w, the store or the transaction.
 	fn func(ctx context.Context, w *Store) error
+	// size is the bytes of payload or result it writes.
+	size int
 	// taken is set, under group.mu, when a transaction took the write.
 	taken bool
 	// err is the write's answer, set before done is closed; alone, set
@@ -74,10 +83,11 @@ type group struct {
 }
 
 // grouped runs fn, a write of one statement whose error sql.ErrNoRows
-// means it changed nothing, in this process's turn to write: alone when
+// means it changed nothing and which writes size bytes of payload or
+// result, in this process's turn to write: alone when
 // nothing else of this store writes or waits to, otherwise with the
 // writes waiting, in one transaction (see group commit above).
-func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, w *Store) error) error {
+func (s *Store) grouped(ctx context.Context, size int, fn func(ctx context.Context, w *Store) error) error {
 	if s.inTx || s.group == nil {
 		return s.write(ctx, func() error { return fn(ctx, s) })
 	}
@@ -94,7 +104,7 @@ func (s *Store) grouped(ctx context.Context, fn func(ctx context.Context, w *Sto
 		default:
 		}
 	}
-	w := &groupWrite{fn: fn, done: make(chan struct{})}
+	w := &groupWrite{fn: fn, size: size, done: make(chan struct{})}
 	g.queue = append(g.queue, w)
 	g.mu.Unlock()
 	for {
@@ -191,8 +201,13 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 		return err
 	}
 	g.mu.Lock()
-	batch := g.queue[:min(len(g.queue), maxGroup)]
-	g.queue = slices.Clone(g.queue[len(batch):])
+	n, bytes := 1, g.queue[0].size
+	for n < min(len(g.queue), maxGroup) && bytes+g.queue[n].size <= maxGroupBytes {
+		bytes += g.queue[n].size
+		n++
+	}
+	batch := g.queue[:n]
+	g.queue = slices.Clone(g.queue[n:])
 	for _, q := range batch {
 		q.taken = true
 	}

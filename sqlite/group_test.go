@@ -561,3 +561,54 @@ func TestGroupCommitWriteQueuedBehindALockedBeginWaitsItsOwnTurn(t *testing.T) {
 		t.Fatalf("late: %s, %v; want in flight", a.Status, err)
 	}
 }
+
+// TestGroupCommitTakesNoMoreThanALargeWriteAtOnce: a writer whose
+// write was taken waits for its whole transaction. Of 128 writes that
+// queued together, each of a payload of a MiB, a claim whose caller
+// allowed it 50 ms was taken into one transaction with the rest and
+// answered, written, after the whole of it, seconds later. A
+// transaction now takes no more than about a MiB of payloads and
+// results, and a write that waits behind larger ones is answered at its
+// deadline, unwritten.
+func TestGroupCommitTakesNoMoreThanALargeWriteAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s, _ := groupStore(t)
+	var b batches
+	sqlite.SetBeforeBatch(s, b.hook)
+	release := sqlite.HoldTurn(s)
+	payload := make([]byte, 1<<20)
+	const large = 40
+	var wg sync.WaitGroup
+	for i := range large {
+		wg.Go(func() {
+			req := newClaim(fmt.Sprintf("large%d", i))
+			req.Payload = payload
+			if _, err := s.Claim(ctx, req); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitQueued(t, s, large)
+	small := make(chan error, 1)
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := s.Claim(dctx, newClaim("small"))
+		small <- err
+	}()
+	waitQueued(t, s, large+1)
+	release()
+	err := <-small
+	wg.Wait()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a claim allowed 50 ms behind %d MiB of payloads: %v, want its deadline", large, err)
+	}
+	if _, err := s.Get(ctx, "small"); !errors.Is(err, once.ErrNotFound) {
+		t.Errorf("the claim answered with its deadline: %v, want not stored", err)
+	}
+	for _, n := range b.get() {
+		if n != 1 {
+			t.Fatalf("transactions of %v writes of a MiB each, want one each", b.get())
+		}
+	}
+}

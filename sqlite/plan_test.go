@@ -82,14 +82,17 @@ func TestPlans(t *testing.T) {
 			}
 		}
 		for _, step := range plan {
-			// Reading the whole of a partial index of open actions is
-			// reading the open actions, which are few.
-			if step == "SCAN once_action" || strings.HasPrefix(step, "SCAN once_action ") && !openIndex.MatchString(step) {
+			if step == "SCAN once_action" || strings.HasPrefix(step, "SCAN once_action ") && !(openScan[c.name] && openIndex.MatchString(step)) {
 				t.Errorf("%s: the plan reads the whole log: %s", c.name, text)
 			}
 		}
 	}
 }
+
+// openScan names the statements that may read the whole of a partial
+// index of open actions, which is reading the open actions, few
+// whatever the log's size; openIndex matches such a read.
+var openScan = map[string]bool{"open statuses' counts": true}
 
 // openIndex matches a scan of the partial indexes of open actions.
 var openIndex = regexp.MustCompile(`^SCAN once_action USING (COVERING )?INDEX once_action_(due|open)_idx\b`)

@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -673,7 +672,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	}
 	if !known {
 		res = once.ClaimResult{}
-		err := s.grouped(ctx, func(ctx context.Context, w *Store) error {
+		err := s.grouped(ctx, len(req.Payload), func(ctx context.Context, w *Store) error {
 			return w.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
 				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
 				sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
@@ -732,7 +731,7 @@ func claimedRow(req once.ClaimRequest, now int64) once.Action {
 // Heartbeat implements once.Store.
 func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease time.Duration) (time.Time, bool, error) {
 	var until int64
-	err := s.grouped(ctx, func(ctx context.Context, w *Store) error {
+	err := s.grouped(ctx, 0, func(ctx context.Context, w *Store) error {
 		return w.queryRow(ctx, stHeartbeat, func(r *sql.Rows) error { return r.Scan(&until) }, string(key), attempt, leaseMS(lease))
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -762,7 +761,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if event == "" && !backfill && len(t.From) == 1 {
 		args[10] = string(t.From[0])
 		var n int64
-		err := s.grouped(ctx, func(ctx context.Context, w *Store) error {
+		err := s.grouped(ctx, len(t.Result), func(ctx context.Context, w *Store) error {
 			res, err := w.exec(ctx, stOutcome, args...)
 			if err == nil {
 				n, err = res.RowsAffected()
@@ -785,7 +784,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return s.queryRow(ctx, stTransition, func(r *sql.Rows) error { return r.Scan(&attempt, &status) }, args...)
 	}
 	if event == "" && !backfill {
-		err = s.grouped(ctx, update)
+		err = s.grouped(ctx, len(t.Result), update)
 	} else {
 		err = s.inWriteTx(ctx, func(tx *Store) error {
 			if backfill {
@@ -1000,7 +999,7 @@ func newCounts(s *Store) *statcount.Counts {
 		Estimate: func(ctx context.Context) (rows float64, err error) {
 			return rows, s.queryRow(ctx, stEstimate, func(r *sql.Rows) error { return r.Scan(&rows) })
 		},
-	}, slog.Default())
+	}, nil)
 }
 
 // Purge implements once.Store.

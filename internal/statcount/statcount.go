@@ -85,7 +85,8 @@ type Counts struct {
 }
 
 // New returns the counts of a store whose statements are q; log gets a
-// line when a count in the background fails.
+// line when a count in the background fails (nil: slog.Default() at
+// that moment).
 func New(q Queries, log *slog.Logger) *Counts {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Counts{q: q, log: log, Every: Every, ctx: ctx, cancel: cancel}
@@ -215,10 +216,14 @@ func (c *Counts) count(start time.Time, done chan struct{}) {
 	if err == nil {
 		c.record(cells, start, took)
 	} else if c.ctx.Err() == nil {
+		log := c.log
+		if log == nil {
+			log = slog.Default()
+		}
 		if at := c.asOf(); at.IsZero() {
-			c.log.Warn("once: counting the finished actions failed; Stats has no count of them yet, and tries again at its next call", "err", err)
+			log.Warn("once: counting the finished actions failed; Stats has no count of them yet, and tries again at its next call", "err", err)
 		} else {
-			c.log.Warn("once: counting the finished actions failed; Stats keeps the count from before", "as_of", at, "err", err)
+			log.Warn("once: counting the finished actions failed; Stats keeps the count from before", "as_of", at, "err", err)
 		}
 	}
 	c.mu.Lock()
