@@ -40,3 +40,7 @@ func HoldTurn(s *Store) (release func()) {
 // SetStatsEvery sets how old a large log's count of its finished
 // actions may grow.
 func SetStatsEvery(s *Store, every func(time.Duration) time.Duration) { s.counts.Every = every }
+
+// SetStatsLive sets how many finished actions a log counted whole at
+// every call may hold.
+func SetStatsLive(s *Store, n int64) { s.counts.Live = n }

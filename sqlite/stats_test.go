@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/statcount"
 	"github.com/oncehq/once/sqlite"
 )
 
@@ -33,13 +32,19 @@ func counted(stats []once.StatusCount, status once.Status) int64 {
 	return n
 }
 
+// live is how many finished actions the tests' logs may hold and be
+// counted whole at every call, which the store allows a hundred
+// thousand: a log past it is large, for less than it costs to write.
+const live = 1_000
+
 // largeLog is a migrated store whose log holds more finished actions
-// than Stats counts at every call.
-func largeLog(t *testing.T) *sqlite.Store {
+// than Stats counts at every call: finished of them.
+func largeLog(t *testing.T) (s *sqlite.Store, finished int64) {
 	t.Helper()
-	s, _ := groupStore(t)
-	fillFinished(t, s, "bulk", statcount.LiveRows+5_000)
-	return s
+	s, _ = groupStore(t)
+	sqlite.SetStatsLive(s, live)
+	fillFinished(t, s, "bulk", live+50)
+	return s, live + 50
 }
 
 // A console or a metrics scrape asks for the counts often: every page,
@@ -50,8 +55,7 @@ func largeLog(t *testing.T) *sqlite.Store {
 // say when.
 func TestStatsOfALargeLogCountItOnlyNowAndThen(t *testing.T) {
 	ctx := context.Background()
-	s := largeLog(t)
-	const finished = statcount.LiveRows + 5_000
+	s, finished := largeLog(t)
 	before := time.Now()
 	first, err := s.Stats(ctx)
 	if err != nil {
@@ -91,8 +95,11 @@ func TestStatsOfALargeLogCountItOnlyNowAndThen(t *testing.T) {
 // count it gave up on, which goes on in the background, is made.
 func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 	ctx := context.Background()
-	s := largeLog(t)
-	const finished = statcount.LiveRows + 5_000
+	// A log large enough for a count to outlast the deadline.
+	s, _ := groupStore(t)
+	sqlite.SetStatsLive(s, live)
+	const finished = 30_000
+	fillFinished(t, s, "bulk", finished)
 	// Far shorter than a count of the log, and long enough for the
 	// open statuses' counts, read by their indexes.
 	const deadline = 10 * time.Millisecond
@@ -120,6 +127,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 	ctx := context.Background()
 	s, _ := groupStore(t)
 	sqlite.SetStatsEvery(s, func(time.Duration) time.Duration { return 0 })
+	sqlite.SetStatsLive(s, live)
 	fillFinished(t, s, "small", 10)
 	stats, err := s.Stats(ctx)
 	if err != nil {
@@ -130,12 +138,12 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			t.Fatalf("a small log's count %+v says it was made earlier; it is made by each call", c)
 		}
 	}
-	fillFinished(t, s, "bulk", statcount.LiveRows)
+	fillFinished(t, s, "bulk", live)
 	if stats, err = s.Stats(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := counted(stats, once.StatusSucceeded); got != statcount.LiveRows+10 {
-		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, statcount.LiveRows+10)
+	if got := counted(stats, once.StatusSucceeded); got != live+10 {
+		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, live+10)
 	}
 	fillFinished(t, s, "later", 7)
 	deadline := time.Now().Add(30 * time.Second)
@@ -144,11 +152,16 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if counted(stats, once.StatusSucceeded) == statcount.LiveRows+17 {
+		if counted(stats, once.StatusSucceeded) == live+17 {
+			for _, c := range stats {
+				if c.Status == once.StatusSucceeded && c.AsOf.IsZero() {
+					t.Fatalf("a large log's count %+v does not say when it was made", c)
+				}
+			}
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d", counted(stats, once.StatusSucceeded), statcount.LiveRows+17)
+			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d", counted(stats, once.StatusSucceeded), live+17)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -60,9 +60,11 @@ type Queries struct {
 type Counts struct {
 	q   Queries
 	log *slog.Logger
-	// Every is how old a count may grow (the function Every, unless a
-	// test sets another before the first call).
+	// Every is how old a count may grow (the function Every), and Live
+	// how many finished actions a log counted whole at every call may
+	// hold (LiveRows), unless a test sets others before the first call.
 	Every func(took time.Duration) time.Duration
+	Live  int64
 	// ctx ends with Close: a count in the background stops, and no
 	// other starts.
 	ctx    context.Context
@@ -89,7 +91,7 @@ type Counts struct {
 // that moment).
 func New(q Queries, log *slog.Logger) *Counts {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Counts{q: q, log: log, Every: Every, ctx: ctx, cancel: cancel}
+	return &Counts{q: q, log: log, Every: Every, Live: LiveRows, ctx: ctx, cancel: cancel}
 }
 
 // Stats counts every action while the log holds fewer than LiveRows
@@ -144,7 +146,7 @@ func (c *Counts) inBackground(ctx context.Context) bool {
 		return large
 	}
 	rows, err := c.q.Estimate(ctx)
-	return err == nil && rows >= LiveRows
+	return err == nil && rows >= float64(c.Live)
 }
 
 // record keeps the finished cells of cells, a count that started at
@@ -164,7 +166,7 @@ func (c *Counts) record(cells []once.StatusCount, start time.Time, took time.Dur
 			n += cell.Count
 		}
 	}
-	c.large, c.at, c.took = n >= LiveRows, start, took
+	c.large, c.at, c.took = n >= c.Live, start, took
 	if start.After(c.tried) {
 		c.tried = start
 	}
