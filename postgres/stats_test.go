@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storetest"
 )
 
 // fillFinished writes n succeeded actions of kind into table, as a log
@@ -22,17 +23,6 @@ func fillFinished(t *testing.T, conn *pgx.Conn, table, kind string, n int) {
 SELECT md5($1 || g::text) || md5(g::text), '', '', g, $1, '', 'succeeded', 1, '{}', now(), now() + interval '7 days' FROM generate_series(1, $2::int) g`, kind, n); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// counted sums the cells of stats in status.
-func counted(stats []once.StatusCount, status once.Status) int64 {
-	var n int64
-	for _, c := range stats {
-		if c.Status == status {
-			n += c.Count
-		}
-	}
-	return n
 }
 
 // A console or a metrics scrape asks for the counts often: every page,
@@ -50,7 +40,7 @@ func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counted(first, once.StatusSucceeded); got != finished {
+	if got := storetest.Counted(first, once.StatusSucceeded); got != finished {
 		t.Fatalf("the first count finds %d succeeded, want %d", got, finished)
 	}
 	// An action claimed after the first count is counted by the next.
@@ -63,10 +53,10 @@ func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := counted(stats, once.StatusInFlight); got != 1 {
+		if got := storetest.Counted(stats, once.StatusInFlight); got != 1 {
 			t.Fatalf("call %d counts %d in flight, want the 1 claimed after the first count", i, got)
 		}
-		if got := counted(stats, once.StatusSucceeded); got != finished {
+		if got := storetest.Counted(stats, once.StatusSucceeded); got != finished {
 			t.Fatalf("call %d counts %d succeeded, want %d", i, got, finished)
 		}
 	}
@@ -99,7 +89,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counted(stats, once.StatusSucceeded); got != statcount.LiveRows+10 {
+	if got := storetest.Counted(stats, once.StatusSucceeded); got != statcount.LiveRows+10 {
 		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, statcount.LiveRows+10)
 	}
 	before := time.Now()
@@ -110,7 +100,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := counted(stats, once.StatusSucceeded); got == statcount.LiveRows+17 {
+		if got := storetest.Counted(stats, once.StatusSucceeded); got == statcount.LiveRows+17 {
 			for _, c := range stats {
 				if c.Status == once.StatusSucceeded && c.AsOf.Before(before.Add(-time.Second)) {
 					t.Fatalf("the count %+v includes actions written after it says it was made (%v)", c, before)
@@ -119,7 +109,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", counted(stats, once.StatusSucceeded), statcount.LiveRows+17, strconv.Quote(table))
+			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", storetest.Counted(stats, once.StatusSucceeded), statcount.LiveRows+17, strconv.Quote(table))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -146,7 +136,7 @@ func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 	for give := time.Now().Add(20 * time.Second); time.Now().Before(give); {
 		stats, err := call()
 		if err == nil {
-			if got := counted(stats, once.StatusSucceeded); got != finished {
+			if got := storetest.Counted(stats, once.StatusSucceeded); got != finished {
 				t.Fatalf("%d succeeded counted, want %d", got, finished)
 			}
 			return
@@ -238,7 +228,7 @@ func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, deadline)
 		stats, err := s.Stats(cctx)
 		cancel()
-		if err == nil && counted(stats, once.StatusSucceeded) == statcount.LiveRows+5_010 {
+		if err == nil && storetest.Counted(stats, once.StatusSucceeded) == statcount.LiveRows+5_010 {
 			return
 		}
 		last = err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/sqlite"
+	"github.com/oncehq/once/storetest"
 )
 
 // fillFinished writes n succeeded actions of kind straight into the
@@ -19,17 +20,6 @@ INSERT INTO once_action (key, fingerprint, run_id, step, kind, target, status, a
 SELECT printf('%s-%064d', ?1, i), '', '', i, ?1, '', 'succeeded', 1, '{}', ?3, ?3, ?3, ?3, ?3 + 604800000 FROM g`, kind, n, now); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// counted sums the cells of stats in status.
-func counted(stats []once.StatusCount, status once.Status) int64 {
-	var n int64
-	for _, c := range stats {
-		if c.Status == status {
-			n += c.Count
-		}
-	}
-	return n
 }
 
 // live is how many finished actions the tests' logs may hold and be
@@ -61,7 +51,7 @@ func TestStatsOfALargeLogCountItOnlyNowAndThen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counted(first, once.StatusSucceeded); got != finished {
+	if got := storetest.Counted(first, once.StatusSucceeded); got != finished {
 		t.Fatalf("the first count finds %d succeeded, want %d", got, finished)
 	}
 	// Claimed after the first count: counted by the next call. Finished
@@ -76,10 +66,10 @@ func TestStatsOfALargeLogCountItOnlyNowAndThen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := counted(stats, once.StatusInFlight); got != 1 {
+		if got := storetest.Counted(stats, once.StatusInFlight); got != 1 {
 			t.Fatalf("call %d counts %d in flight, want the 1 claimed after the first count", i, got)
 		}
-		if got := counted(stats, once.StatusSucceeded); got != finished {
+		if got := storetest.Counted(stats, once.StatusSucceeded); got != finished {
 			t.Fatalf("call %d counts %d succeeded, want the %d of the first count: it counted the whole log again", i, got, finished)
 		}
 		for _, c := range stats {
@@ -109,7 +99,7 @@ func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 		stats, err := s.Stats(cctx)
 		cancel()
 		if err == nil {
-			if got := counted(stats, once.StatusSucceeded); got != finished {
+			if got := storetest.Counted(stats, once.StatusSucceeded); got != finished {
 				t.Fatalf("call %d counts %d succeeded, want %d", i, got, finished)
 			}
 			return
@@ -142,7 +132,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 	if stats, err = s.Stats(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := counted(stats, once.StatusSucceeded); got != live+10 {
+	if got := storetest.Counted(stats, once.StatusSucceeded); got != live+10 {
 		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, live+10)
 	}
 	fillFinished(t, s, "later", 7)
@@ -152,7 +142,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if counted(stats, once.StatusSucceeded) == live+17 {
+		if storetest.Counted(stats, once.StatusSucceeded) == live+17 {
 			for _, c := range stats {
 				if c.Status == once.StatusSucceeded && c.AsOf.IsZero() {
 					t.Fatalf("a large log's count %+v does not say when it was made", c)
@@ -161,7 +151,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d", counted(stats, once.StatusSucceeded), live+17)
+			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d", storetest.Counted(stats, once.StatusSucceeded), live+17)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -283,3 +283,14 @@ func jsonEqual(a, b []byte) bool {
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
 }
+
+// Counted sums the cells of stats, a store's Stats, in status.
+func Counted(stats []once.StatusCount, status once.Status) int64 {
+	var n int64
+	for _, c := range stats {
+		if c.Status == status {
+			n += c.Count
+		}
+	}
+	return n
+}
