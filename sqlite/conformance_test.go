@@ -12,6 +12,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	maybeGroupChild()
 	storetest.MaybeChild(testdb.OpenSQLite)
 	code := m.Run()
 	if code == 0 {
