@@ -395,8 +395,11 @@ func TestGroupCommitRewriteKeepsItsCallersDeadline(t *testing.T) {
 		first.Do(func() {
 			// The transaction holds the only connection: the DoTx's
 			// begin waits for it, and has it when the batch rolls back.
+			waits := s.DB().Stats().WaitCount
 			_, endTx = heldTx(t, s)
-			time.Sleep(100 * time.Millisecond)
+			for s.DB().Stats().WaitCount == waits {
+				time.Sleep(time.Millisecond)
+			}
 		})
 	})
 	release := sqlite.HoldTurn(s)
