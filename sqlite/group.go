@@ -46,8 +46,8 @@ import (
 // the bytes of payload and result they write together: a writer whose
 // write was taken waits for the whole transaction, its commit included,
 // so a transaction writes no more than about what one large write
-// alone would. A write larger than that goes alone. More wait for the
-// next transaction.
+// alone would. A write larger than that has a transaction of its own.
+// The rest wait for the next transaction.
 const (
 	maxGroup      = 128
 	maxGroupBytes = 1 << 20
@@ -84,9 +84,9 @@ type group struct {
 
 // grouped runs fn, a write of one statement whose error sql.ErrNoRows
 // means it changed nothing and which writes size bytes of payload or
-// result, in this process's turn to write: alone when
-// nothing else of this store writes or waits to, otherwise with the
-// writes waiting, in one transaction (see group commit above).
+// result, in this process's turn to write: alone when nothing else of
+// this store writes or waits to, otherwise with the writes waiting, in
+// one transaction (see group commit above).
 func (s *Store) grouped(ctx context.Context, size int, fn func(ctx context.Context, w *Store) error) error {
 	if s.inTx || s.group == nil {
 		return s.write(ctx, func() error { return fn(ctx, s) })
