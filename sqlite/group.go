@@ -172,20 +172,21 @@ func (s *Store) release() {
 }
 
 // lead runs, in the turn to write its caller holds, one transaction of
-// the writes waiting, the caller's own, w, among them unless more than
-// maxGroup wait before it. The transaction takes the writes once it
-// holds SQLite's write lock: if it cannot have the lock (another
-// process holds it past the busy timeout, or the caller's context ends
-// while it waits), lead answers its caller with the error and leaves
-// the others waiting, to try for the lock themselves.
+// the writes waiting, from the first: the caller's own, w, among them
+// unless those before it fill the transaction (maxGroup,
+// maxGroupBytes). The transaction takes the writes once it holds
+// SQLite's write lock: if it cannot have the lock (another process
+// holds it past the busy timeout, or the caller's context ends while it
+// waits), lead answers its caller with the error and leaves the others
+// waiting, to try for the lock themselves. A transaction without w runs
+// on, on a goroutine of its own, and lead returns at once: its caller
+// waits on for its own turn, and can leave at its deadline.
 func (s *Store) lead(ctx context.Context, w *groupWrite) error {
-	defer s.release()
 	g := s.group
 	// The transaction must outlive its leader's context, whose end
 	// would roll it back under the other writes in it; only the wait
 	// for the lock ends with it.
 	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	tx, err := s.sqlDB.BeginTx(txCtx, nil)
 	if !stop() {
@@ -195,9 +196,11 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 		err = ctx.Err()
 	}
 	if err != nil {
+		cancel()
 		g.mu.Lock()
 		g.queue = slices.DeleteFunc(g.queue, func(q *groupWrite) bool { return q == w })
 		g.mu.Unlock()
+		s.release()
 		return err
 	}
 	g.mu.Lock()
@@ -212,14 +215,27 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 		q.taken = true
 	}
 	g.mu.Unlock()
-	if g.beforeBatch != nil {
-		g.beforeBatch(len(batch))
+	if !slices.Contains(batch, w) {
+		go s.commit(txCtx, cancel, tx, batch)
+		return nil
+	}
+	s.commit(txCtx, cancel, tx, batch)
+	return nil
+}
+
+// commit runs batch's writes in tx, answers each, and hands the turn
+// to write on.
+func (s *Store) commit(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx, batch []*groupWrite) {
+	defer s.release()
+	defer cancel()
+	if b := s.group.beforeBatch; b != nil {
+		b(len(batch))
 	}
 	c := *s
 	c.db, c.inTx, c.ownTx = tx, true, tx
 	errs := make([]error, len(batch))
 	for i, q := range batch {
-		errs[i] = q.fn(txCtx, &c)
+		errs[i] = q.fn(ctx, &c)
 		if errs[i] != nil && !errors.Is(errs[i], sql.ErrNoRows) {
 			// One write's failure must not be the others' answer: none
 			// is committed, and each caller writes its own again, alone
@@ -229,18 +245,17 @@ func (s *Store) lead(ctx context.Context, w *groupWrite) error {
 				q.alone = true
 				close(q.done)
 			}
-			return nil
+			return
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		answerAll(batch, err)
-		return nil
+		return
 	}
 	for i, q := range batch {
 		q.err = errs[i]
 		close(q.done)
 	}
-	return nil
 }
 
 // answerAll gives every write of batch err.

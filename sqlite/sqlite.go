@@ -754,6 +754,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		result = string(t.Result)
 	}
 	event := sqlrows.EventToWrite(t)
+	size := len(t.Result) + len(t.Error) + len(t.ResolveNote)
 	backfill := slices.Contains(t.From, once.StatusSucceeded) || slices.Contains(t.From, once.StatusFailed)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
@@ -761,7 +762,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if event == "" && !backfill && len(t.From) == 1 {
 		args[10] = string(t.From[0])
 		var n int64
-		err := s.grouped(ctx, len(t.Result), func(ctx context.Context, w *Store) error {
+		err := s.grouped(ctx, size, func(ctx context.Context, w *Store) error {
 			res, err := w.exec(ctx, stOutcome, args...)
 			if err == nil {
 				n, err = res.RowsAffected()
@@ -784,7 +785,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return s.queryRow(ctx, stTransition, func(r *sql.Rows) error { return r.Scan(&attempt, &status) }, args...)
 	}
 	if event == "" && !backfill {
-		err = s.grouped(ctx, len(t.Result), update)
+		err = s.grouped(ctx, size, update)
 	} else {
 		err = s.inWriteTx(ctx, func(tx *Store) error {
 			if backfill {
