@@ -118,8 +118,8 @@ func TestGroupCommitKilledProcessKeepsWhatItAnswered(t *testing.T) {
 	lines := bufio.NewScanner(stdout)
 	deadline := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
 	defer deadline.Stop()
-	for lines.Scan() {
-		word, arg, _ := strings.Cut(lines.Text(), " ")
+	read := func(line string) {
+		word, arg, _ := strings.Cut(line, " ")
 		switch word {
 		case "claimed":
 			claimed[arg] = true
@@ -128,6 +128,9 @@ func TestGroupCommitKilledProcessKeepsWhatItAnswered(t *testing.T) {
 		case "batch":
 			batches++
 		}
+	}
+	for lines.Scan() {
+		read(lines.Text())
 		if len(succeeded) == 400 {
 			// Killed in the middle of its writes: sixteen goroutines
 			// have claims and outcomes queued or in a transaction.
@@ -137,13 +140,7 @@ func TestGroupCommitKilledProcessKeepsWhatItAnswered(t *testing.T) {
 	}
 	for lines.Scan() {
 		// Answers given before the kill, still in the pipe.
-		word, arg, _ := strings.Cut(lines.Text(), " ")
-		switch word {
-		case "claimed":
-			claimed[arg] = true
-		case "succeeded":
-			succeeded[arg] = true
-		}
+		read(lines.Text())
 	}
 	cmd.Wait()
 	if len(succeeded) < 400 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,14 +24,7 @@ import (
 // the writer S, which has, leads.
 func TestGroupCommitLeaderLeavesATransactionWithoutItsWrite(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "once.db"), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := migrated(t)
 	claim := func(key string) once.ClaimRequest {
 		return once.ClaimRequest{Key: once.Key(key), Fingerprint: once.Fingerprint("fp-" + key), Kind: "k", Lease: time.Minute, Token: "t"}
 	}

@@ -16,14 +16,7 @@ import (
 // use SQLite decides from the text of the query's WHERE clause.
 func TestPlans(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(filepath.Join(t.TempDir(), "once.db"), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := migrated(t)
 	list := func(f once.Filter) (string, []any) { return s.listQuery(f) }
 	// A statement's parameters, ?1 to ?n, all NULL.
 	stmt := func(id stmtID) func() (string, []any) {
@@ -96,6 +89,21 @@ var openScan = map[string]bool{"open statuses' counts": true}
 
 // openIndex matches a scan of the partial indexes of open actions.
 var openIndex = regexp.MustCompile(`^SCAN once_action USING (COVERING )?INDEX once_action_(due|open)_idx\b`)
+
+// migrated is a new, migrated store in the test's temporary directory,
+// closed when the test ends.
+func migrated(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "once.db"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 func must[T any](v T, err error) T {
 	if err != nil {
