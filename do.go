@@ -755,7 +755,7 @@ func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t
 	case err != nil:
 		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: fmt.Errorf("nothing ran (%v), and %s failed: %w", cause, what, err)}
 	case !ok:
-		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Unrun: true}
 	default:
 		obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery}
 		if verified != nil {

@@ -202,9 +202,17 @@ type FencedError struct {
 	Key     Key
 	Attempt int
 	Outcome Status
+	// Unrun says the attempt's effect never ran: Outcome was what
+	// recovery decided for it (a verifier's answer), or its release
+	// unrun, not an outcome of the effect.
+	Unrun bool
 }
 
 func (e *FencedError) Error() string {
+	if e.Unrun {
+		return fmt.Sprintf("once: attempt %d of action %s was superseded before its effect ran; nothing ran, and what it would have recorded (%s) was not",
+			e.Attempt, e.Key, e.Outcome)
+	}
 	return fmt.Sprintf("once: attempt %d of action %s was superseded; its outcome (%s) was not recorded", e.Attempt, e.Key, e.Outcome)
 }
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }

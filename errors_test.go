@@ -87,6 +87,7 @@ func TestErrorsIsAs(t *testing.T) {
 			[]string{"put up for review and will not be re-executed"}},
 		{"ReviewError", &once.ReviewError{Key: key, Attempt: 1, Reason: "lease expired"}, []string{"ErrReview"}, false, []string{"awaits review (attempt 1): lease expired"}},
 		{"FencedError", &once.FencedError{Key: key, Attempt: 1, Outcome: once.StatusSucceeded}, []string{"ErrFenced"}, false, []string{"attempt 1", "superseded", "(succeeded) was not recorded"}},
+		{"FencedError unrun", &once.FencedError{Key: key, Attempt: 2, Outcome: once.StatusReleased, Unrun: true}, []string{"ErrFenced"}, false, []string{"attempt 2", "superseded before its effect ran", "nothing ran", "(released)"}},
 		{"RecordError", &once.RecordError{Key: key, Attempt: 1, Outcome: once.StatusSucceeded, Err: cause}, []string{"ErrNotRecorded"}, true,
 			[]string{"ended succeeded but it could not be recorded: the cause", "recovery applies when its lease expires"}},
 		{"ConflictError", &once.ConflictError{Op: "resolve done", Current: once.Action{Key: key, Status: once.StatusSucceeded, Attempt: 2}}, []string{"ErrConflict"}, false,

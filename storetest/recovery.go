@@ -1104,6 +1104,10 @@ func testReleasedAfterNoTraceVerifierOutlivesLease(t *testing.T, h Harness) {
 	if effects.n.Load() != 0 || !errors.Is(err, once.ErrFenced) {
 		t.Fatalf("the delivery = %v (ran %d); want nothing run, and its late answer refused as fenced", err, effects.n.Load())
 	}
+	// Its error must not read as an effect run whose outcome was lost.
+	if !strings.Contains(err.Error(), "nothing ran") {
+		t.Fatalf("the delivery's error %q does not say that nothing ran", err)
+	}
 	if a := mustGet(t, s, k); a.Status != once.StatusReleased || a.Attempt != 2 {
 		t.Fatalf("stored %s attempt %d; want attempt 2 released by the reaper", a.Status, a.Attempt)
 	}
