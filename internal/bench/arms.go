@@ -134,6 +134,8 @@ func (r *runner) worker(arm string) work {
 		return doNew(site.doUnbatched, run)
 	case ArmDo:
 		return doNew(site.do, run)
+	case ArmSQLiteDoUnbatched:
+		return doNew(r.sqliteDoUnbatched, run)
 	case ArmSQLiteDo:
 		return doNew(r.sqliteDo, run)
 	case ArmReplayRaw:

@@ -14,9 +14,9 @@
 //     effect returning a small result (see newOnceStore).
 //   - replay_raw and replay_do: the same key again once it succeeded,
 //     read by hand or answered by Do, over keys the run finished first.
-//   - sqlite_raw and sqlite_do: raw, and do on the sqlite store as
-//     configured by default (group commit), on SQLite files opened with
-//     the store's pragmas.
+//   - sqlite_raw, sqlite_do_unbatched and sqlite_do: raw, and Do on the
+//     sqlite store with group commit off and as configured by default
+//     (group commit), on SQLite files opened with the store's pragmas.
 //
 // At each worker count the arms run in rounds, each for the same time
 // with that many goroutines, in an order rotated by one every round, so

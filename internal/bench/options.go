@@ -22,17 +22,22 @@ const (
 	ArmReplayRaw   = "replay_raw"
 	ArmReplayDo    = "replay_do"
 	ArmSQLiteRaw   = "sqlite_raw"
-	ArmSQLiteDo    = "sqlite_do"
+	// ArmSQLiteDoUnbatched is sqlite_do with sqlite.Config.Unbatched:
+	// every claim and outcome a transaction of its own.
+	ArmSQLiteDoUnbatched = "sqlite_do_unbatched"
+	ArmSQLiteDo          = "sqlite_do"
 )
 
 // Arms lists every arm, in report order.
 func Arms() []string {
-	return []string{ArmRaw, ArmRawBatched, ArmDoUnbatched, ArmDo, ArmReplayRaw, ArmReplayDo, ArmSQLiteRaw, ArmSQLiteDo}
+	return []string{ArmRaw, ArmRawBatched, ArmDoUnbatched, ArmDo, ArmReplayRaw, ArmReplayDo, ArmSQLiteRaw, ArmSQLiteDoUnbatched, ArmSQLiteDo}
 }
 
 // isSQLite reports an arm that runs on SQLite files rather than on the
 // PostgreSQL pool.
-func isSQLite(arm string) bool { return arm == ArmSQLiteRaw || arm == ArmSQLiteDo }
+func isSQLite(arm string) bool {
+	return arm == ArmSQLiteRaw || arm == ArmSQLiteDoUnbatched || arm == ArmSQLiteDo
+}
 
 // EmptySuffix ends the name of an arm's twin on the empty log. With
 // Scale, each PostgreSQL arm runs twice in every round: as itself on

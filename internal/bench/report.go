@@ -75,6 +75,7 @@ var ratioPairs = [][2]string{
 	{ArmDo, ArmRaw},
 	{ArmDo, ArmRawBatched},
 	{ArmReplayDo, ArmReplayRaw},
+	{ArmSQLiteDoUnbatched, ArmSQLiteRaw},
 	{ArmSQLiteDo, ArmSQLiteRaw},
 }
 

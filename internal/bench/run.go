@@ -56,7 +56,10 @@ type runner struct {
 	dir         string
 	sqliteStore *sqlite.Store
 	sqliteDo    *once.Client
-	sqliteRaw   *sqliteRaw
+	// sqliteDoUnbatched is sqlite_do_unbatched's client, over a store
+	// of its own file with group commit off.
+	sqliteDoUnbatched *once.Client
+	sqliteRaw         *sqliteRaw
 
 	// serial numbers the workers, so each runs intents of its own.
 	serial atomic.Int64

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func TestRunEveryArm(t *testing.T) {
 	var arms []string
 	for _, a := range bench.Arms() {
 		arms = append(arms, a)
-		if a != bench.ArmSQLiteRaw && a != bench.ArmSQLiteDo {
+		if !strings.HasPrefix(a, "sqlite_") {
 			arms = append(arms, a+bench.EmptySuffix)
 		}
 	}
@@ -90,7 +91,7 @@ func TestRunEveryArm(t *testing.T) {
 		if a.Actions <= 0 || a.ActionsPerS <= 0 || a.P50us <= 0 || a.P99us < a.P50us {
 			t.Errorf("%s with %d workers: %d actions, %v/s, p50 %vµs, p99 %vµs; want actions and latencies", a.Name, a.Workers, a.Actions, a.ActionsPerS, a.P50us, a.P99us)
 		}
-		sqlite := a.Name == bench.ArmSQLiteRaw || a.Name == bench.ArmSQLiteDo
+		sqlite := strings.HasPrefix(a.Name, "sqlite_")
 		if sqlite != (a.CommitsPerAction == nil) || sqlite != (a.WALBytesPerAction == nil) {
 			t.Errorf("%s with %d workers: commits %v, WAL %v; want both for PostgreSQL arms and neither for SQLite", a.Name, a.Workers, a.CommitsPerAction, a.WALBytesPerAction)
 		}
@@ -99,7 +100,7 @@ func TestRunEveryArm(t *testing.T) {
 
 	var want []string
 	for _, w := range workers {
-		for _, p := range [][2]string{{"do_unbatched", "raw"}, {"do", "raw"}, {"do", "raw_batched"}, {"replay_do", "replay_raw"}, {"sqlite_do", "sqlite_raw"},
+		for _, p := range [][2]string{{"do_unbatched", "raw"}, {"do", "raw"}, {"do", "raw_batched"}, {"replay_do", "replay_raw"}, {"sqlite_do", "sqlite_raw"}, {"sqlite_do_unbatched", "sqlite_raw"},
 			{"do_unbatched_empty", "raw_empty"}, {"do_empty", "raw_empty"}, {"do_empty", "raw_batched_empty"}, {"replay_do_empty", "replay_raw_empty"}} {
 			want = append(want, bench.RatioKey(p[0], p[1], w))
 		}
@@ -134,7 +135,7 @@ func TestRunEveryArm(t *testing.T) {
 	}
 	for _, a := range doc.Arms {
 		fields := []string{"name", "workers", "actions_per_s", "p50_us", "p99_us", "allocs_per_action"}
-		if a["name"] != bench.ArmSQLiteRaw && a["name"] != bench.ArmSQLiteDo {
+		if !strings.HasPrefix(a["name"].(string), "sqlite_") {
 			fields = append(fields, "commits_per_action", "wal_bytes_per_action")
 		}
 		for _, f := range fields {

@@ -40,7 +40,8 @@ type sqliteRaw struct {
 	insert, update string
 }
 
-// openSQLite makes the run's directory, the store's file and the raw file.
+// openSQLite makes the run's directory, the store's files (with group
+// commit and without) and the raw file.
 func (r *runner) openSQLite(ctx context.Context) error {
 	r.setupNote("SQLite files")
 	dir, err := os.MkdirTemp("", "once-bench-")
@@ -61,6 +62,17 @@ func (r *runner) openSQLite(ctx context.Context) error {
 		return err
 	}
 	if r.sqliteDo, err = once.New(once.Config{Store: r.sqliteStore}); err != nil {
+		return err
+	}
+	unbatched, err := sqlite.Open(filepath.Join(dir, "once-unbatched.db"), sqlite.Config{Unbatched: true})
+	if err != nil {
+		return err
+	}
+	r.defer_(func() { unbatched.Close() })
+	if err := unbatched.Migrate(ctx); err != nil {
+		return err
+	}
+	if r.sqliteDoUnbatched, err = once.New(once.Config{Store: unbatched}); err != nil {
 		return err
 	}
 	db, err := sql.Open("sqlite", filepath.Join(dir, "raw.db")+"?"+sqliteParams)

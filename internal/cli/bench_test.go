@@ -18,7 +18,7 @@ func TestBenchRefusesBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--db", pg, "--arms", "raw,turbo"}, `--arms: no arm "turbo"; the arms are raw, raw_batched, do_unbatched, do, replay_raw, replay_do, sqlite_raw, sqlite_do`},
+		{[]string{"bench", "--db", pg, "--arms", "raw,turbo"}, `--arms: no arm "turbo"; the arms are raw, raw_batched, do_unbatched, do, replay_raw, replay_do, sqlite_raw, sqlite_do_unbatched, sqlite_do`},
 		{[]string{"bench", "--db", pg, "--workers", "1,many"}, `--workers: "many" is not a number; give a comma-separated list such as 1,16,64`},
 		{[]string{"bench", "--db", pg, "--workers", "0"}, "--workers: a worker count must be between 1 and 512, not 0"},
 		{[]string{"bench", "--db", pg, "--rounds", "0"}, "--rounds must be at least 1, not 0"},
