@@ -49,6 +49,36 @@ func (b *batches) get() []int {
 	return append([]int(nil), b.sizes...)
 }
 
+// unstored fails t unless key has no row in s: the write of a caller
+// answered with an error, what, left nothing.
+func unstored(t *testing.T, s *sqlite.Store, key, what string) {
+	t.Helper()
+	if _, err := s.Get(context.Background(), once.Key(key)); !errors.Is(err, once.ErrNotFound) {
+		t.Errorf("%s: %v, want not stored", what, err)
+	}
+}
+
+// inFlight fails t unless key stands in s as a claim in flight.
+func inFlight(t *testing.T, s *sqlite.Store, key, what string) {
+	t.Helper()
+	if a, err := s.Get(context.Background(), once.Key(key)); err != nil || a.Status != once.StatusInFlight {
+		t.Errorf("%s: %s, %v; want in flight", what, a.Status, err)
+	}
+}
+
+// claimWithin claims key, new, for a caller that allows it d, and sends
+// the claim's error.
+func claimWithin(s *sqlite.Store, key string, d time.Duration) <-chan error {
+	answered := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := s.Claim(ctx, newClaim(key))
+		answered <- err
+	}()
+	return answered
+}
+
 // waitQueued waits until n writes wait for the store's next transaction.
 func waitQueued(t *testing.T, s *sqlite.Store, n int) {
 	t.Helper()
@@ -95,10 +125,7 @@ func TestGroupCommitWritesWhatQueuedInOneTransaction(t *testing.T) {
 			t.Errorf("%s: claimed %v, attempt %d, token %q, err %v; want a first claim with its token", k, results[i].Claimed,
 				results[i].Action.Attempt, results[i].Action.Token, errs[i])
 		}
-		a, err := s.Get(ctx, once.Key(k))
-		if err != nil || a.Status != once.StatusInFlight {
-			t.Errorf("%s: stored %s, err %v; want in flight", k, a.Status, err)
-		}
+		inFlight(t, s, k, k)
 	}
 	if got := b.get(); len(got) != 1 || got[0] != len(keys) {
 		t.Fatalf("transactions of %v writes, want one of %d", got, len(keys))
@@ -212,12 +239,8 @@ func TestGroupCommitCallerGoneWhileQueuedWritesNothing(t *testing.T) {
 	if keptErr != nil {
 		t.Fatal(keptErr)
 	}
-	if _, err := s.Get(ctx, "gone"); !errors.Is(err, once.ErrNotFound) {
-		t.Errorf("the gone caller's claim: %v, want not stored", err)
-	}
-	if a, err := s.Get(ctx, "kept"); err != nil || a.Status != once.StatusInFlight {
-		t.Errorf("the claim beside it: %s, %v; want in flight", a.Status, err)
-	}
+	unstored(t, s, "gone", "the gone caller's claim")
+	inFlight(t, s, "kept", "the claim beside it")
 }
 
 // TestGroupCommitLeaderGoneWhileAnotherProcessHoldsTheFile: the writer
@@ -257,12 +280,8 @@ func TestGroupCommitLeaderGoneWhileAnotherProcessHoldsTheFile(t *testing.T) {
 	if keptErr != nil {
 		t.Errorf("the claim beside it: %v", keptErr)
 	}
-	if _, err := s.Get(ctx, "gone"); !errors.Is(err, once.ErrNotFound) {
-		t.Errorf("the gone caller's claim: %v, want not stored", err)
-	}
-	if a, err := s.Get(ctx, "kept"); err != nil || a.Status != once.StatusInFlight {
-		t.Errorf("the claim beside it: %s, %v; want in flight", a.Status, err)
-	}
+	unstored(t, s, "gone", "the gone caller's claim")
+	inFlight(t, s, "kept", "the claim beside it")
 	if got := b.get(); len(got) != 1 || got[0] != 1 {
 		t.Errorf("transactions of %v writes, want one of 1", got)
 	}
@@ -409,13 +428,7 @@ func TestGroupCommitRewriteKeepsItsCallersDeadline(t *testing.T) {
 			Result: []byte(`{not json`)})
 	})
 	waitQueued(t, s, 1)
-	claimed := make(chan error, 1)
-	go func() {
-		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		defer cancel()
-		_, err := s.Claim(dctx, newClaim("x"))
-		claimed <- err
-	}()
+	claimed := claimWithin(s, "x", 500*time.Millisecond)
 	waitQueued(t, s, 2)
 	release()
 	select {
@@ -431,9 +444,7 @@ func TestGroupCommitRewriteKeepsItsCallersDeadline(t *testing.T) {
 	// connection as it would have alone.
 	endTx()
 	wg.Wait()
-	if _, err := s.Get(ctx, "x"); !errors.Is(err, once.ErrNotFound) {
-		t.Errorf("the claim answered with its deadline: %v, want not stored", err)
-	}
+	unstored(t, s, "x", "the claim answered with its deadline")
 }
 
 // TestGroupCommitRewritesDoNotQueueBehindEachOther: when a refused
@@ -592,13 +603,7 @@ func TestGroupCommitTakesNoMoreThanALargeWriteAtOnce(t *testing.T) {
 		})
 	}
 	waitQueued(t, s, large)
-	small := make(chan error, 1)
-	go func() {
-		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
-		_, err := s.Claim(dctx, newClaim("small"))
-		small <- err
-	}()
+	small := claimWithin(s, "small", 50*time.Millisecond)
 	waitQueued(t, s, large+1)
 	release()
 	err := <-small
@@ -606,9 +611,7 @@ func TestGroupCommitTakesNoMoreThanALargeWriteAtOnce(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a claim allowed 50 ms behind %d MiB of payloads: %v, want its deadline", large, err)
 	}
-	if _, err := s.Get(ctx, "small"); !errors.Is(err, once.ErrNotFound) {
-		t.Errorf("the claim answered with its deadline: %v, want not stored", err)
-	}
+	unstored(t, s, "small", "the claim answered with its deadline")
 	for _, n := range b.get() {
 		if n != 1 {
 			t.Fatalf("transactions of %v writes of a MiB each, want one each", b.get())

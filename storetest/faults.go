@@ -381,16 +381,7 @@ func testFaultVerifiedBeforeRunReplyLost(t *testing.T, h Harness) {
 			return true, json.RawMessage(`"v"`), nil
 		}}})
 	in := once.Intent{Run: "lost-verified", Kind: "send_email", Target: "ada@example.com"}
-	k := keyOf(t, in)
-	mustClaim(t, s, claimReq(t, in, time.Millisecond))
-	lapse(t, s, k)
-	r, err := once.NewReaper(direct, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
-		t.Fatalf("the reaper's pass = %+v, %v; want the dead claim released", rep, err)
-	}
+	reapedNoTrace(t, s, direct, in)
 	var effects counter
 	res, err := once.Do(ctx(t), c, in, effects.fn("x"))
 	select {
@@ -428,17 +419,9 @@ func testFaultVerifiedBeforeRunHangs(t *testing.T, h Harness) {
 		}}})
 	in := once.Intent{Run: "hung-verified", Kind: "send_email", Target: "ada@example.com"}
 	k := keyOf(t, in)
-	mustClaim(t, s, claimReq(t, in, time.Millisecond))
-	lapse(t, s, k)
-	r, err := once.NewReaper(direct, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
-		t.Fatalf("the reaper's pass = %+v, %v; want the dead claim released", rep, err)
-	}
+	reapedNoTrace(t, s, direct, in)
 	var effects counter
-	_, err = once.Do(ctx(t), c, in, effects.fn("x"))
+	_, err := once.Do(ctx(t), c, in, effects.fn("x"))
 	f.Hang(false)
 	if effects.n.Load() != 0 || !errors.Is(err, once.ErrNotRecorded) {
 		t.Fatalf("Do while the database hangs = %v (ran %d); want nothing run, and the answer not recorded", err, effects.n.Load())

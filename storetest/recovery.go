@@ -857,8 +857,16 @@ func testUnknownUnderRetry(t *testing.T, h Harness) {
 func releasedAfterNoTrace(t *testing.T, h Harness, verify func(ctx context.Context, a once.Action) (bool, json.RawMessage, error)) (once.Store, *once.Client) {
 	t.Helper()
 	s, c, _ := setup(t, h, once.Config{Default: once.KindPolicy{Recovery: once.VerifyThenDecide, VerifyBackoff: time.Hour, Verifier: verify}})
-	mustClaim(t, s, claimReq(t, intent(1), time.Millisecond))
-	lapse(t, s, keyOf(t, intent(1)))
+	reapedNoTrace(t, s, c, intent(1))
+	return s, c
+}
+
+// reapedNoTrace makes in's action a dead claim of attempt 1 that c's
+// reaper, whose verifier is to find no trace of it, releases.
+func reapedNoTrace(t *testing.T, s once.Store, c *once.Client, in once.Intent) {
+	t.Helper()
+	mustClaim(t, s, claimReq(t, in, time.Millisecond))
+	lapse(t, s, keyOf(t, in))
 	r, err := once.NewReaper(c, once.ReaperConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -866,7 +874,6 @@ func releasedAfterNoTrace(t *testing.T, h Harness, verify func(ctx context.Conte
 	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Released != 1 {
 		t.Fatalf("the reaper's pass = %+v, %v; want the dead claim released", rep, err)
 	}
-	return s, c
 }
 
 // The reaper asked the verifier about a dead claim, found no trace of
