@@ -276,9 +276,8 @@ type StatusCount struct {
 	Recovery Recovery
 	Count    int64
 	// AsOf is when the count was made, when it was not made by the call
-	// that returned it: the PostgreSQL store counts a large log's
-	// finished actions now and then, not at each call. Zero for a count
-	// the call made.
+	// that returned it: both stores count a large log's finished actions
+	// now and then, not at each call. Zero for a count the call made.
 	AsOf time.Time
 }
 

@@ -79,7 +79,7 @@ func New(reg prometheus.Registerer, stats StatsSource) (*Metrics, error) {
 			Help: "How long effects ran, by outcome.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind", "status"}),
 		verify: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "once", Name: "verify_duration_seconds",
 			Help: "How long verifiers took.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
-		actions: prometheus.NewDesc("once_actions", "Actions in the store by kind and status; status=\"review\" is the review backlog. On a large PostgreSQL log, succeeded and failed are from a count made now and then.",
+		actions: prometheus.NewDesc("once_actions", "Actions in the store by kind and status; status=\"review\" is the review backlog. On a large log, succeeded and failed are from a count made now and then.",
 			[]string{"kind", "status"}, nil),
 		scrapeErr: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "once", Name: "store_scrape_error",
 			Help: "1 if the last count of the store failed."}),

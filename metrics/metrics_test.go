@@ -59,7 +59,7 @@ func TestMetricsCountTransitions(t *testing.T) {
 	})
 
 	want := `
-# HELP once_actions Actions in the store by kind and status; status="review" is the review backlog. On a large PostgreSQL log, succeeded and failed are from a count made now and then.
+# HELP once_actions Actions in the store by kind and status; status="review" is the review backlog. On a large log, succeeded and failed are from a count made now and then.
 # TYPE once_actions gauge
 once_actions{kind="send_email",status="review"} 1
 once_actions{kind="send_email",status="succeeded"} 1
@@ -122,7 +122,7 @@ func TestMetricsGaugesFromClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP once_actions Actions in the store by kind and status; status="review" is the review backlog. On a large PostgreSQL log, succeeded and failed are from a count made now and then.
+# HELP once_actions Actions in the store by kind and status; status="review" is the review backlog. On a large log, succeeded and failed are from a count made now and then.
 # TYPE once_actions gauge
 once_actions{kind="charge",status="succeeded"} 3
 # HELP once_store_scrape_error 1 if the last count of the store failed.
