@@ -37,6 +37,8 @@ type Report struct {
 	// EmptySchema is where the twins on the empty log ran (Scale),
 	// when kept.
 	EmptySchema string `json:"empty_schema,omitempty"`
+	// Note says what the run could not measure, and why.
+	Note string `json:"note,omitempty"`
 }
 
 // ArmResult is one arm at one worker count, over all rounds.
@@ -62,6 +64,12 @@ type ArmResult struct {
 	// PostgreSQL cluster wrote per action; all its databases' writes
 	// count. Omitted for SQLite arms.
 	WALBytesPerAction *float64 `json:"wal_bytes_per_action,omitempty"`
+	// WALFPIBytesPerAction is the median over rounds of how much of that
+	// WAL was full-page images: the first change to each page after a
+	// checkpoint writes the whole page, so it is the checkpoint's timing
+	// more than the arm's writes. Omitted when the run could not read
+	// the WAL back (pg_walinspect; see Report.Note) and for SQLite arms.
+	WALFPIBytesPerAction *float64 `json:"wal_fpi_bytes_per_action,omitempty"`
 	// AllocsPerAction is the median over rounds of this process's heap
 	// allocations (runtime.MemStats.Mallocs) per action, the driver's
 	// included.
@@ -120,13 +128,16 @@ func summarize(o Options, all samples) *Report {
 			}
 			res := ArmResult{Name: arm, Workers: w, ActionsPerS: round(median(rates(arm, w)), 1)}
 			var lat []time.Duration
-			var commits, wal, allocs []float64
+			var commits, wal, fpi, allocs []float64
+			fpiKnown := true
 			for _, s := range ss {
 				res.Actions += s.actions
 				lat = append(lat, s.lat...)
 				allocs = append(allocs, per(float64(s.mallocs), s.actions))
 				commits = append(commits, per(float64(s.commits), s.actions))
 				wal = append(wal, per(float64(s.wal), s.actions))
+				fpi = append(fpi, per(float64(s.fpi), s.actions))
+				fpiKnown = fpiKnown && s.fpiKnown
 			}
 			slices.Sort(lat)
 			res.P50us = micros(percentile(lat, 50))
@@ -135,6 +146,10 @@ func summarize(o Options, all samples) *Report {
 			if ss[0].pg {
 				c, b := round(median(commits), 3), round(median(wal), 1)
 				res.CommitsPerAction, res.WALBytesPerAction = &c, &b
+				if fpiKnown {
+					f := round(median(fpi), 1)
+					res.WALFPIBytesPerAction = &f
+				}
 			}
 			rep.Arms = append(rep.Arms, res)
 		}
@@ -188,16 +203,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, a := range r.Arms {
 		width = max(width, len(a.Name))
 	}
-	fmt.Fprintf(tw, "%-*s\tworkers\tactions/s\tp50 µs\tp99 µs\tcommits/action\tWAL B/action\tallocs/action\t\n", width, "arm")
+	fmt.Fprintf(tw, "%-*s\tworkers\tactions/s\tp50 µs\tp99 µs\tcommits/action\tWAL B/action\tof it FPI\tallocs/action\t\n", width, "arm")
 	for _, a := range r.Arms {
-		commits, wal := "-", "-"
+		commits, wal, fpi := "-", "-", "-"
 		if a.CommitsPerAction != nil {
 			commits = strconv.FormatFloat(*a.CommitsPerAction, 'f', 3, 64)
 		}
 		if a.WALBytesPerAction != nil {
 			wal = strconv.FormatFloat(*a.WALBytesPerAction, 'f', 0, 64)
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%.0f\t\n", width, a.Name, a.Workers, a.ActionsPerS, a.P50us, a.P99us, commits, wal, a.AllocsPerAction)
+		if a.WALFPIBytesPerAction != nil {
+			fpi = strconv.FormatFloat(*a.WALFPIBytesPerAction, 'f', 0, 64)
+		}
+		fmt.Fprintf(tw, "%-*s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t\n", width, a.Name, a.Workers, a.ActionsPerS, a.P50us, a.P99us, commits, wal, fpi, a.AllocsPerAction)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -219,6 +237,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "\ncommits and WAL are the server's counts over each arm's run: other clients' work in the database")
 	fmt.Fprintln(w, "(commits) or the cluster (WAL) adds to them; '-' is a SQLite arm, which has neither")
+	fmt.Fprintln(w, "FPI is how much of the WAL was full-page images, written by whichever arm first changes a page")
+	fmt.Fprintln(w, "after a checkpoint; the WAL less them is what the arm's own writes cost")
+	if r.Note != "" {
+		fmt.Fprintln(w, r.Note)
+	}
 	if r.Schema != "" {
 		fmt.Fprintf(w, "kept: schema %s", r.Schema)
 		if r.EmptySchema != "" {

@@ -45,6 +45,10 @@ type runner struct {
 	// (before PostgreSQL 15): commit counts are then taken as the
 	// server last published them.
 	noFlush bool
+	// walStats is pg_walinspect's pg_get_wal_stats, qualified, or ""
+	// when the run cannot read the WAL back (walStatsNote says why):
+	// see fpi.go.
+	walStats, walStatsNote string
 	// commitOverhead is what counting commits adds to the count: the
 	// measuring queries' own transactions (see calibrate).
 	commitOverhead int64
@@ -128,6 +132,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := summarize(o, samples)
 	rep.Server = r.server
+	rep.Note = r.walStatsNote
 	if o.Keep {
 		rep.Schema, rep.Dir = r.schema, r.dir
 		if r.empty != nil {
@@ -174,6 +179,9 @@ func (r *runner) setUp(ctx context.Context) error {
 	}
 	if r.log, err = r.newSite(ctx, r.schema); err != nil {
 		return err
+	}
+	if r.hasPostgresArm() {
+		r.findWALInspect(ctx)
 	}
 	if r.opts.Scale > 0 {
 		if r.empty, err = r.newSite(ctx, r.schema+EmptySuffix); err != nil {
@@ -373,6 +381,9 @@ type sample struct {
 	pg      bool
 	commits int64
 	wal     int64
+	// fpi is how much of wal was full-page images, when fpiKnown.
+	fpi      int64
+	fpiKnown bool
 }
 
 // samples holds every sample of a run: by arm, by worker count, one per
@@ -472,6 +483,7 @@ func (r *runner) measure(ctx context.Context, arm string, workers int) (sample, 
 		// The measuring queries' own transactions are not the arm's.
 		s.commits = max(after.commits-before.commits-r.commitOverhead, 0)
 		s.wal = max(after.wal, 0)
+		s.fpi, s.fpiKnown = r.fpiBytes(ctx, before.lsn, after.lsn)
 	}
 	return s, nil
 }

@@ -95,6 +95,9 @@ func TestRunEveryArm(t *testing.T) {
 		if sqlite != (a.CommitsPerAction == nil) || sqlite != (a.WALBytesPerAction == nil) {
 			t.Errorf("%s with %d workers: commits %v, WAL %v; want both for PostgreSQL arms and neither for SQLite", a.Name, a.Workers, a.CommitsPerAction, a.WALBytesPerAction)
 		}
+		if f := a.WALFPIBytesPerAction; f != nil && (sqlite || *f < 0 || *f > *a.WALBytesPerAction) {
+			t.Errorf("%s with %d workers: %v bytes of full-page images per action of %v WAL; want none for SQLite, and no more than the WAL", a.Name, a.Workers, *f, a.WALBytesPerAction)
+		}
 		written[a.Name] += a.Actions
 	}
 

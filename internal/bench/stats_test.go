@@ -124,19 +124,21 @@ func TestPercentile(t *testing.T) {
 }
 
 // TestSummarize: rates, per-action figures and ratios are medians over
-// rounds; SQLite arms have no commits or WAL.
+// rounds; SQLite arms have no commits or WAL; full-page images are
+// given only for an arm whose every round could read them.
 func TestSummarize(t *testing.T) {
 	o := Options{Workers: []int{2}, Rounds: 3, Duration: time.Second, Arms: []string{ArmRaw, ArmDo, ArmSQLiteRaw, ArmSQLiteDo}}
 	pg := func(actions int64, commits, wal int64) sample {
 		return sample{actions: actions, elapsed: time.Second, pg: true, commits: commits, wal: wal, mallocs: uint64(actions) * 10,
-			lat: []time.Duration{time.Millisecond, 3 * time.Millisecond}}
+			lat: []time.Duration{time.Millisecond, 3 * time.Millisecond}, fpi: wal / 10, fpiKnown: true}
 	}
+	unread := func(s sample) sample { s.fpi, s.fpiKnown = 0, false; return s }
 	lite := func(actions int64) sample {
 		return sample{actions: actions, elapsed: time.Second, mallocs: uint64(actions), lat: []time.Duration{2 * time.Millisecond}}
 	}
 	all := samples{
 		ArmRaw:       {2: {pg(100, 200, 1000), pg(50, 100, 500), pg(100, 200, 1000)}},
-		ArmDo:        {2: {pg(50, 100, 3000), pg(10, 30, 300), pg(40, 80, 2000)}},
+		ArmDo:        {2: {pg(50, 100, 3000), unread(pg(10, 30, 300)), pg(40, 80, 2000)}},
 		ArmSQLiteRaw: {2: {lite(10), lite(10), lite(10)}},
 		ArmSQLiteDo:  {2: {lite(5), lite(20), lite(1)}},
 	}
@@ -148,13 +150,19 @@ func TestSummarize(t *testing.T) {
 	if raw.Name != ArmRaw || raw.Actions != 250 || raw.ActionsPerS != 100 || *raw.CommitsPerAction != 2 || *raw.WALBytesPerAction != 10 || raw.AllocsPerAction != 10 {
 		t.Errorf("raw: %+v", raw)
 	}
+	if raw.WALFPIBytesPerAction == nil || *raw.WALFPIBytesPerAction != 1 {
+		t.Errorf("raw's full-page images per action: %v, want 1", raw.WALFPIBytesPerAction)
+	}
 	if do.ActionsPerS != 40 || *do.CommitsPerAction != 2 || *do.WALBytesPerAction != 50 {
 		t.Errorf("do: %+v (commits %v, WAL %v)", do, *do.CommitsPerAction, *do.WALBytesPerAction)
+	}
+	if do.WALFPIBytesPerAction != nil {
+		t.Errorf("do's full-page images per action: %v, want none, as one round could not read them", *do.WALFPIBytesPerAction)
 	}
 	if raw.P50us != 1000 || raw.P99us != 3000 {
 		t.Errorf("raw latencies: p50 %v p99 %v, want 1000 and 3000", raw.P50us, raw.P99us)
 	}
-	if lite0.CommitsPerAction != nil || lite0.WALBytesPerAction != nil {
+	if lite0.CommitsPerAction != nil || lite0.WALBytesPerAction != nil || lite0.WALFPIBytesPerAction != nil {
 		t.Errorf("sqlite_raw has commits or WAL: %+v", lite0)
 	}
 	// Rounds: do/raw 0.5, 0.2, 0.4; sqlite 0.5, 2, 0.1.
