@@ -13,6 +13,7 @@ import (
 
 func TestMain(m *testing.M) {
 	maybeGroupChild()
+	maybeDiskFullChild()
 	storetest.MaybeChild(testdb.OpenSQLite)
 	code := m.Run()
 	if code == 0 {

@@ -58,6 +58,9 @@ type Config struct {
 	// read, and could not remove them after, so the file is then read as
 	// immutable: a process that opens it for writing meanwhile is not
 	// seen, and a read that meets its checkpoint may fail; read again.
+	// So it is too when the -wal file is empty and no process has the
+	// database open (its -shm file was never sized), but the -shm cannot
+	// be read: what a writer whose Open failed on a full disk leaves.
 	// A write through a read-only store fails.
 	ReadOnly bool
 	// Unbatched turns group commit off: each claim of a new key, each
@@ -197,7 +200,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
+		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err, path))
 	}
 	return newStore(db, path, cfg), nil
 }
@@ -231,22 +234,60 @@ func openReadOnly(path string, cfg Config) (*Store, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("sqlite store: %w; a read-only store opens an existing file", err)
 	}
+	_, err := os.Stat(path + "-wal")
+	immutable := errors.Is(err, os.ErrNotExist)
+	db, err := openReader(path, immutable)
+	if err != nil && !immutable && unopened(path) {
+		// An empty -wal beside a -shm no connection ever sized: no
+		// process has the database open, and the file holds all of it,
+		// as when there is no -wal. A writer's Open that failed there
+		// (on a full disk, say) leaves them, and the -shm may not be
+		// readable.
+		if ro, again := openReader(path, true); again == nil {
+			db, err = ro, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err, path))
+	}
+	return newStore(db, path, cfg), nil
+}
+
+// openReader opens path read-only, as immutable or not, and reads its
+// schema: a file that is not a database fails at the first read.
+func openReader(path string, immutable bool) (*sql.DB, error) {
 	params := "mode=ro"
-	if _, err := os.Stat(path + "-wal"); errors.Is(err, os.ErrNotExist) {
+	if immutable {
 		params += "&immutable=1"
 	}
 	params += "&_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")"
 	db, err := sql.Open("sqlite", "file:"+neturl.PathEscape(path)+"?"+params)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite store at %s: %w", path, err)
+		return nil, err
 	}
-	// A file that is not a database fails at the first read.
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlite store at %s: %w%s", path, err, hint(err))
+		return nil, err
 	}
-	return newStore(db, path, cfg), nil
+	return db, nil
+}
+
+// shmPage is the size of the -shm file's first page, which every
+// connection to a database in WAL mode maps before it reads.
+const shmPage = 32 << 10
+
+// unopened reports whether the database at path is, by its files, open
+// in no process: its -wal file is empty (no frame waits to be copied
+// into the database), and its -shm is missing or shorter than the page
+// every connection maps.
+func unopened(path string) bool {
+	wal, err := os.Stat(path + "-wal")
+	if err != nil || wal.Size() != 0 {
+		return false
+	}
+	shm, err := os.Stat(path + "-shm")
+	return errors.Is(err, os.ErrNotExist) || (err == nil && shm.Size() < shmPage)
 }
 
 // openRetryDelay spaces Open's attempts while the file is being switched
@@ -281,11 +322,21 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
-// hint says what to look at for the errors opening a file commonly meets.
-func hint(err error) string {
+// hint says what to look at for the errors opening the file at path
+// commonly meets. A full disk shows as "disk I/O error" as often as
+// "database or disk is full" (SQLite sizes the -shm file, and fails
+// with SQLITE_IOERR_SHMSIZE): where the file system has little space
+// left, the hint says so, and not to look at the directory.
+func hint(err error, path string) string {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return ""
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
+		if free, ok := diskFree(filepath.Dir(path)); ok && free < lowSpace {
+			return fmt.Sprintf("; the file system holding it has %d bytes free: is the disk full?", free)
+		}
 	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH, sqlite3.SQLITE_IOERR:
@@ -297,6 +348,11 @@ func hint(err error) string {
 	}
 	return ""
 }
+
+// lowSpace is free space below which an I/O error opening a file is
+// put down to a full disk: less than SQLite needs to open a database
+// and write a few transactions (the -shm's page, the -wal's frames).
+const lowSpace = 1 << 20
 
 // Close closes the database; calls waiting through the store (WaitFor)
 // stop waiting and answer at once. On a store bound to a transaction it

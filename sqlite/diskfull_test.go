@@ -1,0 +1,561 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/sqlite"
+)
+
+// The disk-full tests put the database on a small tmpfs of their own and
+// fill it for real: a filler file takes what the database does not, and
+// is removed to free space. They need root to mount, and skip without.
+
+// smallDisk mounts a tmpfs of size for t and returns its directory,
+// unmounted at t's end. It skips t when it cannot mount.
+func smallDisk(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("not root: the disk-full tests mount a small tmpfs to fill a real file system")
+	}
+	dir, err := os.MkdirTemp("", "once-df-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		os.Remove(dir)
+		t.Skipf("cannot mount a tmpfs at %s, which the disk-full tests fill: %v: %s", dir, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+		os.Remove(dir)
+	})
+	return dir
+}
+
+// fill appends to the file at path until the file system is full, to
+// the last byte.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for _, n := range []int{4096, 1} {
+		for {
+			if _, err := f.Write(buf[:n]); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// freeBytes is what the file system at dir has free.
+func freeBytes(t *testing.T, dir string) uint64 {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	return fs.Bavail * uint64(fs.Bsize)
+}
+
+// closedOnFullDisk is the path of a migrated database that no process
+// has open, closed cleanly (no -wal or -shm file), on a small tmpfs
+// then filled to the last byte, and the tmpfs's directory; the database
+// holds one succeeded action, whose key it returns.
+func closedOnFullDisk(t *testing.T) (dir, path string, key once.Key) {
+	t.Helper()
+	dir = smallDisk(t, "1M")
+	path = filepath.Join(dir, "once.db")
+	s, err := sqlite.Open(path, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := once.Do(context.Background(), c, once.Intent{Run: "df", Kind: "send_email", Target: "ada@example.com"},
+		func(context.Context, once.Attempt) (string, error) { return "msg-1", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	key = res.Key
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{path + "-wal", path + "-shm"} {
+		if _, err := os.Stat(f); err == nil {
+			t.Fatalf("%s stays after Close", f)
+		}
+	}
+	fill(t, filepath.Join(dir, "filler"))
+	if n := freeBytes(t, dir); n != 0 {
+		t.Fatalf("%d bytes free: the disk is not full", n)
+	}
+	return dir, path, key
+}
+
+// fullStore is a migrated store on a small tmpfs, with a file "reserve"
+// of 1 MiB beside it and a file "filler" that takes the rest of the
+// space.
+func fullStore(t *testing.T, cfg sqlite.Config) (s *sqlite.Store, dir, path string) {
+	t.Helper()
+	dir = smallDisk(t, "4M")
+	path = filepath.Join(dir, "once.db")
+	s, err := sqlite.Open(path, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "reserve"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, filepath.Join(dir, "filler"))
+	return s, dir, path
+}
+
+func isFull(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "database or disk is full")
+}
+
+func integrityOK(t *testing.T, s *sqlite.Store) {
+	t.Helper()
+	var ic string
+	if err := s.DB().QueryRow("PRAGMA integrity_check").Scan(&ic); err != nil || ic != "ok" {
+		t.Errorf("PRAGMA integrity_check: %q, %v", ic, err)
+	}
+}
+
+// callID carries, in the context given to Do, the number of the call, so
+// that the effect says which call ran it.
+type callID struct{}
+
+// diskFullCall is one Do: its key, what it answered, and how many times
+// its effect ran in it.
+type diskFullCall struct {
+	key      once.Key
+	err      error
+	replayed bool
+	ran      int
+}
+
+// TestDiskFullDoKeepsItsWord drives Do from 32 goroutines, two calls per
+// key for half of them, on a store whose disk fills up (the filler
+// shrinks a little at a time, so the database meets the end of the disk
+// again and again), with group commit on and off. Space is then freed:
+// the same store must write again, at once, and the file, reopened, must
+// pass integrity_check and hold what every call answered:
+//   - no effect ran twice for one key;
+//   - a call that answered success ran its effect or replayed, and its
+//     row is succeeded;
+//   - a call whose claim failed (the error says claiming, and that the
+//     disk is full) ran nothing;
+//   - a call whose effect ran and was not recorded answered
+//     once.ErrNotRecorded, saying the disk is full, and its row is the
+//     only kind left in flight.
+func TestDiskFullDoKeepsItsWord(t *testing.T) {
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprint("unbatched=", unbatched), func(t *testing.T) {
+			s, dir, path := fullStore(t, sqlite.Config{Unbatched: unbatched})
+			filler := filepath.Join(dir, "filler")
+			c, err := once.New(once.Config{Store: s, RecordTimeout: 2 * time.Second, ClaimTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var calls []*diskFullCall
+			ran := map[once.Key]int{}
+			effect := func(ctx context.Context, a once.Attempt) (string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				ran[a.Key]++
+				ctx.Value(callID{}).(*diskFullCall).ran++
+				return "sent", nil
+			}
+			pay := strings.Repeat("p", 1000)
+			intent := func(run string, step int64) once.Intent {
+				return once.Intent{Run: run, Step: step, Kind: "send_email", Payload: map[string]any{"p": pay}}
+			}
+			do := func(in once.Intent) *diskFullCall {
+				call := &diskFullCall{}
+				call.key, _, _ = once.KeyOf(in)
+				res, err := once.Do(context.WithValue(context.Background(), callID{}, call), c, in, effect)
+				mu.Lock()
+				defer mu.Unlock()
+				call.err, call.replayed = err, res.Replayed
+				calls = append(calls, call)
+				return call
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					if fi, err := os.Stat(filler); err == nil && fi.Size() >= 8192 {
+						os.Truncate(filler, fi.Size()-8192)
+					}
+				}
+			})
+			var next atomic.Int64
+			for g := range 32 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						i := next.Add(1)
+						if g%2 == 1 {
+							i /= 2 // the odd goroutines share keys
+						}
+						do(intent("full", i))
+					}
+				})
+			}
+			time.Sleep(4 * time.Second)
+			close(stop)
+			wg.Wait()
+			full := 0
+			for _, call := range calls {
+				if isFull(call.err) {
+					full++
+				}
+			}
+			if full < 100 {
+				t.Fatalf("only %d calls met a full disk: the disk did not fill", full)
+			}
+			os.Remove(filler)
+			os.Remove(filepath.Join(dir, "reserve"))
+			t.Logf("%d calls, %d met the full disk; %d bytes free after freeing", len(calls), full, freeBytes(t, dir))
+			// The same store writes again once space is freed.
+			for i := range 50 {
+				if call := do(intent("after", int64(i))); call.err != nil || call.ran != 1 {
+					t.Errorf("after freeing space, Do %d on the same store: ran %d, %v", i, call.ran, call.err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, err = sqlite.Open(path, sqlite.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			integrityOK(t, s)
+			ctx := context.Background()
+			rows := map[once.Key]once.Action{}
+			acts, err := s.List(ctx, once.Filter{Limit: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range acts {
+				rows[a.Key] = a
+			}
+			for k, n := range ran {
+				if n > 1 {
+					t.Errorf("%s: the effect ran %d times", k, n)
+				}
+			}
+			unrecorded := map[once.Key]bool{}
+			var answered [4]int
+			for _, call := range calls {
+				row, found := rows[call.key]
+				var held *once.InFlightError
+				switch {
+				case call.err == nil:
+					answered[0]++
+					if call.ran != 1 && !call.replayed {
+						t.Errorf("%s: Do succeeded, ran its effect %d times, not replayed", call.key, call.ran)
+					}
+					if !found || row.Status != once.StatusSucceeded {
+						t.Errorf("%s: Do succeeded; the row is %q (found %v)", call.key, row.Status, found)
+					}
+				case errors.Is(call.err, once.ErrNotRecorded):
+					answered[1]++
+					unrecorded[call.key] = true
+					if call.ran != 1 || !isFull(call.err) {
+						t.Errorf("%s: ran %d, answered %v", call.key, call.ran, call.err)
+					}
+				case errors.As(call.err, &held):
+					answered[2]++
+					if call.ran != 0 {
+						t.Errorf("%s: ran %d, answered %v", call.key, call.ran, call.err)
+					}
+				default:
+					answered[3]++
+					if call.ran != 0 || !isFull(call.err) || !strings.Contains(call.err.Error(), "claiming action") {
+						t.Errorf("%s: ran %d, answered %v", call.key, call.ran, call.err)
+					}
+				}
+			}
+			for _, a := range acts {
+				switch {
+				case a.Status == once.StatusInFlight && !unrecorded[a.Key]:
+					t.Errorf("%s is in flight, and no call was told its outcome was not recorded (effect ran %d times)", a.Key, ran[a.Key])
+				case a.Status != once.StatusInFlight && a.Status != once.StatusSucceeded:
+					t.Errorf("%s is %s", a.Key, a.Status)
+				case a.Status == once.StatusSucceeded && ran[a.Key] != 1:
+					t.Errorf("%s succeeded, its effect ran %d times", a.Key, ran[a.Key])
+				}
+			}
+			if answered[0] <= 50 || answered[3] == 0 {
+				t.Errorf("answers: %d succeeded, %d not recorded, %d in flight, %d claims failed: the test did not exercise both", answered[0], answered[1], answered[2], answered[3])
+			}
+			t.Logf("answers: %d succeeded, %d not recorded, %d in flight elsewhere, %d claims failed; %d rows", answered[0], answered[1], answered[2], answered[3], len(acts))
+		})
+	}
+}
+
+// envDiskFullChild names the file a disk-full worker process writes to.
+const envDiskFullChild = "ONCE_SQLITE_DISKFULL_CHILD"
+
+// maybeDiskFullChild plays the worker of TestDiskFullKilledWorker when the
+// test binary is started as one: Do on new keys from 16 goroutines until
+// killed, saying "effect KEY" as an effect runs, "ok KEY" when Do returns
+// nil and "err KEY TEXT" when it fails.
+func maybeDiskFullChild() {
+	path := os.Getenv(envDiskFullChild)
+	if path == "" {
+		return
+	}
+	unbatched := os.Getenv(envDiskFullChild+"_UNBATCHED") != ""
+	s, err := sqlite.Open(path, sqlite.Config{Unbatched: unbatched})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	c, err := once.New(once.Config{Store: s, RecordTimeout: time.Second, ClaimTimeout: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	var out sync.Mutex
+	say := func(format string, args ...any) {
+		out.Lock()
+		defer out.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	var next atomic.Int64
+	pay := strings.Repeat("p", 1000)
+	for range 16 {
+		go func() {
+			for {
+				in := once.Intent{Run: "child", Step: next.Add(1), Kind: "send_email", Payload: map[string]any{"p": pay}}
+				k, _, _ := once.KeyOf(in)
+				_, err := once.Do(context.Background(), c, in, func(ctx context.Context, a once.Attempt) (string, error) {
+					say("effect %s", a.Key)
+					return "sent", nil
+				})
+				if err != nil {
+					say("err %s %s", k, strings.ReplaceAll(err.Error(), "\n", " "))
+				} else {
+					say("ok %s", k)
+				}
+			}
+		}()
+	}
+	select {}
+}
+
+// TestDiskFullKilledWorker: a worker process runs Do until the disk is
+// full and keeps on meeting it; it is killed (SIGKILL) then. The file
+// opens while the disk is still full, and, once space is freed, passes
+// integrity_check, holds every outcome the worker answered as done, has
+// no effect run twice, and takes new work.
+func TestDiskFullKilledWorker(t *testing.T) {
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprint("unbatched=", unbatched), func(t *testing.T) {
+			s, dir, path := fullStore(t, sqlite.Config{})
+			s.Close()
+			filler := filepath.Join(dir, "filler")
+			// About 2.5 MiB for the worker to fill.
+			if err := os.Truncate(filler, 0); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), envDiskFullChild+"="+path)
+			if unbatched {
+				cmd.Env = append(cmd.Env, envDiskFullChild+"_UNBATCHED=1")
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+			defer deadline.Stop()
+			ran, ok, errs := map[string]int{}, map[string]bool{}, map[string]string{}
+			full := 0
+			read := func(line string) {
+				word, rest, _ := strings.Cut(line, " ")
+				k, msg, _ := strings.Cut(rest, " ")
+				switch word {
+				case "effect":
+					ran[k]++
+				case "ok":
+					ok[k] = true
+				case "err":
+					errs[k] = msg
+					if strings.Contains(msg, "database or disk is full") {
+						full++
+					}
+				}
+			}
+			lines := bufio.NewScanner(stdout)
+			lines.Buffer(nil, 1<<20)
+			for lines.Scan() {
+				read(lines.Text())
+				if full == 1000 {
+					cmd.Process.Signal(syscall.SIGKILL)
+					break
+				}
+			}
+			for lines.Scan() {
+				read(lines.Text())
+			}
+			cmd.Wait()
+			if full < 1000 || len(ok) == 0 {
+				t.Fatalf("the worker stopped after %d outcomes and %d disk-full errors: %s", len(ok), full, stderr.String())
+			}
+			for k, m := range errs {
+				if !strings.Contains(m, "database or disk is full") || ran[k] != 0 && !strings.Contains(m, "could not be recorded") {
+					t.Errorf("%s: ran %d, answered %s", k, ran[k], m)
+				}
+			}
+			// Opened while the disk is still full.
+			s, err = sqlite.Open(path, sqlite.Config{})
+			if err != nil {
+				t.Errorf("reopening after the kill, the disk still full: %v", err)
+			} else {
+				s.Close()
+			}
+			os.Remove(filler)
+			os.Remove(filepath.Join(dir, "reserve"))
+			s, err = sqlite.Open(path, sqlite.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			integrityOK(t, s)
+			ctx := context.Background()
+			for k, n := range ran {
+				if n > 1 {
+					t.Errorf("%s: the effect ran %d times", k, n)
+				}
+			}
+			for k := range ok {
+				if a, err := s.Get(ctx, once.Key(k)); err != nil || a.Status != once.StatusSucceeded {
+					t.Errorf("%s was answered done; the row is %q, %v", k, a.Status, err)
+				}
+			}
+			acts, err := s.List(ctx, once.Filter{Limit: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range acts {
+				if ran[string(a.Key)] != 1 || a.Status != once.StatusInFlight && a.Status != once.StatusSucceeded {
+					t.Errorf("%s is %s; its effect ran %d times", a.Key, a.Status, ran[string(a.Key)])
+				}
+			}
+			c, err := once.New(once.Config{Store: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 20 {
+				if _, err := once.Do(ctx, c, once.Intent{Run: "after", Step: int64(i), Kind: "send_email"},
+					func(context.Context, once.Attempt) (string, error) { return "sent", nil }); err != nil {
+					t.Errorf("after freeing space: %v", err)
+				}
+			}
+			t.Logf("worker: %d effects, %d answered done, %d disk-full errors; %d rows in the file", len(ran), len(ok), full, len(acts))
+		})
+	}
+}
+
+// TestDiskFullOpenSaysTheDiskIsFull: a process that opens an existing
+// database, which no process has open, on a full disk is refused: SQLite
+// cannot size the -shm file (SQLITE_IOERR_SHMSIZE, "disk I/O error
+// (4874)"). The error says the disk is full, and does not send a worker
+// restarted there to look at the directory, as Open's hint for every
+// SQLITE_IOERR did ("does the directory exist and is it writable?").
+func TestDiskFullOpenSaysTheDiskIsFull(t *testing.T) {
+	_, path, _ := closedOnFullDisk(t)
+	s, err := sqlite.Open(path, sqlite.Config{})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open succeeded on the full disk: nothing to check")
+	}
+	t.Logf("Open on the full disk: %v", err)
+	if strings.Contains(err.Error(), "does the directory exist") {
+		t.Errorf("Open on a full disk asks whether the directory exists and is writable, which it does and is: %v", err)
+	}
+	if msg := strings.ReplaceAll(err.Error(), path, "PATH"); !strings.Contains(msg, "full") && !strings.Contains(msg, "space") {
+		t.Errorf("Open on a full disk does not say the disk is full: %v", err)
+	}
+}
+
+// TestDiskFullFailedOpenBlindsReaders: on a full disk, a read-only store
+// (the console, `once list`) reads a database no process has open, as
+// immutable, needing no -shm file; and it still does after a writer's
+// Open failed there (see TestDiskFullOpenSaysTheDiskIsFull). That Open
+// leaves an empty -wal file behind, and a -shm of 3 bytes; a read-only
+// store that saw the -wal read through the -shm, which cannot be sized
+// on the full disk, and failed too: what a reader could read before, it
+// could not after.
+func TestDiskFullFailedOpenBlindsReaders(t *testing.T) {
+	_, path, key := closedOnFullDisk(t)
+	ro, err := sqlite.Open(path, sqlite.Config{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open on the full disk, before a writer tried: %v", err)
+	}
+	ro.Close()
+	if s, err := sqlite.Open(path, sqlite.Config{}); err == nil {
+		s.Close()
+		t.Fatal("Open succeeded on the full disk: nothing to check")
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		t.Logf("the failed Open left %s-wal behind", path)
+	}
+	ro, err = sqlite.Open(path, sqlite.Config{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open on the full disk, after a writer's Open failed there: %v", err)
+	}
+	defer ro.Close()
+	if a, err := ro.Get(context.Background(), key); err != nil || a.Status != once.StatusSucceeded || string(a.Result) != `"msg-1"` {
+		t.Fatalf("read-only Get of the stored action: %s, result %s, %v; want succeeded with its result", a.Status, a.Result, err)
+	}
+}
