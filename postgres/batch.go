@@ -173,11 +173,16 @@ func rolledBack(err error) bool {
 // again request by request: the error may be about one request's data
 // (a data exception, an integrity or syntax rule, class 22, 23 or 42; a
 // protocol violation, 08P01, such as a value the protocol cannot
-// carry), or about the batch as a whole having waited (a lock timeout,
-// 55P03, a deadlock, 40P01, a serialization failure, 40001); a request
-// alone then gets its own answer. Anything else (the server shutting
-// down, the connection lost before anything was sent) would fail the
-// requests alone too; they get the error.
+// carry), about the batch as a whole having waited (a lock timeout,
+// 55P03, a deadlock, 40P01, a serialization failure, 40001), or about
+// what one of its writes needed (insufficient resources, class 53: a
+// full disk refuses a new key's row, 53100, while a replay, which
+// writes nothing, or an outcome, which may fit where the row is, goes
+// through); a request alone then gets its own answer
+// (TestDiskFullBatchedReplayAnswersBesideFailingClaims,
+// TestDiskFullBatchedOutcomeFitsWhereClaimsDoNot). Anything else (the
+// server shutting down, the connection lost before anything was sent)
+// would fail the requests alone too; they get the error.
 func sendAlone(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -186,7 +191,7 @@ func sendAlone(err error) bool {
 			return true
 		}
 		return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||
-			pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
+			pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code) || pgerrcode.IsInsufficientResources(pe.Code)
 	}
 	var pre pgx.ErrPreprocessingBatch
 	return errors.As(err, &pre)
