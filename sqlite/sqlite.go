@@ -237,12 +237,13 @@ func openReadOnly(path string, cfg Config) (*Store, error) {
 	_, err := os.Stat(path + "-wal")
 	immutable := errors.Is(err, os.ErrNotExist)
 	db, err := openReader(path, immutable)
-	if err != nil && !immutable && unopened(path) {
+	if err != nil && !immutable && !isLocked(err) && unopened(path) {
 		// An empty -wal beside a -shm no connection ever sized: no
 		// process has the database open, and the file holds all of it,
 		// as when there is no -wal. A writer's Open that failed there
 		// (on a full disk, say) leaves them, and the -shm may not be
-		// readable.
+		// readable. A file another process holds locked is being opened
+		// by it: not read as immutable, so that its writes are seen.
 		if ro, again := openReader(path, true); again == nil {
 			db, err = ro, nil
 		}
@@ -320,6 +321,13 @@ func check(ctx context.Context, db *sql.DB) error {
 func isBusy(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
+// isLocked reports whether err is SQLite's busy or locked: another
+// connection holds what was asked for.
+func isLocked(err error) bool {
+	var se *sqlite.Error
+	return isBusy(err) || errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_LOCKED
 }
 
 // hint says what to look at for the errors opening the file at path
