@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
 )
 
 // The disk-full tests run a throwaway PostgreSQL cluster of their own on
@@ -64,29 +65,7 @@ func startFullCluster(t *testing.T, size string, walApart bool, extraConf ...str
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	mnt, err := os.MkdirTemp("", "pgfull-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
-		os.Remove(mnt)
-		t.Skipf("cannot mount a tmpfs at %s, which the disk-full tests fill: %v: %s", mnt, err, out)
-	}
-	t.Cleanup(func() {
-		var out []byte
-		var err error
-		for range 50 {
-			if out, err = exec.Command("umount", mnt).CombinedOutput(); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-			return
-		}
-		os.Remove(mnt)
-	})
+	mnt := testdb.SmallDisk(t, size)
 	roomy, err := os.MkdirTemp("", "pgfull-roomy-")
 	if err != nil {
 		t.Fatal(err)
@@ -215,25 +194,7 @@ func (c *fullCluster) url() string {
 }
 
 // fill appends to the filler until the tmpfs is full, to the last byte.
-func (c *fullCluster) fill() {
-	c.t.Helper()
-	f, err := os.OpenFile(c.filler, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<16)
-	for _, n := range []int{1 << 16, 4096, 1} {
-		for {
-			if _, err := f.Write(buf[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					c.t.Fatal(err)
-				}
-				break
-			}
-		}
-	}
-}
+func (c *fullCluster) fill() { testdb.FillDisk(c.t, c.filler) }
 
 // free removes the filler.
 func (c *fullCluster) free() { os.Remove(c.filler) }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/sqlite"
 )
 
@@ -23,68 +24,13 @@ import (
 // fill it for real: a filler file takes what the database does not, and
 // is removed to free space. They need root to mount, and skip without.
 
-// smallDisk mounts a tmpfs of size for t and returns its directory,
-// unmounted at t's end. It skips t when it cannot mount.
-func smallDisk(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("not root: the disk-full tests mount a small tmpfs to fill a real file system")
-	}
-	dir, err := os.MkdirTemp("", "once-df-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		os.Remove(dir)
-		t.Skipf("cannot mount a tmpfs at %s, which the disk-full tests fill: %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-		os.Remove(dir)
-	})
-	return dir
-}
-
-// fill appends to the file at path until the file system is full, to
-// the last byte.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for _, n := range []int{4096, 1} {
-		for {
-			if _, err := f.Write(buf[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatal(err)
-				}
-				break
-			}
-		}
-	}
-}
-
-// freeBytes is what the file system at dir has free.
-func freeBytes(t *testing.T, dir string) uint64 {
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
-		t.Fatal(err)
-	}
-	return fs.Bavail * uint64(fs.Bsize)
-}
-
 // closedOnFullDisk is the path of a migrated database that no process
 // has open, closed cleanly (no -wal or -shm file), on a small tmpfs
 // then filled to the last byte, and the tmpfs's directory; the database
 // holds one succeeded action, whose key it returns.
 func closedOnFullDisk(t *testing.T) (dir, path string, key once.Key) {
 	t.Helper()
-	dir = smallDisk(t, "1M")
+	dir = testdb.SmallDisk(t, "1M")
 	path = filepath.Join(dir, "once.db")
 	s, err := sqlite.Open(path, sqlite.Config{})
 	if err != nil {
@@ -111,8 +57,8 @@ func closedOnFullDisk(t *testing.T) (dir, path string, key once.Key) {
 			t.Fatalf("%s stays after Close", f)
 		}
 	}
-	fill(t, filepath.Join(dir, "filler"))
-	if n := freeBytes(t, dir); n != 0 {
+	testdb.FillDisk(t, filepath.Join(dir, "filler"))
+	if n := testdb.FreeBytes(t, dir); n != 0 {
 		t.Fatalf("%d bytes free: the disk is not full", n)
 	}
 	return dir, path, key
@@ -123,7 +69,7 @@ func closedOnFullDisk(t *testing.T) (dir, path string, key once.Key) {
 // space.
 func fullStore(t *testing.T, cfg sqlite.Config) (s *sqlite.Store, dir, path string) {
 	t.Helper()
-	dir = smallDisk(t, "4M")
+	dir = testdb.SmallDisk(t, "4M")
 	path = filepath.Join(dir, "once.db")
 	s, err := sqlite.Open(path, cfg)
 	if err != nil {
@@ -135,7 +81,7 @@ func fullStore(t *testing.T, cfg sqlite.Config) (s *sqlite.Store, dir, path stri
 	if err := os.WriteFile(filepath.Join(dir, "reserve"), make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fill(t, filepath.Join(dir, "filler"))
+	testdb.FillDisk(t, filepath.Join(dir, "filler"))
 	return s, dir, path
 }
 
@@ -143,11 +89,29 @@ func isFull(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "database or disk is full")
 }
 
-func integrityOK(t *testing.T, s *sqlite.Store) {
+// reopened opens the file at path again, closed at t's end, and checks
+// that SQLite finds it whole.
+func reopened(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
+	s, err := sqlite.Open(path, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	var ic string
 	if err := s.DB().QueryRow("PRAGMA integrity_check").Scan(&ic); err != nil || ic != "ok" {
 		t.Errorf("PRAGMA integrity_check: %q, %v", ic, err)
+	}
+	return s
+}
+
+// ranOnceEach checks that no key's effect ran more than once.
+func ranOnceEach[K comparable](t *testing.T, ran map[K]int) {
+	t.Helper()
+	for k, n := range ran {
+		if n > 1 {
+			t.Errorf("%v: the effect ran %d times", k, n)
+		}
 	}
 }
 
@@ -256,7 +220,7 @@ func TestDiskFullDoKeepsItsWord(t *testing.T) {
 			}
 			os.Remove(filler)
 			os.Remove(filepath.Join(dir, "reserve"))
-			t.Logf("%d calls, %d met the full disk; %d bytes free after freeing", len(calls), full, freeBytes(t, dir))
+			t.Logf("%d calls, %d met the full disk; %d bytes free after freeing", len(calls), full, testdb.FreeBytes(t, dir))
 			// The same store writes again once space is freed.
 			for i := range 50 {
 				if call := do(intent("after", int64(i))); call.err != nil || call.ran != 1 {
@@ -266,12 +230,7 @@ func TestDiskFullDoKeepsItsWord(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s, err = sqlite.Open(path, sqlite.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			integrityOK(t, s)
+			s = reopened(t, path)
 			ctx := context.Background()
 			rows := map[once.Key]once.Action{}
 			acts, err := s.List(ctx, once.Filter{Limit: 1 << 20})
@@ -281,11 +240,7 @@ func TestDiskFullDoKeepsItsWord(t *testing.T) {
 			for _, a := range acts {
 				rows[a.Key] = a
 			}
-			for k, n := range ran {
-				if n > 1 {
-					t.Errorf("%s: the effect ran %d times", k, n)
-				}
-			}
+			ranOnceEach(t, ran)
 			unrecorded := map[once.Key]bool{}
 			var answered [4]int
 			for _, call := range calls {
@@ -465,18 +420,9 @@ func TestDiskFullKilledWorker(t *testing.T) {
 			}
 			os.Remove(filler)
 			os.Remove(filepath.Join(dir, "reserve"))
-			s, err = sqlite.Open(path, sqlite.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			integrityOK(t, s)
+			s = reopened(t, path)
 			ctx := context.Background()
-			for k, n := range ran {
-				if n > 1 {
-					t.Errorf("%s: the effect ran %d times", k, n)
-				}
-			}
+			ranOnceEach(t, ran)
 			for k := range ok {
 				if a, err := s.Get(ctx, once.Key(k)); err != nil || a.Status != once.StatusSucceeded {
 					t.Errorf("%s was answered done; the row is %q, %v", k, a.Status, err)

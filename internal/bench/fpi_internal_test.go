@@ -55,6 +55,18 @@ func fpiRunner(t *testing.T) *runner {
 	return r
 }
 
+// inspecting is fpiRunner's runner with pg_walinspect found (installed
+// into its schema, the run's way).
+func inspecting(t *testing.T) *runner {
+	t.Helper()
+	r := fpiRunner(t)
+	r.findWALInspect(context.Background())
+	if r.walStats == "" {
+		t.Fatalf("no pg_walinspect as the test's superuser: %s", r.walStatsNote)
+	}
+	return r
+}
+
 func (r *runner) lsn(t *testing.T) string {
 	t.Helper()
 	var lsn string
@@ -69,12 +81,8 @@ func (r *runner) lsn(t *testing.T) string {
 // in the WAL, no more than the WAL itself; a stretch with no WAL has
 // none.
 func TestFPIBytesCountsThePagesACheckpointLeavesToWrite(t *testing.T) {
-	r := fpiRunner(t)
+	r := inspecting(t)
 	ctx := context.Background()
-	r.findWALInspect(ctx)
-	if r.walStats == "" {
-		t.Fatalf("no pg_walinspect as the test's superuser: %s", r.walStatsNote)
-	}
 	if _, err := r.pool.Exec(ctx, `CREATE TABLE once_bench_fpi.t AS SELECT g AS id, repeat('x', 100) AS pad FROM generate_series(1, 5000) g`); err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +127,8 @@ func TestFindWALInspectUsesAnInstalledExtension(t *testing.T) {
 // away after the run found it, a sample's images are unknown, not zero,
 // and the run goes on.
 func TestFPIBytesWithoutTheExtensionIsUnknown(t *testing.T) {
-	r := fpiRunner(t)
+	r := inspecting(t)
 	ctx := context.Background()
-	r.findWALInspect(ctx)
-	if r.walStats == "" {
-		t.Fatalf("no pg_walinspect: %s", r.walStatsNote)
-	}
 	from := r.lsn(t)
 	if _, err := r.pool.Exec(ctx, `DROP EXTENSION pg_walinspect; CREATE TABLE once_bench_fpi.u (x int); INSERT INTO once_bench_fpi.u VALUES (1)`); err != nil {
 		t.Fatal(err)
