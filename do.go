@@ -1012,7 +1012,10 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 	}
 	try := max(c.recordTimeout/3, time.Second)
 	backoff := 20 * time.Millisecond
-	var lastErr error
+	// cause is the first try's error that was not its deadline: what
+	// kept the outcome out (a full disk, the database gone), where the
+	// last try may only have waited out its time behind it.
+	var lastErr, cause error
 	for {
 		// Each try has a deadline of its own, so one hung connection
 		// does not use up the whole RecordTimeout: the next try may
@@ -1044,6 +1047,9 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 			return t, ok, nil
 		}
 		lastErr = err
+		if cause == nil && !ranOutOfTime(err) {
+			cause = err
+		}
 		if rctx == nil {
 			var cancel context.CancelFunc
 			rctx, cancel = context.WithDeadline(detached, deadline)
@@ -1066,11 +1072,20 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 		c.log.Warn("once: recording outcome failed; retrying", "key", a.Key, "outcome", t.To, "err", err)
 		select {
 		case <-rctx.Done():
+			if cause != nil && ranOutOfTime(lastErr) {
+				return t, false, fmt.Errorf("gave up after %v: %w (the last try: %w)", c.recordTimeout, cause, lastErr)
+			}
 			return t, false, fmt.Errorf("gave up after %v: %w", c.recordTimeout, lastErr)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// ranOutOfTime reports whether err is a context's end: a try that ran out
+// of time, which says nothing of why.
+func ranOutOfTime(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // stamp names this process as the origin of t's event.

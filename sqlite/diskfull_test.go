@@ -3,8 +3,10 @@ package sqlite_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -503,5 +505,100 @@ func TestDiskFullFailedOpenBlindsReaders(t *testing.T) {
 	defer ro.Close()
 	if a, err := ro.Get(context.Background(), key); err != nil || a.Status != once.StatusSucceeded || string(a.Result) != `"msg-1"` {
 		t.Fatalf("read-only Get of the stored action: %s, result %s, %v; want succeeded with its result", a.Status, a.Result, err)
+	}
+}
+
+// lockOnRetry is a log handler that, at the client's first "retrying" of
+// an outcome, takes the database's write lock from a connection of its
+// own and keeps it: every later try of that outcome waits behind it
+// until its time runs out.
+type lockOnRetry struct {
+	path string
+	mu   sync.Mutex
+	db   *sql.DB
+	held *sql.Tx
+	err  error
+}
+
+func (h *lockOnRetry) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lockOnRetry) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *lockOnRetry) WithGroup(string) slog.Handler            { return h }
+
+func (h *lockOnRetry) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "recording outcome failed; retrying") {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held != nil || h.err != nil {
+		return nil
+	}
+	h.db, h.err = sql.Open("sqlite", h.path+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if h.err == nil {
+		h.held, h.err = h.db.Begin()
+	}
+	return nil
+}
+
+// release lets the lock go and closes the connection.
+func (h *lockOnRetry) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held != nil {
+		h.held.Rollback()
+	}
+	if h.db != nil {
+		h.db.Close()
+	}
+}
+
+// TestDiskFullUnrecordedOutcomeSaysWhy: an outcome whose first try meets
+// a full disk, and whose later tries wait behind another connection's
+// write lock until RecordTimeout, is reported not recorded with the
+// reason it was not: the full disk, and not only the last try's
+// "context deadline exceeded", which said nothing of why.
+func TestDiskFullUnrecordedOutcomeSaysWhy(t *testing.T) {
+	dir := testdb.SmallDisk(t, "4M")
+	path := filepath.Join(dir, "once.db")
+	s, err := sqlite.Open(path, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// An empty -wal: the outcome's write needs room the disk does not
+	// have, not room the -wal held from before.
+	if _, err := s.DB().Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		t.Fatal(err)
+	}
+	h := &lockOnRetry{path: path}
+	defer h.release()
+	c, err := once.New(once.Config{Store: s, RecordTimeout: time.Second, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(dir, "filler")
+	_, err = once.Do(context.Background(), c, once.Intent{Run: "why", Kind: "send_email", Target: "ada@example.com"},
+		func(context.Context, once.Attempt) (string, error) {
+			testdb.FillDisk(t, filler)
+			return "sent", nil
+		})
+	h.mu.Lock()
+	held, herr := h.held != nil, h.err
+	h.mu.Unlock()
+	if !held {
+		t.Fatalf("the outcome's first try was not retried, or the lock not taken (%v); Do: %v", herr, err)
+	}
+	if !errors.Is(err, once.ErrNotRecorded) {
+		t.Fatalf("Do = %v, want ErrNotRecorded", err)
+	}
+	t.Logf("Do: %v", err)
+	if !isFull(err) {
+		t.Errorf("the outcome was not recorded because the disk was full, and the error does not say so: %v", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the last try waited out its time, and the error does not say so: %v", err)
 	}
 }
