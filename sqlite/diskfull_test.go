@@ -142,8 +142,10 @@ type diskFullCall struct {
 //   - a call whose claim failed (the error says claiming, and that the
 //     disk is full) ran nothing;
 //   - a call whose effect ran and was not recorded answered
-//     once.ErrNotRecorded, saying the disk is full, and its row is the
-//     only kind left in flight.
+//     once.ErrNotRecorded, saying the disk is full, or, when every try
+//     of its outcome waited its time out behind the others' writes
+//     (under load: 32 writers on one file), that it ran out of time;
+//     and its row is the only kind left in flight.
 func TestDiskFullDoKeepsItsWord(t *testing.T) {
 	for _, unbatched := range []bool{false, true} {
 		t.Run(fmt.Sprint("unbatched=", unbatched), func(t *testing.T) {
@@ -260,7 +262,7 @@ func TestDiskFullDoKeepsItsWord(t *testing.T) {
 				case errors.Is(call.err, once.ErrNotRecorded):
 					answered[1]++
 					unrecorded[call.key] = true
-					if call.ran != 1 || !isFull(call.err) {
+					if call.ran != 1 || !isFull(call.err) && !errors.Is(call.err, context.DeadlineExceeded) {
 						t.Errorf("%s: ran %d, answered %v", call.key, call.ran, call.err)
 					}
 				case errors.As(call.err, &held):
