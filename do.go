@@ -399,6 +399,7 @@ func (p *pendingClaims) sent(token string) (time.Time, bool) {
 // Inside a caller's transaction (s is not the client's store) there is
 // nothing to read back: the transaction failed as a whole.
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims) (ClaimResult, error) {
+	resent := false
 	for range 3 {
 		req.Token = newToken()
 		sent := time.Now()
@@ -411,7 +412,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 		cancel()
 		if err != nil {
 			if s == c.store {
-				a, ok := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
+				a, ok, known := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
 				if !ok && pending != nil {
 					pending.add(req.Token, sent)
 				}
@@ -419,6 +420,20 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				case ok && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
+				case known && !ok && !resent && ctx.Err() == nil && !errors.Is(err, ErrRejected):
+					// The database answered the read-back, on another
+					// connection, and the claim is not in the row: what
+					// failed was the claim's connection (one the server
+					// or a network closed while the pool held it idle),
+					// or a transaction holds the key. Claim once more,
+					// with a new token: should the failed try still
+					// commit, its token (pending) makes its row this
+					// call's own, and its effect runs once
+					// (TestIdleConnectionTerminatedDoClaimsAgain,
+					// TestIdleBlackholedConnectionClaimsAgain).
+					c.log.Warn("once: the claim failed; the database answers, claiming again", "key", req.Key, "kind", req.Kind, "err", err)
+					resent = true
+					continue
 				case timedOut && (a.Key == "" || a.Status == StatusReleased):
 					// The claim waited, and no row is visible or the
 					// one visible is released: another transaction (a
@@ -451,8 +466,8 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 // a fresh call with a deadline of its own, and reports whether the row
 // carries token: whether the write applied (and nothing has written over
 // it since). It tries for up to patience while the database cannot be
-// reached.
-func (c *Client) wrote(ctx context.Context, key Key, token string, patience time.Duration) (Action, bool) {
+// reached; known is false when no read got through.
+func (c *Client) wrote(ctx context.Context, key Key, token string, patience time.Duration) (a Action, mine, known bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
 	defer cancel()
 	backoff := 20 * time.Millisecond
@@ -462,13 +477,13 @@ func (c *Client) wrote(ctx context.Context, key Key, token string, patience time
 		cancelTry()
 		switch {
 		case err == nil:
-			return a, a.Token == token
+			return a, a.Token == token, true
 		case errors.Is(err, ErrNotFound):
-			return Action{}, false
+			return Action{}, false, true
 		}
 		select {
 		case <-rctx.Done():
-			return Action{}, false
+			return Action{}, false, false
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, time.Second)
@@ -487,7 +502,7 @@ func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
 	ok, err := c.store.Transition(cctx, t)
 	cancel()
 	if err != nil {
-		if _, mine := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
+		if _, mine, _ := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
 			return true, nil
 		}
 	}

@@ -1,0 +1,493 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncehq/once"
+)
+
+// The idle-connection tests run a throwaway PostgreSQL cluster of their
+// own, on a plain temporary directory, and have the server close the
+// connections the store's pool holds idle, as idle_session_timeout, a
+// DBA's pg_terminate_backend or a proxy that drops idle connections do.
+// They need root (to run the server as the postgres user) and
+// PostgreSQL's binaries, and skip without.
+
+// idleVictim is the application_name of the store's connections, which
+// the tests terminate.
+const idleVictim = "once_idle_victim"
+
+// startIdleCluster makes a cluster in a temporary directory (the socket
+// there too) on a free port in 26000-26999, starts it with extraConf
+// appended to its configuration, and stops and removes it at t's end.
+func startIdleCluster(t *testing.T, extraConf ...string) *fullCluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("not root: the idle-connection tests run PostgreSQL as the postgres user")
+	}
+	for _, p := range []string{"initdb", "pg_ctl", "postgres"} {
+		if _, err := os.Stat(filepath.Join(pgBin, p)); err != nil {
+			t.Skipf("PostgreSQL's %s is missing from %s (%v): the idle-connection tests run a cluster of their own", p, pgBin, err)
+		}
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Skipf("no postgres user to run the idle-connection tests' cluster as: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir, err := os.MkdirTemp("", "pgidle-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	c := &fullCluster{t: t, mnt: dir, data: filepath.Join(dir, "data"), roomy: dir, uid: uid, gid: gid, filler: filepath.Join(dir, "filler")}
+	args := []string{"-D", c.data, "-U", "postgres", "--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C"}
+	if out, err := c.asPostgres(filepath.Join(pgBin, "initdb"), args...).CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v: %s", err, out)
+	}
+	conf := fmt.Sprintf(`
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '%s'
+max_connections = 60
+fsync = off
+dynamic_shared_memory_type = mmap
+autovacuum = off
+logging_collector = off
+`, dir) + strings.Join(extraConf, "\n") + "\n"
+	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(conf); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	t.Cleanup(c.stop)
+	for try := 0; ; try++ {
+		c.port = idlePort(t)
+		err := c.tryStart()
+		if err == nil {
+			break
+		}
+		if try == 4 || !strings.Contains(c.log(), "Address already in use") {
+			t.Fatalf("pg_ctl start: %v\n%s", err, c.log())
+		}
+	}
+	return c
+}
+
+// idlePort finds a port in 26000-26999 nothing listens on.
+func idlePort(t *testing.T) int {
+	t.Helper()
+	for _, i := range rand.Perm(1000) {
+		p := 26000 + i
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	t.Skip("no free port in 26000-26999 for the idle-connection tests' cluster")
+	return 0
+}
+
+// idleStore opens a migrated store on c whose connections are named
+// idleVictim, and a client over it.
+func idleStore(t *testing.T, c *fullCluster, cfg Config, ocfg once.Config) (*Store, *once.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg.PollOnly = true
+	s, err := Open(ctx, c.url()+"&application_name="+idleVictim, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ocfg.Store = s
+	cl, err := once.New(ocfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cl
+}
+
+// idleAdmin is a connection of c's that is not the store's.
+func idleAdmin(t *testing.T, c *fullCluster) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), c.url()+"&application_name=once_idle_admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// terminateVictims terminates every backend of the store's connections
+// and waits until they have exited; it returns how many it terminated.
+func terminateVictims(t *testing.T, admin *pgx.Conn) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, idleVictim).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var left int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, idleVictim).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			return n
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+var idleSeq atomic.Int64
+
+func idleIntent(tag string) once.Intent {
+	return once.Intent{Run: fmt.Sprintf("idle-%s-%d-%d", tag, time.Now().UnixNano(), idleSeq.Add(1)), Step: 1, Kind: "send_email", Target: "x@example.com"}
+}
+
+// holeProxy forwards connections to a server; hole makes every
+// connection open then go silent, both ways, with nobody told, as a
+// firewall or NAT that forgot an idle connection does, while new
+// connections pass.
+type holeProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	links  []*holeLink
+}
+
+type holeLink struct {
+	dead        atomic.Bool
+	client, srv net.Conn
+}
+
+func startHoleProxy(t *testing.T, target string) *holeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holeProxy{ln: ln, target: target}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.closeLinks()
+	})
+	return p
+}
+
+// closeLinks closes every connection, both ends.
+func (p *holeProxy) closeLinks() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.links {
+		l.client.Close()
+		l.srv.Close()
+	}
+}
+
+func (p *holeProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *holeProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		l := &holeLink{client: c, srv: s}
+		p.mu.Lock()
+		p.links = append(p.links, l)
+		p.mu.Unlock()
+		go l.pipe(c, s)
+		go l.pipe(s, c)
+	}
+}
+
+func (l *holeLink) pipe(src, dst net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !l.dead.Load() {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// hole silences every connection open now.
+func (p *holeProxy) hole() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.links {
+		l.dead.Store(true)
+	}
+	return len(p.links)
+}
+
+// idleModes are the store's two ways of sending claims and outcomes.
+var idleModes = []struct {
+	name string
+	cfg  Config
+}{{"batched", Config{}}, {"unbatched", Config{Unbatched: true}}}
+
+func sent(context.Context, once.Attempt) (string, error) { return "sent", nil }
+
+// TestIdleConnectionTerminatedDoClaimsAgain: the server ends the
+// connection the pool holds idle (pg_terminate_backend, as a DBA's
+// script or a proxy's reset does), and the next Do, a new key or a
+// duplicate of a finished one, goes through: its claim, sent on the dead
+// connection, fails, the read-back on a fresh one finds the claim not
+// written, and the claim is sent again. pgxpool pings a connection
+// before handing it out only when it has been idle for more than a
+// second (pgxpool/pool.go's default ShouldPing); one used within the
+// last second is handed out dead. Before the claim was sent again, every
+// such Do failed with the connection's FATAL error (57P01), the
+// database up the whole time. The outcome's Transition survives the
+// same thing (recordAs retries; TestIdleTerminatedMidEffectRecords).
+func TestIdleConnectionTerminatedDoClaimsAgain(t *testing.T) {
+	c := startIdleCluster(t)
+	admin := idleAdmin(t, c)
+	ctx := context.Background()
+	for _, m := range idleModes {
+		t.Run(m.name, func(t *testing.T) {
+			_, cl := idleStore(t, c, m.cfg, once.Config{})
+			const n = 10
+			var newFails, dupFails int
+			for range n {
+				done := idleIntent("done")
+				if _, err := once.Do(ctx, cl, done, sent); err != nil {
+					t.Fatal(err)
+				}
+				terminateVictims(t, admin)
+				ran := 0
+				_, err := once.Do(ctx, cl, idleIntent("new"), func(context.Context, once.Attempt) (string, error) {
+					ran++
+					return "sent", nil
+				})
+				if err != nil {
+					newFails++
+					if newFails == 1 {
+						t.Logf("a new key: %v", err)
+					}
+				}
+				terminateVictims(t, admin)
+				res, err := once.Do(ctx, cl, done, func(context.Context, once.Attempt) (string, error) {
+					t.Error("the effect of a finished key ran again")
+					return "", nil
+				})
+				if err != nil || !res.Replayed {
+					dupFails++
+					if dupFails == 1 {
+						t.Logf("a duplicate of a finished key: %v", err)
+					}
+				}
+			}
+			if newFails+dupFails > 0 {
+				t.Errorf("with the idle connection terminated and the database up, %d of %d Do of new keys and %d of %d of finished keys failed; want none",
+					newFails, n, dupFails, n)
+			}
+		})
+	}
+}
+
+// TestIdleSessionTimeoutUnderASecondDoClaimsAgain: idle_session_timeout
+// set below a second (here 500ms) closes connections pgxpool does not
+// ping before it hands them out (only those idle for more than a second
+// are), and every Do after a pause between the two goes through, as in
+// TestIdleConnectionTerminatedDoClaimsAgain (where each failed before).
+func TestIdleSessionTimeoutUnderASecondDoClaimsAgain(t *testing.T) {
+	c := startIdleCluster(t, "idle_session_timeout = '500ms'")
+	ctx := context.Background()
+	for _, m := range idleModes {
+		t.Run(m.name, func(t *testing.T) {
+			_, cl := idleStore(t, c, m.cfg, once.Config{})
+			const n = 3
+			fails := 0
+			for range n {
+				if _, err := once.Do(ctx, cl, idleIntent("warm"), sent); err != nil {
+					t.Logf("warm-up: %v", err) // may itself meet a closed connection
+				}
+				time.Sleep(800 * time.Millisecond)
+				if _, err := once.Do(ctx, cl, idleIntent("new"), sent); err != nil {
+					fails++
+					if fails == 1 {
+						t.Logf("%v", err)
+					}
+				}
+			}
+			if fails > 0 {
+				t.Errorf("idle_session_timeout=500ms: %d of %d Do after 800ms idle failed; want none", fails, n)
+			}
+		})
+	}
+}
+
+// TestIdleSessionTimeoutPastAPingHolds: with idle_session_timeout =
+// '1s', a pool left idle past it hands out no closed connection: pgxpool
+// pings one idle for more than a second and replaces it when the ping
+// fails. New keys and duplicates all go through.
+func TestIdleSessionTimeoutPastAPingHolds(t *testing.T) {
+	c := startIdleCluster(t, "idle_session_timeout = '1s'")
+	ctx := context.Background()
+	for _, m := range idleModes {
+		t.Run(m.name, func(t *testing.T) {
+			_, cl := idleStore(t, c, m.cfg, once.Config{})
+			done := idleIntent("done")
+			if _, err := once.Do(ctx, cl, done, sent); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				time.Sleep(1300 * time.Millisecond)
+				if _, err := once.Do(ctx, cl, idleIntent("new"), sent); err != nil {
+					t.Errorf("a new key after the idle timeout: %v", err)
+				}
+				time.Sleep(1300 * time.Millisecond)
+				res, err := once.Do(ctx, cl, done, func(context.Context, once.Attempt) (string, error) {
+					t.Error("the effect of a finished key ran again")
+					return "", nil
+				})
+				if err != nil || !res.Replayed {
+					t.Errorf("a duplicate after the idle timeout: %+v, %v; want a replay", res, err)
+				}
+			}
+		})
+	}
+}
+
+// TestIdleTerminatedMidEffectRecords: the store's connections are
+// terminated while the effect runs (the claim's connection, idle in the
+// pool meanwhile, among them). The outcome's first try meets the closed
+// connection; recordAs tries again on a fresh one: Do reports success,
+// the row is succeeded, and the effect ran once.
+func TestIdleTerminatedMidEffectRecords(t *testing.T) {
+	c := startIdleCluster(t)
+	admin := idleAdmin(t, c)
+	ctx := context.Background()
+	for _, m := range idleModes {
+		t.Run(m.name, func(t *testing.T) {
+			s, cl := idleStore(t, c, m.cfg, once.Config{})
+			for range 5 {
+				in := idleIntent("mid")
+				ran := 0
+				res, err := once.Do(ctx, cl, in, func(context.Context, once.Attempt) (string, error) {
+					ran++
+					if terminateVictims(t, admin) == 0 {
+						t.Error("no connection of the store's to terminate")
+					}
+					return "sent", nil
+				})
+				if err != nil || res.Value != "sent" || ran != 1 {
+					t.Fatalf("Do = %+v, %v, effect ran %d times; want sent, once", res, err, ran)
+				}
+				k, _, _ := once.KeyOf(in)
+				a, err := s.Get(ctx, k)
+				if err != nil || a.Status != once.StatusSucceeded {
+					t.Fatalf("row %q, %v; want succeeded", a.Status, err)
+				}
+				again, err := once.Do(ctx, cl, in, func(context.Context, once.Attempt) (string, error) {
+					t.Error("effect ran twice")
+					return "", nil
+				})
+				if err != nil || !again.Replayed {
+					t.Fatalf("duplicate = %+v, %v; want a replay", again, err)
+				}
+			}
+		})
+	}
+}
+
+// TestIdleBlackholedConnectionClaimsAgain: a firewall or NAT forgets the
+// pool's idle connection (its packets go nowhere, nobody is told) while
+// new connections get through. The next Do's claim waits on the dead
+// connection until ClaimTimeout; the read-back, on a fresh connection,
+// finds no row, and the claim is sent again there, and runs the effect.
+// Before, once answered ErrInFlight with InTransaction ("is being
+// claimed in a transaction that has not committed (DoTx)"): no
+// transaction held the key, no row existed, and the caller was told to
+// wait for a transaction that did not exist.
+func TestIdleBlackholedConnectionClaimsAgain(t *testing.T) {
+	c := startIdleCluster(t)
+	ctx := context.Background()
+	for _, m := range idleModes {
+		t.Run(m.name, func(t *testing.T) {
+			px := startHoleProxy(t, fmt.Sprintf("127.0.0.1:%d", c.port))
+			cfg := m.cfg
+			cfg.PollOnly = true
+			s, err := Open(ctx, fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.addr()), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Closed before the proxy's cleanup closes the dead links,
+			// so it does not wait on them.
+			defer s.Close()
+			defer px.closeLinks()
+			if err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl, err := once.New(once.Config{Store: s, ClaimTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := once.Do(ctx, cl, idleIntent("warm"), sent); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			px.hole()
+			in := idleIntent("new")
+			ran := 0
+			_, err = once.Do(ctx, cl, in, func(context.Context, once.Attempt) (string, error) {
+				ran++
+				return "sent", nil
+			})
+			k, _, _ := once.KeyOf(in)
+			_, gerr := s.Get(ctx, k)
+			var held *once.InFlightError
+			if errors.As(err, &held) && held.InTransaction && errors.Is(gerr, once.ErrNotFound) {
+				t.Errorf("Do = %v\n(InTransaction) with no row, no transaction holding the key and the database answering; "+
+					"the claim was lost on a dead idle connection", err)
+			} else if err != nil {
+				t.Errorf("Do = %v; want the claim sent again on a fresh connection", err)
+			}
+			if ran > 1 {
+				t.Errorf("the effect ran %d times", ran)
+			}
+		})
+	}
+}
