@@ -399,7 +399,9 @@ func (p *pendingClaims) sent(token string) (time.Time, bool) {
 // Inside a caller's transaction (s is not the client's store) there is
 // nothing to read back: the transaction failed as a whole.
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims) (ClaimResult, error) {
-	resent := false
+	// resent says the claim was sent again after a failed try; waited,
+	// that a try ran out of ClaimTimeout with its claim not visible.
+	resent, waited := false, false
 	for range 3 {
 		req.Token = newToken()
 		sent := time.Now()
@@ -416,8 +418,14 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				if !ok && pending != nil {
 					pending.add(req.Token, sent)
 				}
+				// The row may carry this try's token, or an earlier
+				// try's of this call that committed late: either way
+				// the claim is this call's, and nobody else runs it
+				// (TestResendTakesTheLateFirstClaimAsItsOwn).
+				_, earlier := pending.sent(a.Token)
+				waited = waited || timedOut
 				switch {
-				case ok && a.Status == StatusInFlight:
+				case (ok || earlier) && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
 				case known && !ok && !resent && ctx.Err() == nil && !errors.Is(err, ErrRejected):
@@ -434,13 +442,15 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					c.log.Warn("once: the claim failed; the database answers, claiming again", "key", req.Key, "kind", req.Kind, "err", err)
 					resent = true
 					continue
-				case timedOut && (a.Key == "" || a.Status == StatusReleased):
-					// The claim waited, and no row is visible or the
-					// one visible is released: another transaction (a
-					// DoTx not yet committed) holds the key, claiming
-					// it or claiming it again, or holds the database's
-					// write lock. What is visible comes back with the
-					// error, for a caller that waits to watch.
+				case waited && (a.Key == "" || a.Status == StatusReleased):
+					// A try waited, and no row is visible or the one
+					// visible is released: another transaction (a DoTx
+					// not yet committed) holds the key, claiming it or
+					// claiming it again, or holds the database's write
+					// lock; also when the resend after it failed
+					// otherwise (TestResendOnDeadConnectionStillWaitsForTheTransaction).
+					// What is visible comes back with the error, for a
+					// caller that waits to watch.
 					return ClaimResult{Action: a}, &InFlightError{Key: req.Key, Attempt: a.Attempt, InTransaction: true}
 				}
 			}
