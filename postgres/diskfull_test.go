@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -51,20 +48,7 @@ type fullCluster struct {
 // unmounts everything at t's end.
 func startFullCluster(t *testing.T, size string, walApart bool, extraConf ...string) *fullCluster {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("not root: the disk-full tests mount a small tmpfs and run PostgreSQL on it as the postgres user")
-	}
-	for _, p := range []string{"initdb", "pg_ctl", "postgres"} {
-		if _, err := os.Stat(filepath.Join(pgBin, p)); err != nil {
-			t.Skipf("PostgreSQL's %s is missing from %s (%v): the disk-full tests run a cluster of their own", p, pgBin, err)
-		}
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Skipf("no postgres user to run the disk-full tests' cluster as: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid := clusterUser(t, "the disk-full tests")
 	mnt := testdb.SmallDisk(t, size)
 	roomy, err := os.MkdirTemp("", "pgfull-roomy-")
 	if err != nil {
@@ -104,27 +88,8 @@ autovacuum = off
 restart_after_crash = on
 logging_collector = off
 `, mnt, maxWAL) + strings.Join(extraConf, "\n") + "\n"
-	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(conf); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	t.Cleanup(c.stop)
-	// Another test's server may take the port between freePort's look
-	// and this server's bind: then another port.
-	for try := 0; ; try++ {
-		c.port = freePort(t)
-		err := c.tryStart()
-		if err == nil {
-			break
-		}
-		if try == 4 || !strings.Contains(c.log(), "Address already in use") {
-			t.Fatalf("pg_ctl start: %v\n%s", err, c.log())
-		}
-	}
+	c.configure(conf)
+	c.startOnFreePort(portIn(25432, 68))
 	return c
 }
 
@@ -204,22 +169,6 @@ func (c *fullCluster) trickle(n int64) {
 	if fi, err := os.Stat(c.filler); err == nil && fi.Size() >= n {
 		os.Truncate(c.filler, fi.Size()-n)
 	}
-}
-
-// freePort finds a port below 32768 nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for _, i := range rand.Perm(68) {
-		p := 25432 + i
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p
-	}
-	t.Skip("no free port in 25432-25499 for the disk-full tests' cluster")
-	return 0
 }
 
 // isDiskFull reports whether err says the disk is full.

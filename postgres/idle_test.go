@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,20 +34,7 @@ const idleVictim = "once_idle_victim"
 // appended to its configuration, and stops and removes it at t's end.
 func startIdleCluster(t *testing.T, extraConf ...string) *fullCluster {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("not root: the idle-connection tests run PostgreSQL as the postgres user")
-	}
-	for _, p := range []string{"initdb", "pg_ctl", "postgres"} {
-		if _, err := os.Stat(filepath.Join(pgBin, p)); err != nil {
-			t.Skipf("PostgreSQL's %s is missing from %s (%v): the idle-connection tests run a cluster of their own", p, pgBin, err)
-		}
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Skipf("no postgres user to run the idle-connection tests' cluster as: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid := clusterUser(t, "the idle-connection tests")
 	dir, err := os.MkdirTemp("", "pgidle-")
 	if err != nil {
 		t.Fatal(err)
@@ -73,42 +57,9 @@ dynamic_shared_memory_type = mmap
 autovacuum = off
 logging_collector = off
 `, dir) + strings.Join(extraConf, "\n") + "\n"
-	f, err := os.OpenFile(filepath.Join(c.data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(conf); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	t.Cleanup(c.stop)
-	for try := 0; ; try++ {
-		c.port = idlePort(t)
-		err := c.tryStart()
-		if err == nil {
-			break
-		}
-		if try == 4 || !strings.Contains(c.log(), "Address already in use") {
-			t.Fatalf("pg_ctl start: %v\n%s", err, c.log())
-		}
-	}
+	c.configure(conf)
+	c.startOnFreePort(portIn(26000, 1000))
 	return c
-}
-
-// idlePort finds a port in 26000-26999 nothing listens on.
-func idlePort(t *testing.T) int {
-	t.Helper()
-	for _, i := range rand.Perm(1000) {
-		p := 26000 + i
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p
-	}
-	t.Skip("no free port in 26000-26999 for the idle-connection tests' cluster")
-	return 0
 }
 
 // idleStore opens a migrated store on c whose connections are named
