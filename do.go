@@ -386,8 +386,9 @@ func (p *pendingClaims) sent(token string) (time.Time, bool) {
 }
 
 // claim asks the store for the key. A released row whose fingerprint
-// matches is claimed by the store itself; the loop only covers the rare
-// read that saw a row between its release and its next claim.
+// matches is claimed by the store itself; the loop covers the rare read
+// that saw a row between its release and its next claim, and one more
+// try after a try that failed while the database still answers.
 //
 // Each try carries a fresh token. When a try fails, its reply may have
 // been lost after the database committed it: the row is read back, and
@@ -395,7 +396,8 @@ func (p *pendingClaims) sent(token string) (time.Time, bool) {
 // runs (or is released) instead of waiting for a lease to lapse and a
 // person to be asked about an effect that never started. A try whose
 // row was not found may yet commit; pending keeps its token, so a later
-// claim of the same call that meets it in flight takes it as its own.
+// claim of the same call, or a later read-back, that meets it in flight
+// takes it as its own.
 // Inside a caller's transaction (s is not the client's store) there is
 // nothing to read back: the transaction failed as a whole.
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims) (ClaimResult, error) {
