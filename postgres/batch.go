@@ -170,16 +170,17 @@ func rolledBack(err error) bool {
 }
 
 // sendAlone reports whether a batch that rolled back with err is sent
-// again request by request: the error may be about one request's data
-// (a data exception, an integrity or syntax rule, class 22, 23 or 42; a
-// protocol violation, 08P01, such as a value the protocol cannot
-// carry), about the batch as a whole having waited (a lock timeout,
-// 55P03, a deadlock, 40P01, a serialization failure, 40001), or about
-// what one of its writes needed (insufficient resources, class 53: a
-// full disk refuses a new key's row, 53100, while a replay, which
+// again request by request, where each then gets its own answer. The
+// error may be about one request's data (a data exception, an integrity
+// or syntax rule, class 22, 23 or 42; a protocol violation, 08P01, such
+// as a value the protocol cannot carry); about the batch as a whole
+// having waited (a lock timeout, 55P03, a deadlock, 40P01, a
+// serialization failure, 40001, or a role's statement_timeout shorter
+// than the lock timeout, 57014: TestGroupCommitStatementTimeoutSendsAlone);
+// or about what one of its writes needed (insufficient resources, class
+// 53: a full disk refuses a new key's row, 53100, while a replay, which
 // writes nothing, or an outcome, which may fit where the row is, goes
-// through); a request alone then gets its own answer
-// (TestDiskFullBatchedReplayAnswersBesideFailingClaims,
+// through: TestDiskFullBatchedReplayAnswersBesideFailingClaims,
 // TestDiskFullBatchedOutcomeFitsWhereClaimsDoNot). Anything else (the
 // server shutting down, the connection lost before anything was sent)
 // would fail the requests alone too; they get the error.
@@ -187,7 +188,8 @@ func sendAlone(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
-		case pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected, pgerrcode.SerializationFailure, pgerrcode.ProtocolViolation:
+		case pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected, pgerrcode.SerializationFailure, pgerrcode.ProtocolViolation,
+			pgerrcode.QueryCanceled:
 			return true
 		}
 		return pgerrcode.IsDataException(pe.Code) || pgerrcode.IsIntegrityConstraintViolation(pe.Code) ||

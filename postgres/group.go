@@ -36,10 +36,11 @@ import (
 //
 // What one request does cannot decide another's answer: a batch that
 // PostgreSQL refuses because of one request's data, that waited on a
-// lock too long (a lock_timeout set for the batch's transaction), that
-// met a deadlock, or that lacked a resource one of its writes needed (a
-// full disk, which refuses a new key's row but not a replay), rolled
-// back whole, and its requests are each sent again alone. A batch whose connection failed after it was sent
+// lock too long (a lock_timeout set for the batch's transaction, or a
+// shorter statement_timeout of the role's), that met a deadlock, or
+// that lacked a resource one of its writes needed (a full disk, which
+// refuses a new key's row but not a replay), rolled back whole, and its
+// requests are each sent again alone. A batch whose connection failed after it was sent
 // may have committed or not: every request in it gets the connection's
 // error, which is what a statement of its own whose reply was lost
 // gets, and the engine reads the row back by the request's token. A

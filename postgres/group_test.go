@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/postgres"
 )
 
@@ -452,6 +455,63 @@ func TestGroupCommitLockTimeout(t *testing.T) {
 	for i := range ts {
 		if a.errs[i] != nil || !a.ok[i] {
 			t.Fatalf("transition %d: %v, %v; want applied", i, a.ok[i], a.errs[i])
+		}
+	}
+}
+
+// TestGroupCommitStatementTimeoutSendsAlone: where the role's
+// statement_timeout is shorter than a batch's lock timeout, as some
+// databases set it, a batch that waits on a row another transaction
+// holds is cancelled by the server (57014) before its lock timeout. Its
+// requests are sent again alone, as after a lock timeout: every other
+// outcome is written while the row is held, and only the one for the
+// held row times out. Before, every request in the batch got the
+// statement's cancellation: one held row decided the others' answers.
+func TestGroupCommitStatementTimeoutSendsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct, schema := groupStore(t, postgres.Config{})
+	u, err := url.Parse(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("statement_timeout", "50")
+	q.Set("pool_max_conns", "4")
+	u.RawQuery = q.Encode()
+	s, err := postgres.Open(ctx, u.String(), postgres.Config{Schema: schema, PollOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n, held = 5, 2
+	reqs := make([]once.ClaimRequest, n)
+	for i := range reqs {
+		reqs[i] = claimOf(groupKey(t, i), fmt.Sprint("tok-", i))
+	}
+	if _, errs := direct.ClaimMany(ctx, reqs); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	tx, err := sharedPool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "once_action"}.Sanitize()+` WHERE key = $1 FOR UPDATE`, string(reqs[held].Key)); err != nil {
+		t.Fatal(err)
+	}
+	ts := make([]once.Transition, n)
+	for i := range ts {
+		ts[i] = succeed(reqs[i].Key, fmt.Sprint("done-", i), `{"id":1}`)
+	}
+	ok, errs := s.TransitionMany(ctx, ts)
+	for i := range ts {
+		var pe *pgconn.PgError
+		switch {
+		case i == held && (ok[i] || !errors.As(errs[i], &pe) || pe.Code != "57014"):
+			t.Errorf("transition %d, whose row is held: %v, %v; want the statement timeout", i, ok[i], errs[i])
+		case i != held && (errs[i] != nil || !ok[i]):
+			t.Errorf("transition %d: %v, %v; want applied while another request's row is held", i, ok[i], errs[i])
 		}
 	}
 }
