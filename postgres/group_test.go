@@ -386,15 +386,12 @@ func TestGroupCommitFewerCommits(t *testing.T) {
 	}
 }
 
-// TestGroupCommitLockTimeout: a batch that waits on a row another
-// transaction holds gives up after its lock timeout and sends its
-// requests alone: the others are written while the row is still held,
-// and the one that must wait does, then applies.
-func TestGroupCommitLockTimeout(t *testing.T) {
-	t.Parallel()
+// heldRow claims n keys through s, holds the held-th one's row in a
+// transaction of its own (rolled back at t's end, or by the caller), and
+// returns the outcomes of all n and the transaction.
+func heldRow(t *testing.T, s *postgres.Store, schema string, n, held int) ([]once.Transition, pgx.Tx) {
+	t.Helper()
 	ctx := context.Background()
-	s, schema := groupStore(t, postgres.Config{})
-	const n, held = 5, 2
 	reqs := make([]once.ClaimRequest, n)
 	for i := range reqs {
 		reqs[i] = claimOf(groupKey(t, i), fmt.Sprint("tok-", i))
@@ -406,7 +403,7 @@ func TestGroupCommitLockTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "once_action"}.Sanitize()+` WHERE key = $1 FOR UPDATE`, string(reqs[held].Key)); err != nil {
 		t.Fatal(err)
 	}
@@ -414,6 +411,19 @@ func TestGroupCommitLockTimeout(t *testing.T) {
 	for i := range ts {
 		ts[i] = succeed(reqs[i].Key, fmt.Sprint("done-", i), `{"id":1}`)
 	}
+	return ts, tx
+}
+
+// TestGroupCommitLockTimeout: a batch that waits on a row another
+// transaction holds gives up after its lock timeout and sends its
+// requests alone: the others are written while the row is still held,
+// and the one that must wait does, then applies.
+func TestGroupCommitLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := groupStore(t, postgres.Config{})
+	const n, held = 5, 2
+	ts, tx := heldRow(t, s, schema, n, held)
 	type answer struct {
 		ok   []bool
 		errs []error
@@ -485,25 +495,7 @@ func TestGroupCommitStatementTimeoutSendsAlone(t *testing.T) {
 	}
 	defer s.Close()
 	const n, held = 5, 2
-	reqs := make([]once.ClaimRequest, n)
-	for i := range reqs {
-		reqs[i] = claimOf(groupKey(t, i), fmt.Sprint("tok-", i))
-	}
-	if _, errs := direct.ClaimMany(ctx, reqs); errors.Join(errs...) != nil {
-		t.Fatal(errors.Join(errs...))
-	}
-	tx, err := sharedPool(t).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema, "once_action"}.Sanitize()+` WHERE key = $1 FOR UPDATE`, string(reqs[held].Key)); err != nil {
-		t.Fatal(err)
-	}
-	ts := make([]once.Transition, n)
-	for i := range ts {
-		ts[i] = succeed(reqs[i].Key, fmt.Sprint("done-", i), `{"id":1}`)
-	}
+	ts, _ := heldRow(t, direct, schema, n, held)
 	ok, errs := s.TransitionMany(ctx, ts)
 	for i := range ts {
 		var pe *pgconn.PgError
