@@ -1,15 +1,14 @@
 package postgres
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/oncehq/once/internal/testdb"
 )
 
 // The disk-full and idle-connection tests run throwaway PostgreSQL
@@ -68,22 +67,15 @@ func (c *fullCluster) startOnFreePort(port func(*testing.T) int) {
 	}
 }
 
-// portIn returns a function that finds a port from low to low+n-1 (all
-// below 32768, where ephemeral ports do not go) nothing listens on, and
-// skips its test when there is none.
+// portIn returns a function that finds a free port from low to low+n-1
+// (testdb.FreeLowPort), and skips its test when there is none.
 func portIn(low, n int) func(*testing.T) int {
 	return func(t *testing.T) int {
 		t.Helper()
-		for _, i := range rand.Perm(n) {
-			p := low + i
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				continue
-			}
-			l.Close()
-			return p
+		p, err := testdb.FreeLowPort(low, n)
+		if err != nil {
+			t.Skipf("the test's cluster: %v", err)
 		}
-		t.Skipf("no free port in %d-%d for the test's cluster", low, low+n-1)
-		return 0
+		return p
 	}
 }

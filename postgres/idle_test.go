@@ -220,6 +220,20 @@ var idleModes = []struct {
 
 func sent(context.Context, once.Attempt) (string, error) { return "sent", nil }
 
+// replay runs Do for in, whose action is finished: the effect must not
+// run, and a result that is not a replay is an error.
+func replay(t *testing.T, cl *once.Client, in once.Intent) (once.Result[string], error) {
+	t.Helper()
+	res, err := once.Do(context.Background(), cl, in, func(context.Context, once.Attempt) (string, error) {
+		t.Error("the effect of a finished key ran again")
+		return "", nil
+	})
+	if err == nil && !res.Replayed {
+		err = errors.New("not a replay")
+	}
+	return res, err
+}
+
 // TestIdleConnectionTerminatedDoClaimsAgain: the server ends the
 // connection the pool holds idle (pg_terminate_backend, as a DBA's
 // script or a proxy's reset does), and the next Do, a new key or a
@@ -259,11 +273,7 @@ func TestIdleConnectionTerminatedDoClaimsAgain(t *testing.T) {
 					}
 				}
 				terminateVictims(t, admin)
-				res, err := once.Do(ctx, cl, done, func(context.Context, once.Attempt) (string, error) {
-					t.Error("the effect of a finished key ran again")
-					return "", nil
-				})
-				if err != nil || !res.Replayed {
+				if _, err := replay(t, cl, done); err != nil {
 					dupFails++
 					if dupFails == 1 {
 						t.Logf("a duplicate of a finished key: %v", err)
@@ -330,11 +340,7 @@ func TestIdleSessionTimeoutPastAPingHolds(t *testing.T) {
 					t.Errorf("a new key after the idle timeout: %v", err)
 				}
 				time.Sleep(1300 * time.Millisecond)
-				res, err := once.Do(ctx, cl, done, func(context.Context, once.Attempt) (string, error) {
-					t.Error("the effect of a finished key ran again")
-					return "", nil
-				})
-				if err != nil || !res.Replayed {
+				if res, err := replay(t, cl, done); err != nil {
 					t.Errorf("a duplicate after the idle timeout: %+v, %v; want a replay", res, err)
 				}
 			}
@@ -372,11 +378,7 @@ func TestIdleTerminatedMidEffectRecords(t *testing.T) {
 				if err != nil || a.Status != once.StatusSucceeded {
 					t.Fatalf("row %q, %v; want succeeded", a.Status, err)
 				}
-				again, err := once.Do(ctx, cl, in, func(context.Context, once.Attempt) (string, error) {
-					t.Error("effect ran twice")
-					return "", nil
-				})
-				if err != nil || !again.Replayed {
+				if again, err := replay(t, cl, in); err != nil {
 					t.Fatalf("duplicate = %+v, %v; want a replay", again, err)
 				}
 			}

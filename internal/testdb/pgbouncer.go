@@ -151,7 +151,7 @@ func StartPgBouncer(ctx context.Context, dir, upstream string, opt PgBouncerOpti
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freeLowPort()
+		port, err := FreeLowPort(20000, 5000)
 		if err != nil {
 			return nil, err
 		}
@@ -167,13 +167,13 @@ func StartPgBouncer(ctx context.Context, dir, upstream string, opt PgBouncerOpti
 	return nil, lastErr
 }
 
-// freeLowPort picks a free loopback port in 20000-24999: below the
+// FreeLowPort picks a free loopback port from low to low+n-1: below the
 // ephemeral range (32768 and up), so no outgoing connection of another
-// test takes it between the check and PgBouncer's bind, and clear of
-// the services' own ports.
-func freeLowPort() (int, error) {
+// test takes it between the check and a server's bind. Callers pick
+// ranges clear of the services' own ports and of each other's.
+func FreeLowPort(low, n int) (int, error) {
 	for range 100 {
-		port := 20000 + rand.IntN(5000)
+		port := low + rand.IntN(n)
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue
@@ -181,7 +181,7 @@ func freeLowPort() (int, error) {
 		ln.Close()
 		return port, nil
 	}
-	return 0, errors.New("pgbouncer: no free port in 20000-24999 on 127.0.0.1")
+	return 0, fmt.Errorf("no free port in %d-%d on 127.0.0.1", low, low+n-1)
 }
 
 func startPgBouncer(ctx context.Context, bin, dir string, up *pgx.ConnConfig, opt PgBouncerOptions, port int, cred *syscall.Credential) (*PgBouncer, error) {
