@@ -54,8 +54,11 @@ type Config struct {
 	// let JSON bodies differ in key order and whitespace.
 	Fingerprint func(r *http.Request, body []byte) any
 	// Methods are the methods the middleware acts on; any other request
-	// passes straight to the handler. Nil means POST and PATCH, the
-	// methods HTTP does not already make idempotent.
+	// passes straight to the handler. They match in any case ("post"
+	// too), and the request is keyed and handled under the method in
+	// upper case, so one key sent with two spellings runs once. Nil
+	// means POST and PATCH, the methods HTTP does not already make
+	// idempotent.
 	Methods []string
 	// Optional lets a request without a key through to the handler, run
 	// as it would be without the middleware. By default a missing key is
@@ -218,6 +221,14 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !m.acts(r.Method) {
 		next.ServeHTTP(w, r)
 		return
+	}
+	if upper := strings.ToUpper(r.Method); upper != r.Method {
+		// The middleware acts on any spelling of a method it names, so
+		// the key, the fingerprint and the handler see one spelling:
+		// "post" and "POST" with one key are one request, run once
+		// (TestMethodCaseIsOneKey).
+		r = r.WithContext(r.Context())
+		r.Method = upper
 	}
 	key, err := keyOf(r)
 	switch {
