@@ -162,11 +162,28 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 // rolledBack reports whether a batch that failed with err surely wrote
 // nothing: PostgreSQL answered with an error (it then skips the rest of
 // the pipeline and rolls its transaction back, or the error is the
-// commit's own), or nothing was sent.
+// commit's own), or nothing was sent. An error that ends the session
+// (FATAL or PANIC) is not such an answer: a pooler sends one when its
+// link to the server drops ("server conn crashed?", 08P01), and the
+// server one when it is shut down, either of which may come after the
+// commit (TestGroupCommitPoolerCrashAfterCommitReadsBack).
 func rolledBack(err error) bool {
 	var pe *pgconn.PgError
 	var pre pgx.ErrPreprocessingBatch
-	return errors.As(err, &pe) || errors.As(err, &pre) || pgconn.SafeToRetry(err)
+	if errors.As(err, &pe) {
+		return !endsSession(pe)
+	}
+	return errors.As(err, &pre) || pgconn.SafeToRetry(err)
+}
+
+// endsSession reports whether pe is an error after which the server, or
+// a pooler in front of it, closes the connection.
+func endsSession(pe *pgconn.PgError) bool {
+	sev := pe.SeverityUnlocalized
+	if sev == "" {
+		sev = pe.Severity
+	}
+	return sev == "FATAL" || sev == "PANIC"
 }
 
 // sendAlone reports whether a batch that rolled back with err is sent

@@ -41,7 +41,8 @@ import (
 // that lacked a resource one of its writes needed (a full disk, which
 // refuses a new key's row but not a replay), rolled back whole, and its
 // requests are each sent again alone. A batch whose connection failed after it was sent
-// may have committed or not: every request in it gets the connection's
+// (or that met an error ending the session, which a pooler sends when its
+// link to the server drops) may have committed or not: every request in it gets the connection's
 // error, which is what a statement of its own whose reply was lost
 // gets, and the engine reads the row back by the request's token. A
 // caller whose context ends stops waiting; its request stays in the

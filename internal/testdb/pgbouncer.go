@@ -32,6 +32,11 @@ type PgBouncerOptions struct {
 	// opens to PostgreSQL for the database. Zero means 8: the server is
 	// shared, so it is kept small.
 	PoolSize int
+	// Upstream is the PostgreSQL PgBouncer forwards to, a postgres://
+	// URL: a fault proxy in front of the server, for a test that cuts
+	// the link between the pooler and the database. Empty means the
+	// test PostgreSQL itself.
+	Upstream string
 }
 
 // PgBouncer is a PgBouncer process of the caller's own, in front of
@@ -88,6 +93,9 @@ func PgBouncerPath() (string, error) {
 func RequirePgBouncer(t testing.TB, opt PgBouncerOptions) *PgBouncer {
 	t.Helper()
 	upstream := RequirePostgres(t)
+	if opt.Upstream != "" {
+		upstream = opt.Upstream
+	}
 	if _, err := PgBouncerPath(); err != nil {
 		Unavailable(t, err)
 	}
