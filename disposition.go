@@ -62,6 +62,8 @@ type Disposition struct {
 //	*UnknownOutcomeError, released           retry: the next delivery runs it with the same provider key
 //	*UnknownOutcomeError, awaiting verifier  retry when it is due: the next delivery asks the verifier
 //	*RecordError (ErrNotRecorded)            retry: the next delivery finds the claim and recovery decides
+//	ErrUnavailable                           retry after a second: nothing ran here
+//	*DecodeError (ErrResultUndecodable)      drop: the effect happened; its stored result does not decode
 //	*ReviewError, *UnknownOutcomeError in review, ErrResultTooLarge, ErrResultNotJSON
 //	                                         drop: a person decides
 //	*FingerprintError, *IntentError          drop: the job is wrong; retrying changes nothing
@@ -148,8 +150,12 @@ func Dispose(err error) Disposition {
 		return Disposition{Action: JobDrop, Reason: "failed for good, and nothing recorded it: " + err.Error()}
 	case errors.Is(err, ErrRetryLater):
 		return Disposition{Action: JobRetry, Reason: "did not happen; released for the next delivery"}
+	case errors.Is(err, ErrUnavailable):
+		return Disposition{Action: JobRetry, After: time.Second, Reason: "the store could not be reached; nothing ran here"}
 	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
+	case errors.Is(err, ErrResultUndecodable):
+		return Disposition{Action: JobDrop, Reason: "the effect happened, but its stored result does not decode: a person decides (" + err.Error() + ")"}
 	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):
 		return Disposition{Action: JobDrop, Reason: "the result cannot be stored: a person decides (in DoTx, nothing was recorded; roll back)"}
 	case errors.Is(err, ErrFingerprintMismatch), errors.Is(err, ErrInvalidIntent):

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -261,7 +262,10 @@ func finish[T any](o outcome) (Result[T], error) {
 	if len(o.stored) > 0 {
 		v, err := decodeStored[T](o.stored)
 		if err != nil {
-			return Result[T]{}, fmt.Errorf("once: action %s succeeded but its stored result does not decode into %T: %w; decode it with the type the first attempt returned", o.key, r.Value, err)
+			// The effect happened: a retry would fail the same way on
+			// every delivery, so the error is one Dispose settles
+			// (TestStore.../UndecodableResultSettles).
+			return r, &DecodeError{Key: o.key, Attempt: o.attempt, Type: reflect.TypeFor[T]().String(), Result: o.stored, err: err}
 		}
 		r.Value = v
 	}
@@ -444,6 +448,12 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					c.log.Warn("once: the claim failed; the database answers, claiming again", "key", req.Key, "kind", req.Kind, "err", err)
 					resent = true
 					continue
+				case !known:
+					// Neither the claim nor the read after it was
+					// answered: nothing is known of the row, and no
+					// transaction is known to hold the key
+					// (TestBlackholedClaimSaysTheStoreIsUnreachable).
+					return ClaimResult{}, &unavailableError{key: req.Key, kind: req.Kind, patience: c.claimTimeout, err: err}
 				case waited && (a.Key == "" || a.Status == StatusReleased):
 					// A try waited, and no row is visible or the one
 					// visible is released: another transaction (a DoTx

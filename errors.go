@@ -1,6 +1,7 @@
 package once
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -64,6 +65,16 @@ var (
 	ErrRejected = errors.New("once: the database refused the data")
 	// ErrNotFound: no action has this key.
 	ErrNotFound = errors.New("once: action not found")
+	// ErrUnavailable: the store could not be reached. A claim and the
+	// read of its row that followed both went unanswered, so nothing
+	// ran here, and whether the claim was written is not known: the
+	// next delivery finds out. Retry the job.
+	ErrUnavailable = errors.New("once: the store could not be reached")
+	// ErrResultUndecodable: the action succeeded, and its stored result
+	// (the first attempt's, a person's, or what a verifier found) does
+	// not decode into Do's type. The effect happened and is not run
+	// again; see *DecodeError.
+	ErrResultUndecodable = errors.New("once: stored result does not decode")
 )
 
 // IntentError says which field of an intent is wrong and why.
@@ -231,6 +242,44 @@ func (e *RecordError) Error() string {
 }
 func (e *RecordError) Is(target error) bool { return target == ErrNotRecorded }
 func (e *RecordError) Unwrap() error        { return e.Err }
+
+// DecodeError is ErrResultUndecodable: what did not decode, into which
+// type. Every delivery of the job gets it, so Dispose drops the job for
+// a person, who changes the type, or resolves the action again with a
+// result in its shape.
+type DecodeError struct {
+	Key     Key
+	Attempt int
+	// Type is the type Do decodes into.
+	Type string
+	// Result is the stored JSON. The error's text gives only its size:
+	// a result may hold what a log must not.
+	Result json.RawMessage
+	err    error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("once: action %s (attempt %d) succeeded, but its stored result (%d bytes) does not decode into %s: %v; the effect happened and is not run again: decode it with the type the first attempt returned, or resolve the action with a result of that shape",
+		e.Key, e.Attempt, len(e.Result), e.Type, e.err)
+}
+func (e *DecodeError) Is(target error) bool { return target == ErrResultUndecodable }
+func (e *DecodeError) Unwrap() error        { return e.err }
+
+// unavailableError is ErrUnavailable for one claim, with the error the
+// claim got.
+type unavailableError struct {
+	key      Key
+	kind     string
+	patience time.Duration
+	err      error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("once: claiming action %s (%s): the store could not be reached: the claim failed (%v), and a read of its row got no answer in %v; nothing ran here: return the job to its queue and retry",
+		e.key, e.kind, e.err, e.patience)
+}
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+func (e *unavailableError) Unwrap() error        { return e.err }
 
 // retryLaterError marks an effect error as "did not happen, retry later".
 // It matches ErrRetryLater, as the error Do returns for it does.

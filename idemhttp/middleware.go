@@ -371,6 +371,9 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusConflict, "outcome-review", "the first request with this Idempotency-Key stopped before its outcome was known, and a person decides what became of it; retrying will not run it again. Contact the operator, quoting the key")
 	case errors.Is(err, once.ErrFailed):
 		writeProblem(w, http.StatusConflict, "key-failed", "the request with this Idempotency-Key failed for good; use a new key to try a new request")
+	case errors.Is(err, once.ErrUnavailable):
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the idempotency store could not be reached, and the request was not processed; retry it with the same key")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the request ended before it was processed; retry it with the same key")

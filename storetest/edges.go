@@ -30,6 +30,7 @@ func edgeTests() []namedTest {
 		{name: "PurgeByRowDeadline", fn: testPurgeByRowDeadline},
 		{name: "EventsNameTheirOrigin", fn: testEventsNameTheirOrigin},
 		{name: "ResolvedFailureKeepsItsOutcome", fn: testResolvedFailureKeepsItsOutcome},
+		{name: "UndecodableResultSettles", fn: testUndecodableResultSettles},
 	}
 }
 
@@ -528,5 +529,63 @@ func testResolvedFailureKeepsItsOutcome(t *testing.T, h Harness) {
 		if n != 1 {
 			t.Fatalf("%s: RecentEvents lists the failure %d times, want once", d, n)
 		}
+	}
+}
+
+// A stored result that does not decode into Do's T (a person's Done
+// with a result in their own shape, or what a verifier found) must not
+// loop the job: the effect happened. Do says what did not decode, into
+// which type, and Dispose takes the job off the queue for a person
+// (drop), never retry, which would fail the same way on every delivery.
+func testUndecodableResultSettles(t *testing.T, h Harness) {
+	verified := once.KindPolicy{Recovery: once.VerifyThenDecide, Lease: time.Second,
+		Verifier: func(context.Context, once.Action) (bool, json.RawMessage, error) {
+			return true, json.RawMessage(`{"message_id":"<7@mx>"}`), nil
+		}}
+	_, c, _ := setup(t, h, once.Config{Kinds: map[string]once.KindPolicy{"verified": verified}})
+	for _, tc := range []struct {
+		name   string
+		in     once.Intent
+		decide func(k once.Key)
+	}{
+		{"PersonDone", once.Intent{Run: "undecodable", Kind: "send_email", Target: "ada@example.com"}, func(k once.Key) {
+			if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionDone, Result: json.RawMessage(`{"seen":"in the mail log"}`),
+				By: "ada", Note: "in the mail log"}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"VerifierLanded", once.Intent{Run: "undecodable", Kind: "verified", Target: "ada@example.com"}, func(once.Key) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := once.Do(ctx(t), c, tc.in, func(context.Context, once.Attempt) (int, error) {
+				return 0, errors.New("connection reset after DATA")
+			}); !errors.Is(err, once.ErrOutcomeUnknown) {
+				t.Fatalf("Do = %v, want the outcome unknown", err)
+			}
+			k := keyOf(t, tc.in)
+			tc.decide(k)
+			var effects counter
+			var err error
+			for range 50 {
+				// The verifier is asked once the unknown outcome is due.
+				if _, err = once.Do(ctx(t), c, tc.in, func(context.Context, once.Attempt) (int, error) {
+					effects.n.Add(1)
+					return 1, nil
+				}); !errors.Is(err, once.ErrOutcomeUnknown) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !errors.Is(err, once.ErrResultUndecodable) || effects.n.Load() != 0 {
+				t.Fatalf("Do = %v (ran %d); want ErrResultUndecodable and nothing run", err, effects.n.Load())
+			}
+			var de *once.DecodeError
+			if !errors.As(err, &de) || de.Key != k || de.Type != "int" || len(de.Result) == 0 || !strings.Contains(err.Error(), "int") {
+				t.Fatalf("error %v; want a *DecodeError naming the key, the type int and the stored result", err)
+			}
+			if d := once.Dispose(err); d.Action != once.JobDrop {
+				t.Fatalf("Dispose = %+v; want drop: the effect happened, and every delivery would fail the same way", d)
+			}
+		})
 	}
 }
