@@ -43,8 +43,9 @@ type Config struct {
 	// function runs. Zero means a third of the consumer's AckWait (or of
 	// its shortest BackOff step): read from the consumer's cached info
 	// by Consume, and asked of the server once per consumer by Handle
-	// (which also learns the consumer's MaxDeliver there);
-	// DefaultProgress when that fails.
+	// (which also learns the consumer's MaxDeliver there, and asks again
+	// a few seconds after a lookup that failed); DefaultProgress while
+	// that fails.
 	Progress time.Duration
 	// RetryDelay is the wait before a retried job is delivered again
 	// when its disposition names none (once.Disposition.After is zero:
@@ -85,9 +86,18 @@ type Worker struct {
 	log *slog.Logger
 
 	// consumers caches, per stream and consumer, what Handle needs of
-	// the consumer's configuration (a consumerFacts).
-	consumers sync.Map
+	// the consumer's configuration (a consumerFacts). A lookup that
+	// failed is kept only for lookupRetry, then asked again.
+	consumers   sync.Map
+	lookupRetry time.Duration
 }
+
+// defaultLookupRetry is how long a failed lookup of a consumer stands
+// before a message of that consumer asks again: long enough that a
+// server that refuses the lookup (a permission, a JetStream API that
+// times out) does not cost every message a round trip, short enough
+// that a passing failure leaves no worker blind for its life.
+const defaultLookupRetry = 5 * time.Second
 
 // JobFunc is the application's work for one message: decode the job,
 // call once.Do (or once.DoTx) for each of its effects, and return the
@@ -121,7 +131,7 @@ func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Worker{js: js, cfg: cfg, log: log}, nil
+	return &Worker{js: js, cfg: cfg, log: log, lookupRetry: defaultLookupRetry}, nil
 }
 
 // ErrLastDelivery is joined to the error Handle returns when a job that
@@ -132,6 +142,14 @@ func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
 // before any Do claimed it (the database unreachable), or was handed
 // back unrun, nothing does: publish it again.
 var ErrLastDelivery = errors.New("natsjs: the consumer's last delivery (MaxDeliver) of a job that needed another; JetStream does not deliver it again")
+
+// ErrDeliveryLimitUnknown is joined to the error Handle returns when a
+// job that needed another delivery was handed back (Nak) while its
+// consumer's MaxDeliver could not be read: if this was the last
+// delivery, JetStream does not deliver it again. Handle asks for the
+// consumer again on a later message; give the worker's user the right
+// to read it ($JS.API.CONSUMER.INFO).
+var ErrDeliveryLimitUnknown = errors.New("natsjs: the consumer's MaxDeliver could not be read; if this was its last delivery, JetStream does not deliver the job again")
 
 // ErrNotSettled matches a *SettleError.
 var ErrNotSettled = errors.New("natsjs: message not settled")
@@ -317,9 +335,12 @@ func (w *Worker) backoff(n uint64) time.Duration {
 type consumerFacts struct {
 	// progress is the InProgress interval its AckWait calls for.
 	progress time.Duration
-	// maxDeliver is its MaxDeliver; zero or less for no limit (or not
-	// known).
+	// maxDeliver is its MaxDeliver; zero or less for no limit.
 	maxDeliver int
+	// lookupErr is why the consumer could not be read, and lookedUp
+	// when; progress and maxDeliver are then not known.
+	lookupErr error
+	lookedUp  time.Time
 }
 
 func factsOf(c jetstream.ConsumerConfig) consumerFacts {
@@ -331,6 +352,11 @@ func factsOf(c jetstream.ConsumerConfig) consumerFacts {
 // disposition says what happens, and the error returned (matching
 // ErrLastDelivery) lets the log say it louder than a retry.
 func (f consumerFacts) lastDelivery(meta *jetstream.MsgMetadata, d once.Disposition) (once.Disposition, error) {
+	if d.Action == once.JobRetry && f.lookupErr != nil {
+		// Not known to be unlimited: handed back, and said out loud
+		// (TestConsumerLookupFailureIsAskedAgain).
+		return d, fmt.Errorf("%w (delivery %d; reading it failed: %v)", ErrDeliveryLimitUnknown, meta.NumDelivered, f.lookupErr)
+	}
 	if d.Action != once.JobRetry || f.maxDeliver <= 0 || meta.NumDelivered < uint64(f.maxDeliver) {
 		return d, nil
 	}
@@ -339,11 +365,15 @@ func (f consumerFacts) lastDelivery(meta *jetstream.MsgMetadata, d once.Disposit
 }
 
 // consumer returns the facts of meta's consumer: cached, or asked of the
-// server once per consumer.
+// server once per consumer; a lookup that failed is asked again after
+// lookupRetry, so one failure does not leave the worker without its
+// consumer's MaxDeliver and AckWait for its life.
 func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
 	id := meta.Stream + "\x00" + meta.Consumer
-	if f, ok := w.consumers.Load(id); ok {
-		return f.(consumerFacts)
+	if v, ok := w.consumers.Load(id); ok {
+		if f := v.(consumerFacts); f.lookupErr == nil || time.Since(f.lookedUp) < w.lookupRetry {
+			return f
+		}
 	}
 	// Asked even when ctx has ended: a job handed back unrun needs the
 	// consumer's MaxDeliver too.
@@ -355,7 +385,8 @@ func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) cons
 	case err == nil:
 		f = factsOf(c.CachedInfo().Config)
 	default:
-		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval", "stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "err", err)
+		f.lookupErr, f.lookedUp = err, time.Now()
+		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval, and asking again later", "stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "retry_after", w.lookupRetry, "err", err)
 	}
 	w.consumers.Store(id, f)
 	return f
