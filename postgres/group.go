@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/oncehq/once"
 )
@@ -64,6 +65,16 @@ const (
 // one batch either way.
 const spareRunnerQueue = 16
 
+// stallAfter is how long requests may wait with no runner taking any
+// before one more runner starts beside those in flight. A batch in
+// flight on a connection that hangs (black-holed, its reply lost)
+// holds the requests queued behind it until its callers' deadlines,
+// seconds; requests that could go on another connection of the pool
+// then go there (TestGroupCommitHungLoneOutcomeHoldsNoClaim). It is
+// longer than a batch's lock timeout, so a batch that merely waits on a
+// lock does not start one. At most twice Config.BatchesInFlight run.
+const stallAfter = 250 * time.Millisecond
+
 // request is one Claim or Transition waiting for, or riding in, a batch.
 type request struct {
 	ctx context.Context
@@ -102,6 +113,10 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*request
 	running int
+	// taken counts the batches runners took off the queue; watching
+	// says a stall check is armed (stalled).
+	taken    uint64
+	watching bool
 
 	// beforeBatch, when set (by tests), runs before each batch a runner
 	// took, with the batch's size.
@@ -123,6 +138,7 @@ func (b *batcher) submit(ctx context.Context, reqs ...*request) error {
 		return nil
 	}
 	b.queue = append(b.queue, reqs...)
+	b.watch()
 	b.startRunners()
 	for _, r := range reqs {
 		select {
@@ -188,6 +204,40 @@ func (b *batcher) startRunners() {
 	}
 }
 
+// watch arms a stall check, unless one is armed: if in stallAfter no
+// runner has taken a batch and requests still wait, stalled starts
+// another. It is called with b.mu held.
+func (b *batcher) watch() {
+	if b.watching {
+		return
+	}
+	b.watching = true
+	seen := b.taken
+	time.AfterFunc(stallAfter, func() { b.stalled(seen) })
+}
+
+// stalled starts one more runner when requests still wait and none was
+// taken since the check was armed (taken is still seen): every batch in
+// flight is held up, by a connection that hangs or a slow server, and
+// the queue goes on another connection. It re-arms while requests wait.
+func (b *batcher) stalled(seen uint64) {
+	b.mu.Lock()
+	b.watching = false
+	if len(b.queue) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	start := b.taken == seen && b.running < 2*b.runners
+	if start {
+		b.running++
+	}
+	b.watch()
+	b.mu.Unlock()
+	if start {
+		go b.run()
+	}
+}
+
 // run takes batches off the queue until it is empty.
 func (b *batcher) run() {
 	for {
@@ -200,6 +250,7 @@ func (b *batcher) run() {
 		}
 		batch := slices.Clone(b.queue[:n])
 		b.queue = slices.Delete(b.queue, 0, n)
+		b.taken++
 		b.mu.Unlock()
 		// A request whose caller stopped waiting before it was sent is
 		// not sent: it did not happen, which its caller may read back.
