@@ -105,7 +105,7 @@ func (b *batcher) send(ctx context.Context, reqs []*request) {
 		}
 		return
 	}
-	defer conn.Release()
+	defer s.conns.release(conn)
 	batch := &pgx.Batch{}
 	batch.Queue(batchSettingsSQL)
 	rounds := roundsOf(reqs)

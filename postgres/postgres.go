@@ -155,8 +155,11 @@ type dbtx interface {
 
 // Store is a once.Store on PostgreSQL.
 type Store struct {
-	db     dbtx
-	pool   *pgxpool.Pool
+	db   dbtx
+	pool *pgxpool.Pool
+	// conns runs statements on the pool (poolDB); db is conns, or a
+	// caller's transaction (BindTx).
+	conns  poolDB
 	owned  bool
 	inTx   bool
 	addr   string
@@ -272,8 +275,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		}
 	}
 	tag := cfg.Schema + "." + cfg.Prefix + "action"
+	conns := poolDB{pool: pool, closing: new(sync.WaitGroup)}
 	s := &Store{
-		db:      pool,
+		db:      conns,
+		conns:   conns,
 		pool:    pool,
 		addr:    net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
 		names:   names,
@@ -398,6 +403,9 @@ func (s *Store) Close() error {
 		s.closeOnce.Do(func() { close(s.closed) })
 		s.pool.Close()
 	}
+	// Connections taken out of the pool as pgx closed them (poolDB)
+	// end within pgx's 15 s, as the pool's own would in pool.Close.
+	s.conns.closing.Wait()
 	return nil
 }
 
@@ -1339,7 +1347,7 @@ func (s *Store) moved(ctx context.Context, req once.WaitRequest, mark bool) (boo
 	defer cancel()
 	if mark {
 		var stands bool
-		if err := s.pool.QueryRow(rctx, s.q.await, string(req.Key), string(req.Status), req.Attempt).Scan(&stands); err != nil {
+		if err := s.conns.QueryRow(rctx, s.q.await, string(req.Key), string(req.Status), req.Attempt).Scan(&stands); err != nil {
 			return false, s.wrap(err)
 		}
 		return !stands, nil

@@ -42,8 +42,13 @@ type Proxy struct {
 type link struct {
 	client, server net.Conn
 	// marked is set when the client sent the cut marker: the server's
-	// next reply is dropped and both ends closed.
+	// next reply is dropped and both ends closed (or hung, with hang).
+	// end, done and hang are the cut's own, taken when it was marked, so a
+	// cut armed meanwhile does not take them over.
 	marked bool
+	end    []byte
+	done   chan struct{}
+	hang   bool
 	// hung drops everything from then on, in both directions.
 	hung bool
 }
@@ -181,17 +186,17 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn, fromClient bool) {
 			p.mu.Lock()
 			blackout := p.blackout
 			var cutNow chan struct{}
-			if fromClient && p.cut != nil && bytes.Contains(chunk, p.cut) {
-				l.marked = true
+			if fromClient && p.cut != nil && !l.marked && bytes.Contains(chunk, p.cut) {
+				l.marked, l.end, l.done, l.hang = true, p.cutEnd, p.cutDone, p.cutHang
 				p.cut = nil
-			} else if !fromClient && l.marked && bytes.Contains(chunk, p.cutEnd) {
+			} else if !fromClient && l.marked && bytes.Contains(chunk, l.end) {
 				l.marked = false
-				cutNow = p.cutDone
+				cutNow = l.done
 			}
 			// While the server is still answering the marked request,
 			// the client hears none of it.
 			answering := !fromClient && l.marked
-			hang := p.cutHang
+			hang := l.hang
 			if cutNow != nil && hang {
 				l.hung = true
 			}

@@ -104,3 +104,41 @@ func TestRefuse(t *testing.T) {
 		t.Fatalf("an open connection stopped working: %v", err)
 	}
 }
+
+// A cut armed while an earlier one waits for its reply is a cut of its
+// own: each closes its own channel when its own reply is lost, where
+// the earlier one closed the later one's (and the later one closed it
+// again, a panic).
+func TestCutArmedWhileAnotherWaits(t *testing.T) {
+	p, url := proxied(t)
+	slow, quick := connect(t, url), connect(t, url)
+	first := p.CutAfter([]byte("/* first */"), faultproxy.PostgresReady)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := slow.Exec(context.Background(), `SELECT pg_sleep(0.5) /* first */`)
+		errs <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the first is marked and sleeping
+	second := p.CutAfter([]byte("/* second */"), faultproxy.PostgresReady)
+	if _, err := quick.Exec(context.Background(), `SELECT 1 /* second */`); err == nil {
+		t.Fatal("the second statement's reply arrived; want it lost")
+	}
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second cut never reported")
+	}
+	select {
+	case <-first:
+		t.Fatal("the first cut reported before its reply came")
+	default:
+	}
+	if err := <-errs; err == nil {
+		t.Fatal("the first statement's reply arrived; want it lost")
+	}
+	select {
+	case <-first:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first cut never reported")
+	}
+}

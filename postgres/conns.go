@@ -1,0 +1,120 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// poolDB runs each statement on a connection of its own from the pool,
+// as pgxpool's own methods do, and hands back a connection that pgx
+// closed under the statement without holding its place in the pool.
+//
+// A statement given up on a connection that hangs (its context ended,
+// its reply black-holed) makes pgx close the connection in the
+// background: it asks the server to cancel, then drains the socket for
+// up to 15 s, and pgxpool counts the connection against MaxConns until
+// then. A few hangs would so take every slot, and the read-back that
+// tells a caller its committed claim is its own would find none
+// (TestHungConnectionsFreeTheirPoolSlots). Such a connection is taken
+// out of the pool at once instead (Hijack); pgx's clean-up goes on
+// without it, and the pool may open another; Store.Close waits for it.
+type poolDB struct {
+	pool *pgxpool.Pool
+	// closing counts the connections taken out of the pool whose
+	// clean-up has not ended.
+	closing *sync.WaitGroup
+}
+
+func (p poolDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer p.release(c)
+	return c.Exec(ctx, sql, args...)
+}
+
+func (p poolDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.Query(ctx, sql, args...)
+	if err != nil {
+		p.release(c)
+		return nil, err
+	}
+	return &connRows{Rows: rows, c: c, p: p}, nil
+}
+
+func (p poolDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return errRow{err}
+	}
+	return &connRow{row: c.QueryRow(ctx, sql, args...), c: c, p: p}
+}
+
+// release returns c to the pool, or, when pgx has closed it, takes it
+// out of the pool's count at once.
+func (p poolDB) release(c *pgxpool.Conn) {
+	if c.Conn().IsClosed() {
+		// pgx closes it already (asyncClose); Hijack only makes the
+		// pool forget it.
+		pc := c.Hijack()
+		p.closing.Go(func() { <-pc.PgConn().CleanupDone() })
+		return
+	}
+	c.Release()
+}
+
+// connRow is a row whose connection goes back when it is scanned.
+type connRow struct {
+	row pgx.Row
+	c   *pgxpool.Conn
+	p   poolDB
+}
+
+func (r *connRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	r.p.release(r.c)
+	return err
+}
+
+// errRow is a row that could not be asked for.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// connRows are rows whose connection goes back when they are read to
+// the end or closed.
+type connRows struct {
+	pgx.Rows
+	c    *pgxpool.Conn
+	p    poolDB
+	done sync.Once
+}
+
+func (r *connRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.release()
+	return false
+}
+
+func (r *connRows) Close() {
+	r.Rows.Close()
+	r.release()
+}
+
+func (r *connRows) release() {
+	r.done.Do(func() {
+		r.Rows.Close()
+		r.p.release(r.c)
+	})
+}
