@@ -157,11 +157,13 @@ func TestConsumerLookupFailureIsAskedAgain(t *testing.T) {
 		t.Fatalf("delivery 1 with the consumer unreadable: %v (%s), %v; want a retry whose error says MaxDeliver is unknown", d.Action, d.Reason, err)
 	}
 
+	// The probe connects before the reload: a connection made while the
+	// server reloads its users may be refused (Authorization Violation).
+	_, probe := n.connect(t, "worker")
 	n.write(t, false)
 	if err := n.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	_, probe := n.connect(t, "worker")
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		_, err := probe.Consumer(pctx, "JOBS", "worker")
