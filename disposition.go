@@ -63,7 +63,9 @@ type Disposition struct {
 //	*UnknownOutcomeError, awaiting verifier  retry when it is due: the next delivery asks the verifier
 //	*RecordError (ErrNotRecorded)            retry: the next delivery finds the claim and recovery decides
 //	ErrUnavailable                           retry after a second: nothing ran here
-//	*DecodeError (ErrResultUndecodable)      drop: the effect happened; its stored result does not decode
+//	*DecodeError (ErrResultUndecodable)      drop: the effect happened; its stored result does not decode,
+//	                                         and every delivery would fail alike (the job's later steps
+//	                                         wait in the dead-letter queue)
 //	*ReviewError, *UnknownOutcomeError in review, ErrResultTooLarge, ErrResultNotJSON
 //	                                         drop: a person decides
 //	*FingerprintError, *IntentError          drop: the job is wrong; retrying changes nothing
@@ -155,7 +157,10 @@ func Dispose(err error) Disposition {
 	case errors.Is(err, ErrReview):
 		return Disposition{Action: JobDrop, Reason: "a person decides"}
 	case errors.Is(err, ErrResultUndecodable):
-		return Disposition{Action: JobDrop, Reason: "the effect happened, but its stored result does not decode: a person decides (" + err.Error() + ")"}
+		// Every delivery would fail alike: a retry would circle the
+		// queue for ever. The job keeps its later steps in the
+		// dead-letter queue, for a delivery once the types agree.
+		return Disposition{Action: JobDrop, Reason: "the effect happened, but its stored result does not decode into the type Do asked for: a person decides; deliver the job again once the types agree"}
 	case errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrResultNotJSON):
 		return Disposition{Action: JobDrop, Reason: "the result cannot be stored: a person decides (in DoTx, nothing was recorded; roll back)"}
 	case errors.Is(err, ErrFingerprintMismatch), errors.Is(err, ErrInvalidIntent):

@@ -244,9 +244,9 @@ func (e *RecordError) Is(target error) bool { return target == ErrNotRecorded }
 func (e *RecordError) Unwrap() error        { return e.Err }
 
 // DecodeError is ErrResultUndecodable: what did not decode, into which
-// type. Every delivery of the job gets it, so Dispose drops the job for
-// a person, who changes the type, or resolves the action again with a
-// result in its shape.
+// type. Every delivery of the job gets it, so Dispose drops the job (to
+// the dead-letter queue, with the rest of its steps) for a person, who
+// makes the type agree with the stored result and delivers it again.
 type DecodeError struct {
 	Key     Key
 	Attempt int
@@ -259,7 +259,7 @@ type DecodeError struct {
 }
 
 func (e *DecodeError) Error() string {
-	return fmt.Sprintf("once: action %s (attempt %d) succeeded, but its stored result (%d bytes) does not decode into %s: %v; the effect happened and is not run again: decode it with the type the first attempt returned, or resolve the action with a result of that shape",
+	return fmt.Sprintf("once: action %s (attempt %d) succeeded, but its stored result (%d bytes) does not decode into %s: %v; the effect happened and is not run again: decode it with the type the first attempt returned (a worker of the version that ran it replays it), then deliver the job again",
 		e.Key, e.Attempt, len(e.Result), e.Type, e.err)
 }
 func (e *DecodeError) Is(target error) bool { return target == ErrResultUndecodable }

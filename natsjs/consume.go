@@ -48,7 +48,7 @@ func (w *Worker) Consume(ctx context.Context, cons jetstream.Consumer, fn JobFun
 			// running before it; AckNone never delivers a job again.
 			return fmt.Errorf("natsjs: %s has AckPolicy %s; jobs are settled one by one, so it needs jetstream.AckExplicitPolicy", name, p)
 		}
-		w.consumers.Store(info.Stream+"\x00"+info.Name, factsOf(info.Config))
+		w.consumers.Store(info.Stream+"\x00"+info.Name, &consumerEntry{facts: factsOf(info.Config), have: true})
 	}
 
 	// Jobs run on a context of their own, cancelled only when the drain

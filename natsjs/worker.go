@@ -86,14 +86,15 @@ type Worker struct {
 	log *slog.Logger
 
 	// consumers caches, per stream and consumer, what Handle needs of
-	// the consumer's configuration (a consumerFacts). A lookup that
-	// failed is kept only for lookupRetry, then asked again.
+	// the consumer's configuration (a *consumerEntry). A lookup that
+	// failed is kept only for a while (retryAfter), then asked again.
 	consumers   sync.Map
 	lookupRetry time.Duration
 }
 
 // defaultLookupRetry is how long a failed lookup of a consumer stands
-// before a message of that consumer asks again: long enough that a
+// before a message of that consumer asks again (doubled with each
+// failure in a row, up to maxLookupRetry): long enough that a
 // server that refuses the lookup (a permission, a JetStream API that
 // times out) does not cost every message a round trip, short enough
 // that a passing failure leaves no worker blind for its life.
@@ -364,32 +365,88 @@ func (f consumerFacts) lastDelivery(meta *jetstream.MsgMetadata, d once.Disposit
 	return d, ErrLastDelivery
 }
 
+// consumerEntry is what a worker knows of one consumer, and the lookup
+// of it in flight.
+type consumerEntry struct {
+	mu    sync.Mutex
+	facts consumerFacts
+	have  bool // a lookup ended (or Consume read the facts)
+	// asking is closed when the lookup in flight ends; nil when none is.
+	asking chan struct{}
+	// failures counts the lookups that failed in a row.
+	failures int
+}
+
+// maxLookupRetry caps the growing wait between lookups that fail.
+const maxLookupRetry = time.Minute
+
 // consumer returns the facts of meta's consumer: cached, or asked of the
-// server once per consumer; a lookup that failed is asked again after
-// lookupRetry, so one failure does not leave the worker without its
-// consumer's MaxDeliver and AckWait for its life.
+// server once per consumer. A lookup that failed is asked again after
+// lookupRetry, doubled with each failure in a row up to a minute, so one
+// failure does not leave the worker without its consumer's MaxDeliver
+// and AckWait for its life. One message asks at a time; the others take
+// what is known meanwhile (a failure's defaults), or, before anything
+// is, wait for that lookup.
 func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
 	id := meta.Stream + "\x00" + meta.Consumer
-	if v, ok := w.consumers.Load(id); ok {
-		if f := v.(consumerFacts); f.lookupErr == nil || time.Since(f.lookedUp) < w.lookupRetry {
-			return f
-		}
+	v, _ := w.consumers.LoadOrStore(id, &consumerEntry{})
+	e := v.(*consumerEntry)
+	e.mu.Lock()
+	if e.have && (e.facts.lookupErr == nil || e.asking != nil || time.Since(e.facts.lookedUp) < w.retryAfter(e.failures)) {
+		f := e.facts
+		e.mu.Unlock()
+		return f
 	}
+	if ch := e.asking; ch != nil {
+		// Nothing known yet: wait for the lookup another message makes
+		// (bounded by its own timeout).
+		e.mu.Unlock()
+		<-ch
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.facts
+	}
+	ch := make(chan struct{})
+	e.asking = ch
+	e.mu.Unlock()
+	f := w.lookup(ctx, meta)
+	e.mu.Lock()
+	e.facts, e.have, e.asking = f, true, nil
+	if f.lookupErr != nil {
+		e.failures++
+	} else {
+		e.failures = 0
+	}
+	failures := e.failures
+	e.mu.Unlock()
+	close(ch)
+	if f.lookupErr != nil {
+		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval, and asking again later",
+			"stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "retry_after", w.retryAfter(failures), "err", f.lookupErr)
+	}
+	return f
+}
+
+// retryAfter is how long a lookup's failure stands after n in a row.
+func (w *Worker) retryAfter(n int) time.Duration {
+	d := w.lookupRetry
+	for i := 1; i < n && d < maxLookupRetry; i++ {
+		d *= 2
+	}
+	return min(d, maxLookupRetry)
+}
+
+// lookup asks the server for meta's consumer.
+func (w *Worker) lookup(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
 	// Asked even when ctx has ended: a job handed back unrun needs the
 	// consumer's MaxDeliver too.
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	f := consumerFacts{progress: DefaultProgress}
 	c, err := w.js.Consumer(ictx, meta.Stream, meta.Consumer)
-	switch {
-	case err == nil:
-		f = factsOf(c.CachedInfo().Config)
-	default:
-		f.lookupErr, f.lookedUp = err, time.Now()
-		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval, and asking again later", "stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "retry_after", w.lookupRetry, "err", err)
+	if err != nil {
+		return consumerFacts{progress: DefaultProgress, lookupErr: err, lookedUp: time.Now()}
 	}
-	w.consumers.Store(id, f)
-	return f
+	return factsOf(c.CachedInfo().Config)
 }
 
 // progressFor is a third of the shortest wait after which the server

@@ -20,13 +20,56 @@ import (
 // then. A few hangs would so take every slot, and the read-back that
 // tells a caller its committed claim is its own would find none
 // (TestHungConnectionsFreeTheirPoolSlots). Such a connection is taken
-// out of the pool at once instead (Hijack); pgx's clean-up goes on
-// without it, and the pool may open another; Store.Close waits for it.
+// out of the pool at once instead (Hijack) and its socket closed, so
+// the server ends its session; the pool may open another. At most
+// MaxConns are so taken out while their clean-up runs, so a store never
+// holds more than twice MaxConns of the server's connections; past
+// that the pool keeps counting them, as it did.
 type poolDB struct {
-	pool *pgxpool.Pool
-	// closing counts the connections taken out of the pool whose
-	// clean-up has not ended.
-	closing *sync.WaitGroup
+	pool    *pgxpool.Pool
+	closing *closing
+}
+
+// closing counts the connections taken out of the pool whose clean-up
+// has not ended.
+type closing struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    int
+	max  int
+}
+
+func newClosing(max int) *closing {
+	c := &closing{max: max}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// take counts one more, unless max are counted already.
+func (c *closing) take() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n >= c.max {
+		return false
+	}
+	c.n++
+	return true
+}
+
+func (c *closing) done() {
+	c.mu.Lock()
+	c.n--
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+// wait returns once none is counted.
+func (c *closing) wait() {
+	c.mu.Lock()
+	for c.n > 0 {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
 }
 
 func (p poolDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -62,11 +105,15 @@ func (p poolDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // release returns c to the pool, or, when pgx has closed it, takes it
 // out of the pool's count at once.
 func (p poolDB) release(c *pgxpool.Conn) {
-	if c.Conn().IsClosed() {
-		// pgx closes it already (asyncClose); Hijack only makes the
-		// pool forget it.
+	if c.Conn().IsClosed() && p.closing.take() {
+		// pgx closes it already (asyncClose); Hijack makes the pool
+		// forget it, and closing the socket ends the drain at once.
 		pc := c.Hijack()
-		p.closing.Go(func() { <-pc.PgConn().CleanupDone() })
+		pc.PgConn().Conn().Close()
+		go func() {
+			<-pc.PgConn().CleanupDone()
+			p.closing.done()
+		}()
 		return
 	}
 	c.Release()

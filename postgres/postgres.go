@@ -275,7 +275,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		}
 	}
 	tag := cfg.Schema + "." + cfg.Prefix + "action"
-	conns := poolDB{pool: pool, closing: new(sync.WaitGroup)}
+	conns := poolDB{pool: pool, closing: newClosing(int(pool.Config().MaxConns))}
 	s := &Store{
 		db:      conns,
 		conns:   conns,
@@ -402,10 +402,13 @@ func (s *Store) Close() error {
 		// Waiters first: a read of the closed pool tells them nothing.
 		s.closeOnce.Do(func() { close(s.closed) })
 		s.pool.Close()
+		// Connections taken out of the pool as pgx closed them
+		// (poolDB) end as the pool's own do in pool.Close: at once,
+		// or within pgx's 15 s when the server cannot be reached to
+		// be asked to cancel. A pool passed to New is the caller's to
+		// close.
+		s.conns.closing.wait()
 	}
-	// Connections taken out of the pool as pgx closed them (poolDB)
-	// end within pgx's 15 s, as the pool's own would in pool.Close.
-	s.conns.closing.Wait()
 	return nil
 }
 
