@@ -32,7 +32,7 @@ func TestLoadCutAndHungRepliesSmallPool(t *testing.T) {
 	for _, unbatched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
 			t.Parallel()
-			loadUnderFaults(t, unbatched, 600, 16, 8)
+			loadUnderFaults(t, unbatched, 1500, 16, 8)
 		})
 	}
 }
@@ -84,10 +84,16 @@ func loadUnderFaults(t *testing.T, unbatched bool, intents, workers, pool int) {
 		counts  = map[once.JobAction]int{}
 		total   atomic.Int64
 	)
+	// The first deliveries are spread over 10 s, so the faults meet the
+	// whole run, not its first seconds.
+	began := time.Now()
 	for i := range intents {
 		queue = append(queue, delivery{i: i}, delivery{i: i})
 	}
 	rand.Shuffle(len(queue), func(a, b int) { queue[a], queue[b] = queue[b], queue[a] })
+	for k := range queue {
+		queue[k].at = began.Add(time.Duration(k) * 10 * time.Second / time.Duration(len(queue)))
+	}
 	take := func() (delivery, bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -141,7 +147,6 @@ func loadUnderFaults(t *testing.T, unbatched bool, intents, workers, pool int) {
 		}
 	}()
 
-	began := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
