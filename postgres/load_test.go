@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
-	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/postgres"
 )
 
@@ -44,25 +41,7 @@ type delivery struct {
 }
 
 func loadUnderFaults(t *testing.T, unbatched bool, intents, workers, pool int) {
-	d, schema := newStore(t)
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	cc, err := pgx.ParseConfig(testdb.RequirePostgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cc.Host, cc.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=%d", cc.User, p.Addr(), cc.Database, pool)
-	s, err := postgres.Open(context.Background(), url, postgres.Config{Schema: schema, Unbatched: unbatched, PollOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, p, _ := behindProxy(t, pool, "", postgres.Config{Unbatched: unbatched})
 	c, err := once.New(once.Config{Store: s, ClaimTimeout: time.Second, RecordTimeout: 6 * time.Second,
 		Default: once.KindPolicy{Lease: 2 * time.Second}, Logger: quiet})
 	if err != nil {
@@ -184,7 +163,7 @@ func loadUnderFaults(t *testing.T, unbatched bool, intents, workers, pool int) {
 
 	var succeeded, review, reviewRan, twice, other int
 	for i, in := range ins {
-		a, err := d.Get(context.Background(), keyOf(t, in))
+		a, err := s.Get(context.Background(), keyOf(t, in))
 		n := starts[i].Load()
 		switch {
 		case err != nil:

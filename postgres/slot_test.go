@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
-	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/postgres"
 )
 
@@ -26,25 +23,7 @@ import (
 func TestHungConnectionsFreeTheirPoolSlots(t *testing.T) {
 	for _, unbatched := range []bool{true, false} {
 		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
-			d, schema := newStore(t)
-			if err := d.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			cc, err := pgx.ParseConfig(testdb.RequirePostgres(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cc.Host, cc.Port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=2", cc.User, p.Addr(), cc.Database)
-			s, err := postgres.Open(context.Background(), url, postgres.Config{Schema: schema, Unbatched: unbatched, PollOnly: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s, p, _ := behindProxy(t, 2, "", postgres.Config{Unbatched: unbatched})
 			c, err := once.New(once.Config{Store: s, ClaimTimeout: time.Second, Default: once.KindPolicy{Lease: time.Minute}, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
