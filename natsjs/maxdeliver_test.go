@@ -74,3 +74,36 @@ func TestLastDeliveryHandedBack(t *testing.T) {
 		t.Fatalf("ran %v, settled %v (%v); want not run, and reported lost on its last delivery", ran, d.Action, err)
 	}
 }
+
+// TestMaxDeliverRaisedIsReadAgain: the worker read the consumer's
+// MaxDeliver (2) on the first delivery; an operator then raised it to
+// 10. The second delivery is not its last: before terminating it as
+// such, the worker asks the consumer again, and hands the job back.
+func TestMaxDeliverRaisedIsReadAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, jetstream.ConsumerConfig{MaxDeliver: 2}, once.Config{})
+	w := b.worker(t, natsjs.Config{RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	b.publish(t, job{ID: "order-mr", Customer: "cus_mr", Amount: 4})
+	unavailable := func(context.Context, jetstream.Msg) error { return once.ErrUnavailable }
+	next := func(n int) jetstream.Msg {
+		msg, err := b.cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("delivery %d never came: %v", n, err)
+		}
+		return msg
+	}
+	if d, _ := w.Handle(context.Background(), next(1), unavailable); d.Action != once.JobRetry {
+		t.Fatalf("delivery 1: %v (%s); want a retry", d.Action, d.Reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cfg := b.info(t).Config
+	cfg.MaxDeliver = 10
+	if _, err := b.js.UpdateConsumer(ctx, b.stream, cfg); err != nil {
+		t.Fatal(err)
+	}
+	d, err := w.Handle(context.Background(), next(2), unavailable)
+	if d.Action != once.JobRetry || errors.Is(err, natsjs.ErrLastDelivery) {
+		t.Fatalf("delivery 2 of 10: %v (%s), %v; want a retry, not a termination as the last", d.Action, d.Reason, err)
+	}
+}

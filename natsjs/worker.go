@@ -201,7 +201,7 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 	}
 	facts := w.consumer(ctx, meta)
 	if ctx.Err() != nil {
-		d, last := facts.lastDelivery(meta, retry("not run: the worker is stopping"))
+		d, last := w.lastDelivery(ctx, meta, facts, retry("not run: the worker is stopping"))
 		serr := w.settle(ctx, msg, d)
 		return d, errors.Join(fmt.Errorf("natsjs: job not run, the worker is stopping: %w", context.Cause(ctx)), last, serr)
 	}
@@ -222,7 +222,7 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 			d.After = max(d.After, w.backoff(meta.NumDelivered))
 		}
 	}
-	d, last := facts.lastDelivery(meta, d)
+	d, last := w.lastDelivery(ctx, meta, facts, d)
 	serr := w.settle(ctx, msg, d)
 	if serr == nil && last == nil {
 		return d, ferr // as fn returned it
@@ -348,6 +348,24 @@ func factsOf(c jetstream.ConsumerConfig) consumerFacts {
 	return consumerFacts{progress: progressFor(c), maxDeliver: c.MaxDeliver}
 }
 
+// lastDelivery is facts.lastDelivery, with the consumer asked again
+// before a retry is terminated as its last delivery: its MaxDeliver may
+// have been raised since the worker read it, and the job would be
+// dropped with deliveries left (TestMaxDeliverRaisedIsReadAgain). It
+// costs a lookup only on what looks like a last delivery.
+func (w *Worker) lastDelivery(ctx context.Context, meta *jetstream.MsgMetadata, facts consumerFacts, d once.Disposition) (once.Disposition, error) {
+	nd, err := facts.lastDelivery(meta, d)
+	if !errors.Is(err, ErrLastDelivery) {
+		return nd, err
+	}
+	again := w.consumerAgain(ctx, meta)
+	if again.lookupErr != nil {
+		// Not answered now: what was read before decides.
+		return nd, err
+	}
+	return again.lastDelivery(meta, d)
+}
+
 // lastDelivery turns d, a retry, into a termination when meta is its
 // consumer's last delivery: a Nak would not bring the job back, so the
 // disposition says what happens, and the error returned (matching
@@ -406,24 +424,67 @@ func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) cons
 		defer e.mu.Unlock()
 		return e.facts
 	}
+	e.mu.Unlock()
+	return w.ask(ctx, meta, e)
+}
+
+// consumerAgain asks the server for meta's consumer whatever is cached,
+// or waits for the lookup in flight, and returns what it found.
+func (w *Worker) consumerAgain(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
+	v, _ := w.consumers.LoadOrStore(meta.Stream+"\x00"+meta.Consumer, &consumerEntry{})
+	e := v.(*consumerEntry)
+	e.mu.Lock()
+	if ch := e.asking; ch != nil {
+		e.mu.Unlock()
+		<-ch
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.facts
+	}
+	e.mu.Unlock()
+	return w.ask(ctx, meta, e)
+}
+
+// ask looks the consumer up for e, whose lock is not held, as the one
+// lookup in flight.
+func (w *Worker) ask(ctx context.Context, meta *jetstream.MsgMetadata, e *consumerEntry) (f consumerFacts) {
 	ch := make(chan struct{})
+	e.mu.Lock()
+	if e.asking != nil {
+		// Another message started one meanwhile: take its answer.
+		ch = e.asking
+		e.mu.Unlock()
+		<-ch
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.facts
+	}
 	e.asking = ch
 	e.mu.Unlock()
-	f := w.lookup(ctx, meta)
-	e.mu.Lock()
-	e.facts, e.have, e.asking = f, true, nil
-	if f.lookupErr != nil {
-		e.failures++
-	} else {
-		e.failures = 0
-	}
-	failures := e.failures
-	e.mu.Unlock()
-	close(ch)
-	if f.lookupErr != nil {
-		w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval, and asking again later",
-			"stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "retry_after", w.retryAfter(failures), "err", f.lookupErr)
-	}
+	f = consumerFacts{progress: DefaultProgress, lookupErr: errors.New("the lookup did not end"), lookedUp: time.Now()}
+	defer func() {
+		// Also when the lookup panics: nobody waits on it for ever.
+		e.mu.Lock()
+		switch {
+		case f.lookupErr == nil:
+			e.facts, e.failures = f, 0
+		case e.have && e.facts.lookupErr == nil:
+			// Asked again (consumerAgain) and not answered: what was
+			// read before still stands.
+		default:
+			e.facts = f
+			e.failures++
+		}
+		e.have, e.asking = true, nil
+		failures := e.failures
+		e.mu.Unlock()
+		close(ch)
+		if f.lookupErr != nil {
+			w.log.Warn("natsjs: cannot read the consumer's AckWait and MaxDeliver; sending InProgress at the default interval, and asking again later",
+				"stream", meta.Stream, "consumer", meta.Consumer, "interval", f.progress, "retry_after", w.retryAfter(failures), "err", f.lookupErr)
+		}
+	}()
+	f = w.lookup(ctx, meta)
 	return f
 }
 

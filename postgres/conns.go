@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,22 +23,32 @@ import (
 // (TestHungConnectionsFreeTheirPoolSlots). Such a connection is taken
 // out of the pool at once instead (Hijack) and its socket closed, so
 // the server ends its session; the pool may open another. At most
-// MaxConns are so taken out while their clean-up runs, so a store never
-// holds more than twice MaxConns of the server's connections; past
-// that the pool keeps counting them, as it did.
+// MaxConns are so taken out in any two seconds (capFor), so hangs in a
+// row do not open connection after connection; past that the pool
+// keeps counting them, as it did.
 type poolDB struct {
 	pool    *pgxpool.Pool
 	closing *closing
 }
 
 // closing counts the connections taken out of the pool whose clean-up
-// has not ended.
+// has not ended (all), and those of them taken in the last capFor
+// (n), which max caps.
 type closing struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	n    int
+	all  int
 	max  int
 }
+
+// capFor is how long a connection taken out of the pool counts against
+// the cap. pgx's clean-up of one whose server cannot be reached (a
+// partition, which drops its cancel request too) takes its 15 s; were
+// it counted that long, the hangs of a second short outage would find
+// the cap reached and hold the pool's slots for those 15 s after the
+// network came back.
+const capFor = 2 * time.Second
 
 func newClosing(max int) *closing {
 	c := &closing{max: max}
@@ -53,20 +64,34 @@ func (c *closing) take() bool {
 		return false
 	}
 	c.n++
+	c.all++
 	return true
 }
 
-func (c *closing) done() {
+// follow counts pc until its clean-up ends, and against the cap for at
+// most capFor.
+func (c *closing) follow(pc *pgx.Conn) {
+	cleaned := pc.PgConn().CleanupDone()
+	t := time.NewTimer(capFor)
+	select {
+	case <-cleaned:
+	case <-t.C:
+	}
+	t.Stop()
 	c.mu.Lock()
 	c.n--
+	c.mu.Unlock()
+	<-cleaned
+	c.mu.Lock()
+	c.all--
 	c.mu.Unlock()
 	c.cond.Broadcast()
 }
 
-// wait returns once none is counted.
+// wait returns once every clean-up has ended.
 func (c *closing) wait() {
 	c.mu.Lock()
-	for c.n > 0 {
+	for c.all > 0 {
 		c.cond.Wait()
 	}
 	c.mu.Unlock()
@@ -105,16 +130,15 @@ func (p poolDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // release returns c to the pool, or, when pgx has closed it, takes it
 // out of the pool's count at once.
 func (p poolDB) release(c *pgxpool.Conn) {
-	if c.Conn().IsClosed() && p.closing.take() {
-		// pgx closes it already (asyncClose); Hijack makes the pool
-		// forget it, and closing the socket ends the drain at once.
-		pc := c.Hijack()
-		pc.PgConn().Conn().Close()
-		go func() {
-			<-pc.PgConn().CleanupDone()
-			p.closing.done()
-		}()
-		return
+	if c.Conn().IsClosed() {
+		// pgx closes it already (asyncClose). Closing the socket ends
+		// its drain at once, and the server's session with it; Hijack
+		// makes the pool forget it, within the cap.
+		c.Conn().PgConn().Conn().Close()
+		if p.closing.take() {
+			go p.closing.follow(c.Hijack())
+			return
+		}
 	}
 	c.Release()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,5 +164,51 @@ func TestCloseOnCallersPoolDoesNotWait(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Error("Close of a store over the caller's pool still waits after 10 s; pgx's drain takes 15 s")
+	}
+}
+
+// TestPoolRecoversAfterTwoShortOutages: two short network outages, each
+// hanging two statements on a pool of two, with pgx's cancel requests
+// lost too, as in a partition. A read once the network is back gets a
+// connection: the first outage's connections, whose clean-up takes
+// pgx's 15 s, count against the cap of connections out of the pool for
+// two seconds only, so the second's are taken out too, where they held
+// both of the pool's slots for those 15 s.
+func TestPoolRecoversAfterTwoShortOutages(t *testing.T) {
+	t.Parallel()
+	s, p, _ := behindProxy(t, 2, "", postgres.Config{Unbatched: true})
+	outage := func(n int) {
+		// Both connections open, so both hang.
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				if c, err := s.Pool().Acquire(context.Background()); err == nil {
+					time.Sleep(50 * time.Millisecond)
+					c.Release()
+				}
+			})
+		}
+		wg.Wait()
+		p.Blackout(true)
+		for i := range 2 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				if _, err := s.Get(ctx, once.Key(fmt.Sprintf("outage%d-%d", n, i))); err == nil {
+					t.Error("a read through the black hole was answered")
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(100 * time.Millisecond)
+		p.Blackout(false)
+	}
+	outage(1)
+	time.Sleep(2500 * time.Millisecond) // past capFor, within pgx's 15 s
+	outage(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.Get(ctx, "after"); !errors.Is(err, once.ErrNotFound) {
+		t.Fatalf("a read once the network is back = %v; want an answer (ErrNotFound) within 5 s", err)
 	}
 }
