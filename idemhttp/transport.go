@@ -2,7 +2,10 @@ package idemhttp
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/oncehq/once"
 )
@@ -32,7 +35,9 @@ func SetKey(req *http.Request, a once.Attempt) {
 
 // Transport sends the key carried in a request's context (WithKey) as
 // its Idempotency-Key header. A request that already has the header, or
-// whose context carries no key, goes out as it is. Wire it once into the
+// whose context carries no key, goes out as it is. A redirect to another
+// host or scheme goes without the header, whoever set it: the key names
+// one request to one provider. Wire it once into the
 // http.Client an effect uses, and the effect only has to say
 // idemhttp.WithKey(ctx, attempt.ProviderKey).
 type Transport struct {
@@ -47,6 +52,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	if !sameHost(req) {
+		// A redirect to another host: the key names one request to one
+		// provider, and goes no further, whoever set it (Go's client
+		// copies the caller's headers on a redirect)
+		// (TestTransportKeepsTheKeyToItsHost).
+		if req.Header.Get(Header) == "" {
+			return base.RoundTrip(req)
+		}
+		r := req.Clone(req.Context())
+		r.Header.Del(Header)
+		return base.RoundTrip(r)
+	}
 	key, ok := KeyFrom(req.Context())
 	if !ok || req.Header.Get(Header) != "" {
 		return base.RoundTrip(req)
@@ -54,4 +71,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	r.Header.Set(Header, key)
 	return base.RoundTrip(r)
+}
+
+// sameHost reports whether req, if it follows redirects, goes to the
+// host (and port) the first request of the chain went to.
+func sameHost(req *http.Request) bool {
+	first := req
+	for first.Response != nil && first.Response.Request != nil {
+		first = first.Response.Request
+	}
+	return strings.EqualFold(canonicalHost(first.URL), canonicalHost(req.URL))
+}
+
+// canonicalHost is u's host and port, the port made explicit.
+func canonicalHost(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "https":
+			port = "443"
+		default:
+			port = "80"
+		}
+	}
+	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port)
 }
