@@ -406,43 +406,30 @@ const maxLookupRetry = time.Minute
 // what is known meanwhile (a failure's defaults), or, before anything
 // is, wait for that lookup.
 func (w *Worker) consumer(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
-	id := meta.Stream + "\x00" + meta.Consumer
-	v, _ := w.consumers.LoadOrStore(id, &consumerEntry{})
-	e := v.(*consumerEntry)
+	e := w.entry(meta)
 	e.mu.Lock()
 	if e.have && (e.facts.lookupErr == nil || e.asking != nil || time.Since(e.facts.lookedUp) < w.retryAfter(e.failures)) {
 		f := e.facts
 		e.mu.Unlock()
 		return f
 	}
-	if ch := e.asking; ch != nil {
-		// Nothing known yet: wait for the lookup another message makes
-		// (bounded by its own timeout).
-		e.mu.Unlock()
-		<-ch
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.facts
-	}
 	e.mu.Unlock()
+	// Nothing known yet, or a failure due to be asked again: ask, or
+	// wait for the lookup another message makes (bounded by its own
+	// timeout).
 	return w.ask(ctx, meta, e)
 }
 
 // consumerAgain asks the server for meta's consumer whatever is cached,
 // or waits for the lookup in flight, and returns what it found.
 func (w *Worker) consumerAgain(ctx context.Context, meta *jetstream.MsgMetadata) consumerFacts {
+	return w.ask(ctx, meta, w.entry(meta))
+}
+
+// entry is what the worker knows of meta's consumer.
+func (w *Worker) entry(meta *jetstream.MsgMetadata) *consumerEntry {
 	v, _ := w.consumers.LoadOrStore(meta.Stream+"\x00"+meta.Consumer, &consumerEntry{})
-	e := v.(*consumerEntry)
-	e.mu.Lock()
-	if ch := e.asking; ch != nil {
-		e.mu.Unlock()
-		<-ch
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.facts
-	}
-	e.mu.Unlock()
-	return w.ask(ctx, meta, e)
+	return v.(*consumerEntry)
 }
 
 // ask looks the consumer up for e, whose lock is not held, as the one
