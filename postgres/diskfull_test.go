@@ -222,6 +222,24 @@ func (r *dfRun) do(in once.Intent) *dfCall {
 	return call
 }
 
+// ended counts the calls that succeeded and those whose claim failed
+// so far, as check sorts them.
+func (r *dfRun) ended() (ok, claimFailed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, call := range r.calls {
+		var held *once.InFlightError
+		switch {
+		case call.err == nil:
+			ok++
+		case errors.Is(call.err, once.ErrNotRecorded), errors.As(call.err, &held):
+		default:
+			claimFailed++
+		}
+	}
+	return ok, claimFailed
+}
+
 // load runs Do from g goroutines until stop is closed; odd goroutines
 // share keys.
 func (r *dfRun) load(run string, g int, stop <-chan struct{}) *sync.WaitGroup {
@@ -621,8 +639,11 @@ func dfLoad(t *testing.T, walApart, unbatched bool) (*dfRun, map[string]int, *fu
 	wg := r.load("full", 32, stop)
 	time.Sleep(300 * time.Millisecond)
 	c.fill()
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	// At least three seconds, and until 100 calls have succeeded and 100
+	// claims have failed: a machine busy with other tests makes fewer
+	// calls in three seconds than the check below needs.
+	start := time.Now()
+	for since := time.Duration(0); since < 3*time.Second || !enough(r) && since < 30*time.Second; since = time.Since(start) {
 		time.Sleep(20 * time.Millisecond)
 		c.trickle(8192)
 	}
@@ -659,6 +680,12 @@ func dfLoad(t *testing.T, walApart, unbatched bool) (*dfRun, map[string]int, *fu
 		t.Errorf("only %d claims failed and %d calls succeeded: the test did not exercise a full disk", ans["claim failed"], ans["ok"])
 	}
 	return r, ans, c
+}
+
+// enough says whether r has the calls dfLoad's check needs.
+func enough(r *dfRun) bool {
+	ok, failed := r.ended()
+	return ok >= 100 && failed >= 100
 }
 
 // TestDiskFullDoKeepsItsWord: with the WAL on a roomy disk and the
