@@ -446,6 +446,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					// (TestIdleConnectionTerminatedDoClaimsAgain,
 					// TestIdleBlackholedConnectionClaimsAgain).
 					c.log.Warn("once: the claim failed; the database answers, claiming again", "key", req.Key, "kind", req.Kind, "err", err)
+					c.emit(ctx, Observation{Event: Event{Key: req.Key, Type: EventClaimResent, Attempt: a.Attempt, From: a.Status, At: time.Now()}, Kind: req.Kind})
 					resent = true
 					continue
 				case !known:

@@ -16,6 +16,13 @@ const (
 	// in-flight conflict after the wait) is observed as it would be
 	// without waiting.
 	EventWaiting EventType = "in_flight_wait"
+	// EventClaimResent: a claim's try failed while the database still
+	// answered, and the claim was sent again with a new token. The
+	// failed try may yet commit, later than the read that looked for it:
+	// its row is then this call's (a later try, or a later call, finds
+	// its token), and nobody runs its effect until the claim's lease
+	// lapses and recovery takes it.
+	EventClaimResent EventType = "claim_resent"
 )
 
 // Observation is what a hook is told: an event, the action's kind, and,

@@ -124,6 +124,21 @@ func TestModelAcceptsTheLedger(t *testing.T) {
 			unsure(0, 0).
 			claim(1, 50, 60, 1).
 			outcome(1, 70, 80, 1, succeeded, `"r"`, applied),
+		// What the recorder makes of a Do whose claim's try failed and was
+		// sent again (once.EventClaimResent): the try given up on, an
+		// unsure claim, beside what the Do saw. The try committed after
+		// the read-back; its lease lapsed before the Do's next try, which
+		// saw it in review (AskPerson) or taken by the next claim
+		// (RetryWithProviderKey).
+		"a resent claim whose first try committed late, reviewed": email().
+			unsure(2, 0).
+			saw(2, 0, 840, review, 1, ""),
+		"a resent claim whose first try committed late, taken over": charge().
+			claim(0, 0, 10, 1).
+			outcome(0, 10, 90, 1, released, "", applied).
+			unsure(1, 5).
+			claim(2, 940, 975, 3).
+			saw(1, 5, 1030, inFlight, 3, ""),
 		"an outcome not recorded in time that committed later": email().
 			claim(0, 0, 10, 1).
 			outcome(0, 20, linearize.Never, 1, succeeded, `"r"`, unsure).

@@ -56,7 +56,11 @@ func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
 // Hooks are the hooks a recorded client needs: OnExecute tells the
 // recorder which attempt a Do won, and when.
 func (r *Recorder) Hooks() once.Hooks {
-	return once.Hooks{OnExecute: func(ctx context.Context, o once.Observation) (context.Context, func(once.Observation, error)) {
+	return once.Hooks{OnEvent: func(ctx context.Context, o once.Observation) {
+		if tr, ok := ctx.Value(traceKey{}).(*trace); ok && o.Type == once.EventClaimResent {
+			tr.resent = true
+		}
+	}, OnExecute: func(ctx context.Context, o once.Observation) (context.Context, func(once.Observation, error)) {
 		if tr, ok := ctx.Value(traceKey{}).(*trace); ok {
 			tr.claimedAt, tr.attempt, tr.claimed = r.Now(), o.Attempt, true
 			r.mu.Lock()
@@ -70,6 +74,9 @@ func (r *Recorder) Hooks() once.Hooks {
 // trace is what one Do told the recorder while it ran, on its own
 // goroutine.
 type trace struct {
+	// resent: a claim's try failed and was sent again; the failed try
+	// may commit at any time after the call (once.EventClaimResent).
+	resent    bool
 	claimed   bool
 	claimedAt int64
 	attempt   int
@@ -187,6 +194,13 @@ func Do[T any](ctx context.Context, r *Recorder, client int, c *once.Client, in 
 	}, opts...)
 	ret := r.Now()
 	base := Input{Key: key, Recovery: rec}
+	if tr.resent {
+		// The try given up on is a claim that may yet win, unseen by
+		// this call: as a Do whose database was unreachable.
+		in := base
+		in.Op = OpAnswer
+		r.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: Output{Result: Unsure}, Return: Never, Metadata: "a claim's try given up on, sent again"})
+	}
 	note := "ok"
 	if err != nil {
 		note = err.Error()
