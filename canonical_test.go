@@ -188,7 +188,7 @@ func FuzzCanonicalShortcuts(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, text string) {
 		g := &fuzzValue{data: data, text: text}
 		v := g.value(0)
-		want, wantErr := canonicalGeneral(v)
+		want, wantErr := canonicalGeneral(v, math.MaxInt)
 		got, ok := appendCanonical([]byte("prefix"), v, 0)
 		if ok {
 			if wantErr != nil {
@@ -200,7 +200,7 @@ func FuzzCanonicalShortcuts(f *testing.F) {
 		}
 		// Whatever path it takes, the payload is the general path's. (Its
 		// refusals name the first bad map key met, in map order.)
-		p, err := appendPayload([]byte("prefix"), v)
+		p, err := appendPayload([]byte("prefix"), v, math.MaxInt)
 		if (err == nil) != (wantErr == nil) || err == nil && !bytes.Equal(p[len("prefix"):], want) {
 			t.Fatalf("%#v: appendPayload = %q, %v; want %q, %v", v, p, err, want, wantErr)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -356,6 +357,15 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
+	if strings.HasPrefix(e.Op, "resolve") && e.Current.Status == StatusSucceeded {
+		// Done for good: no decision is left to take, on any page.
+		by := ""
+		if e.Current.ResolvedBy != "" {
+			by = ", marked done by " + e.Current.ResolvedBy
+		}
+		return fmt.Sprintf("once: %s refused: action %s succeeded (attempt %d%s); there is nothing to resolve: its result is stored, and every duplicate gets it back",
+			e.Op, e.Current.Key, e.Current.Attempt, by)
+	}
 	return fmt.Sprintf("once: %s refused: action %s is now %s (attempt %d); reload it and decide again",
 		e.Op, e.Current.Key, e.Current.Status, e.Current.Attempt)
 }

@@ -90,8 +90,10 @@ func TestErrorsIsAs(t *testing.T) {
 		{"FencedError unrun", &once.FencedError{Key: key, Attempt: 2, Outcome: once.StatusReleased, Unrun: true}, []string{"ErrFenced"}, false, []string{"attempt 2", "superseded before its effect ran", "nothing ran", "(released)"}},
 		{"RecordError", &once.RecordError{Key: key, Attempt: 1, Outcome: once.StatusSucceeded, Err: cause}, []string{"ErrNotRecorded"}, true,
 			[]string{"ended succeeded but it could not be recorded: the cause", "recovery applies when its lease expires"}},
-		{"ConflictError", &once.ConflictError{Op: "resolve done", Current: once.Action{Key: key, Status: once.StatusSucceeded, Attempt: 2}}, []string{"ErrConflict"}, false,
-			[]string{"resolve done refused", "now succeeded (attempt 2)", "reload it and decide again"}},
+		{"ConflictError", &once.ConflictError{Op: "resolve done", Current: once.Action{Key: key, Status: once.StatusReleased, Attempt: 2}}, []string{"ErrConflict"}, false,
+			[]string{"resolve done refused", "now released (attempt 2)", "reload it and decide again"}},
+		{"ConflictError succeeded", &once.ConflictError{Op: "resolve retry", Current: once.Action{Key: key, Status: once.StatusSucceeded, Attempt: 2}}, []string{"ErrConflict"}, false,
+			[]string{"resolve retry refused", "succeeded (attempt 2); there is nothing to resolve"}},
 		{"ResolutionError", &once.ResolutionError{Field: "Note", Reason: "is empty"}, []string{"ErrInvalidResolution"}, false, []string{"invalid resolution: Note is empty"}},
 	} {
 		if c.err == nil {

@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -92,14 +94,14 @@ func keyOf(in Intent, maxPayload int, keep bool) ([]byte, Key, Fingerprint, erro
 	tag := payloadTag(in.Payload)
 	if tag == jsonTag {
 		var err error
-		s.payload, err = appendPayload(s.payload[:0], in.Payload)
+		s.payload, err = appendPayload(s.payload[:0], in.Payload, maxPayload)
 		if err != nil {
 			return nil, "", "", &IntentError{Field: "Payload", Reason: err.Error()}
 		}
 		payload = s.payload
 	}
 	if len(payload) > maxPayload {
-		return nil, "", "", &IntentError{Field: "Payload", Reason: fmt.Sprintf("is %d bytes, over the limit of %d; store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", len(payload), maxPayload)}
+		return nil, "", "", &IntentError{Field: "Payload", Reason: overLimit("", len(payload), maxPayload)}
 	}
 
 	s.h.Reset()
@@ -136,6 +138,12 @@ func keyOf(in Intent, maxPayload int, keep bool) ([]byte, Key, Fingerprint, erro
 		payload = nil
 	}
 	return payload, Key(both[2*sha256.Size:]), Fingerprint(both[:2*sha256.Size]), nil
+}
+
+// overLimit is the reason a payload over the size limit is refused; what
+// says which text was measured, when it is not the canonical payload.
+func overLimit(what string, n, max int) string {
+	return fmt.Sprintf("%sis %d bytes, over the limit of %d; store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", what, n, max)
 }
 
 // payloadTag names the kind of a payload: raw bytes for a []byte (and for
@@ -185,19 +193,21 @@ func canonicalPayload(p any) ([]byte, error) {
 	case []byte:
 		return v, nil
 	}
-	return appendPayload(nil, p)
+	return appendPayload(nil, p, math.MaxInt)
 }
 
 // appendPayload appends the canonical form of a JSON payload to b: by the
 // shortcut (canonical.go) when it applies, and otherwise by the general
-// path, whose result and errors define the canonical form.
-func appendPayload(b []byte, p any) ([]byte, error) {
+// path, whose result and errors define the canonical form. JSON text
+// longer than max is refused before it is read: reading costs many times
+// the text's size.
+func appendPayload(b []byte, p any, max int) ([]byte, error) {
 	n := len(b)
 	out, ok := appendCanonical(b, p, 0)
 	if ok {
 		return out, nil
 	}
-	c, err := canonicalGeneral(p)
+	c, err := canonicalGeneral(p, max)
 	if err != nil {
 		return out[:n], err
 	}
@@ -207,17 +217,32 @@ func appendPayload(b []byte, p any) ([]byte, error) {
 // canonicalGeneral is the definition of a JSON payload's canonical form:
 // encoding/json's text of the value (a json.RawMessage as given), read
 // and written again per RFC 8785, refused where that would hide a
-// difference.
-func canonicalGeneral(p any) ([]byte, error) {
+// difference. Text longer than max, and a value nested deeper than
+// MaxPayloadDepth, are refused before they are read or encoded.
+func canonicalGeneral(p any, max int) ([]byte, error) {
 	if v, ok := p.(json.RawMessage); ok {
+		if len(v) > max {
+			return nil, errors.New(overLimit("is JSON text that ", len(v), max))
+		}
 		return canonicalJSON(v, "")
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("cannot be encoded as JSON: %v; pass a value encoding/json can encode, a json.RawMessage, or []byte to hash bytes as they are", err)
-	}
+	// The walk comes first: encoding/json has no bound on nesting, and a
+	// value nested a million levels deep overflows its stack.
 	if err := checkStrings(reflect.ValueOf(p)); err != nil {
 		return nil, err
+	}
+	// Without HTML escapes the text is as long as the canonical form, or
+	// a little longer (U+2028, numbers as a json.Number wrote them), so
+	// the limit refuses nothing the canonical form would take.
+	var text bytes.Buffer
+	enc := json.NewEncoder(&text)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
+		return nil, fmt.Errorf("cannot be encoded as JSON: %v; pass a value encoding/json can encode, a json.RawMessage, or []byte to hash bytes as they are", err)
+	}
+	b := bytes.TrimSuffix(text.Bytes(), []byte("\n"))
+	if len(b) > max {
+		return nil, errors.New(overLimit("encodes to JSON text that ", len(b), max))
 	}
 	return canonicalJSON(b, "encodes to JSON that ")
 }
@@ -357,13 +382,18 @@ var (
 	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
-// maxWalkDepth bounds checkStrings' recursion. A value that encoding/json
-// could encode is finite, but the walk also counts pointers and
-// interfaces; JSON nested deeper than 10000 levels is refused by
-// canonicalisation anyway.
+// MaxPayloadDepth bounds how deeply a JSON payload nests (arrays and
+// objects), in JSON text and in a Go value alike. Deeper payloads are
+// refused before they are read or encoded.
+const MaxPayloadDepth = 10000
+
+// maxWalkDepth bounds checkStrings' recursion, pointers and interfaces
+// included, which add no JSON level: encoding/json follows them without
+// a bound, and a chain of them long enough overflows its stack.
 const maxWalkDepth = 1 << 15
 
-// checkStrings refuses a string in a Go value that is not valid UTF-8:
+// checkStrings refuses a Go value nested deeper than MaxPayloadDepth, and
+// a string in it that is not valid UTF-8:
 // encoding/json would replace its bad bytes with U+FFFD, so two different
 // payloads would encode, and hash, the same. It follows the value the way
 // encoding/json does: exported fields and those of embedded structs (not
@@ -372,12 +402,14 @@ const maxWalkDepth = 1 << 15
 // json.Marshaler is not entered: its output is checked as JSON text.
 // []byte is base64 in JSON, so any bytes are fine there.
 func checkStrings(v reflect.Value) error {
-	bad := walkStrings(v, 0)
-	if bad == nil {
+	bad := walkStrings(v, 0, 0)
+	switch {
+	case bad == nil:
 		return nil
-	}
-	if bad.what == "" {
-		return fmt.Errorf("nests more than %d levels deep at %s; flatten it", maxWalkDepth, bad.where())
+	case bad == tooDeep:
+		return fmt.Errorf("nests deeper than %d levels (the limit of JSON payloads, MaxPayloadDepth), or refers to itself; flatten it", MaxPayloadDepth)
+	case bad == tooLong:
+		return fmt.Errorf("is reached through more than %d pointers and interfaces, or refers to itself; flatten it", maxWalkDepth)
 	}
 	i := invalidUTF8At([]byte(bad.text))
 	return fmt.Errorf("has %s that is not valid UTF-8 (at %s, byte %d is 0x%02x: %s): encoding/json would replace it with U+FFFD, so payloads that differ there would hash the same; make it valid UTF-8, or carry binary data in a []byte field (base64 in JSON) or as a []byte payload", bad.what, bad.where(), i, bad.text[i], shorten(strconv.Quote(bad.text)))
@@ -390,7 +422,15 @@ type badText struct {
 	path       []string
 }
 
+// tooDeep and tooLong are what walkStrings finds in a value nested deeper
+// than MaxPayloadDepth, or followed further than maxWalkDepth. They carry
+// no path: a path that long would not help anyone.
+var tooDeep, tooLong = &badText{}, &badText{}
+
 func (b *badText) at(segment string) *badText {
+	if b == tooDeep || b == tooLong {
+		return b
+	}
 	b.path = append(b.path, segment)
 	return b
 }
@@ -406,15 +446,16 @@ func (b *badText) where() string {
 	return s.String()
 }
 
-func walkStrings(v reflect.Value, depth int) *badText {
+// walkStrings walks v, depth calls and level JSON levels below the top.
+func walkStrings(v reflect.Value, depth, level int) *badText {
 	if !v.IsValid() {
 		return nil
 	}
 	if depth > maxWalkDepth {
-		return &badText{}
+		return tooLong
 	}
 	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface:
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
 		if v.IsNil() {
 			return nil
 		}
@@ -424,12 +465,17 @@ func walkStrings(v reflect.Value, depth int) *badText {
 	}
 	if implements(v, textMarshalerType) {
 		if tm, ok := textMarshalerOf(v); ok {
-			// An error here made json.Marshal fail already.
+			// An error here makes json.Marshal fail.
 			if text, err := tm.MarshalText(); err == nil && !utf8.Valid(text) {
 				return &badText{what: "the text of a MarshalText", text: string(text)}
 			}
 		}
 		return nil
+	}
+	if isContainer(v.Type()) {
+		if level++; level > MaxPayloadDepth {
+			return tooDeep
+		}
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -437,11 +483,12 @@ func walkStrings(v reflect.Value, depth int) *badText {
 			return &badText{what: "a string", text: v.String()}
 		}
 	case reflect.Pointer, reflect.Interface:
-		return walkStrings(v.Elem(), depth+1)
+		return walkStrings(v.Elem(), depth+1, level)
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
 			sf := t.Field(i)
+			fl := level
 			if sf.Anonymous {
 				ft := sf.Type
 				if ft.Kind() == reflect.Pointer {
@@ -450,13 +497,17 @@ func walkStrings(v reflect.Value, depth int) *badText {
 				if !sf.IsExported() && ft.Kind() != reflect.Struct {
 					continue
 				}
+				if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); ft.Kind() == reflect.Struct && name == "" {
+					// Its fields are the outer struct's, a level up.
+					fl--
+				}
 			} else if !sf.IsExported() {
 				continue
 			}
 			if sf.Tag.Get("json") == "-" {
 				continue
 			}
-			if bad := walkStrings(v.Field(i), depth+1); bad != nil {
+			if bad := walkStrings(v.Field(i), depth+1, fl); bad != nil {
 				return bad.at("." + sf.Name)
 			}
 		}
@@ -473,7 +524,7 @@ func walkStrings(v reflect.Value, depth int) *badText {
 					return &badText{what: "the text of a map key's MarshalText", text: string(text)}
 				}
 			}
-			if bad := walkStrings(it.Value(), depth+1); bad != nil {
+			if bad := walkStrings(it.Value(), depth+1, level); bad != nil {
 				return bad.at(fmt.Sprintf("[%s]", shorten(fmt.Sprintf("%#v", k))))
 			}
 		}
@@ -482,7 +533,7 @@ func walkStrings(v reflect.Value, depth int) *badText {
 			return nil
 		}
 		for i := range v.Len() {
-			if bad := walkStrings(v.Index(i), depth+1); bad != nil {
+			if bad := walkStrings(v.Index(i), depth+1, level); bad != nil {
 				return bad.at(fmt.Sprintf("[%d]", i))
 			}
 		}
@@ -512,6 +563,23 @@ func textMarshalerOf(v reflect.Value) (encoding.TextMarshaler, bool) {
 		return nil, false
 	}
 	return a.Interface().(encoding.TextMarshaler), true
+}
+
+// isContainer reports whether encoding/json writes a value of type t as
+// an array or an object, which is one level of nesting: a struct, a map,
+// an array, or a slice other than bytes (base64 text).
+func isContainer(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Array:
+		return true
+	case reflect.Slice:
+		if t.Elem().Kind() != reflect.Uint8 {
+			return true
+		}
+		p := reflect.PointerTo(t.Elem())
+		return p.Implements(jsonMarshalerType) || p.Implements(textMarshalerType)
+	}
+	return false
 }
 
 // mayHoldText reports whether values of type t can hold a string: numbers

@@ -94,7 +94,8 @@ var migrationFS embed.FS
 // Config names where the store keeps its tables.
 type Config struct {
 	// Schema holds the tables. Empty means "public". Migrate creates it if
-	// it does not exist.
+	// it does not exist. PostgreSQL's own schemas (information_schema,
+	// pg_catalog and other pg_ names) are refused.
 	Schema string
 	// Prefix starts every table and index name. Empty means "once_".
 	Prefix string
@@ -227,7 +228,7 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	if cfg.BatchesInFlight == 0 {
 		cfg.BatchesInFlight = defaultBatchesInFlight
 	}
-	if err := migrate.CheckIdent("postgres: Config.Schema", cfg.Schema, false); err != nil {
+	if err := migrate.CheckSchema("postgres: Config.Schema", cfg.Schema, false); err != nil {
 		return cfg, migrate.Names{}, err
 	}
 	if err := migrate.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {

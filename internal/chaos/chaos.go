@@ -159,7 +159,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("chaos: workers must be between 1 and 64, not %d", o.Workers)
 	case o.Concurrency < 1 || o.Concurrency > 64:
 		return o, fmt.Errorf("chaos: concurrency must be between 1 and 64, not %d", o.Concurrency)
-	case o.FaultScale < 0 || o.FaultScale > 100:
+	case !(o.FaultScale >= 0 && o.FaultScale <= 100): // NaN compares false to both
 		return o, fmt.Errorf("chaos: the fault scale must be between 0 and 100, not %v", o.FaultScale)
 	case o.Lease < 500*time.Millisecond:
 		return o, fmt.Errorf("chaos: the lease must be at least 500ms, not %v", o.Lease)

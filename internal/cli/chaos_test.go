@@ -26,6 +26,10 @@ func TestChaosRefusesWhatItCannotRun(t *testing.T) {
 		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--faults", "stop=-1"}, "the count of stop faults must be between 0 and 100000, not -1"},
 		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--faults", "failover=2"}, "failovers need the HA cluster (--ha)"},
 		{[]string{"chaos", "--queue", "nats", "--ha", "--ha-async"}, "--ha and --ha-async are two clusters; choose one"},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--fault-scale", "101"}, "the fault scale must be between 0 and 100, not 101"},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--fault-scale", "NaN"}, "the fault scale must be between 0 and 100, not NaN"},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--fault-scale", "Inf"}, "the fault scale must be between 0 and 100, not +Inf"},
+		{[]string{"chaos", "--queue", "nats", "--db", "postgres://u@127.0.0.1/db", "--fault-scale", "-Inf"}, "the fault scale must be between 0 and 100, not -Inf"},
 	} {
 		code, _, stderr := run(t, tc.args...)
 		if code == 0 || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 1 {

@@ -26,6 +26,7 @@ import (
 	"github.com/oncehq/once/internal/dburl"
 	"github.com/oncehq/once/internal/demo"
 	"github.com/oncehq/once/internal/migrate"
+	"github.com/oncehq/once/internal/view"
 )
 
 // DefaultDatabase is the embedded SQLite file used when neither --db nor
@@ -120,7 +121,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		// One line: drivers' messages may span several. A password in
 		// the database URL, quoted by a hint or by a driver, is elided.
-		msg := dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))
+		// Stored text an error quotes is made safe for the terminal.
+		msg := view.Terminal(dburl.Redact(strings.Join(strings.Fields(err.Error()), " ")))
 		fmt.Fprintln(stderr, "once "+c.name+": "+msg)
 		var ue usageError
 		if errors.As(err, &ue) {

@@ -10,11 +10,9 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/oncehq/once"
@@ -88,13 +86,7 @@ func defineKey(fs *flagSet) func(env, []string) error {
 	return func(e env, _ []string) error {
 		in := once.Intent{Run: *run, Step: *step, Kind: *kind, Target: *target, PayloadInKey: *inKey}
 		if *payloadFile != "" {
-			var b []byte
-			var err error
-			if *payloadFile == "-" {
-				b, err = io.ReadAll(os.Stdin)
-			} else {
-				b, err = os.ReadFile(*payloadFile)
-			}
+			b, err := readPayload(*payloadFile)
 			if err != nil {
 				return err
 			}
@@ -126,6 +118,30 @@ func defineKey(fs *flagSet) func(env, []string) error {
 		fmt.Fprintf(e.stdout, "key          %s\nfingerprint  %s\n", key, fp)
 		return nil
 	}
+}
+
+// readPayload reads the payload file ("-" for standard input), at most
+// the payload limit: a file longer than any payload once takes (or one
+// without end, /dev/zero) is refused when the limit is passed.
+func readPayload(name string) ([]byte, error) {
+	r := io.Reader(os.Stdin)
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	const max = once.DefaultMaxPayloadBytes
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > max {
+		return nil, usagef("--payload-file %s is longer than %d bytes, over the limit of %d bytes for a payload (Config.MaxPayloadBytes' default); store large content elsewhere and key a reference to it", name, max, max)
+	}
+	return b, nil
 }
 
 func defineLs(fs *flagSet) func(env, []string) error {
@@ -173,7 +189,7 @@ func defineLs(fs *flagSet) func(env, []string) error {
 		// `once show` prints it whole.
 		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED\tREASON")
 		for _, a := range acts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", view.ShortKey(a.Key), a.Status, safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt), clip(a.Error, 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", safe(view.ShortKey(a.Key)), safe(string(a.Status)), safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt), clip(a.Error, 60))
 		}
 		return tw.Flush()
 	}
@@ -188,26 +204,10 @@ func clip(s string, n int) string {
 	return string([]rune(s)[:n-1]) + "…"
 }
 
-// safe makes stored text fit for a terminal line: a provider's error, a
-// note, a target may hold line breaks, tabs and escape sequences, which
-// would forge lines of a trail or drive the terminal. Control characters
-// are written as Go escapes (\n, \t, \x1b); the JSON output is
+// safe makes stored text fit for a terminal line (view.Terminal): every
+// stored string a command prints goes through it; the JSON output is
 // untouched.
-func safe(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func safe(s string) string { return view.Terminal(s) }
 
 // findKey accepts a full key or an unambiguous prefix of at least 8
 // characters, as `once ls` prints them.
@@ -273,7 +273,7 @@ func defineShow(fs *flagSet) func(env, []string) error {
 			if ev.Origin != "" {
 				actor += "@" + safe(ev.Origin)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), ev.Type, ev.Attempt, move, actor, safe(ev.Note))
+			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), safe(string(ev.Type)), ev.Attempt, safe(move), actor, safe(ev.Note))
 		}
 		return tw.Flush()
 	}
@@ -327,7 +327,7 @@ func defineResolve(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s is now %s (resolved by %s)\n", a.Key, a.Status, safe(a.ResolvedBy))
+		fmt.Fprintf(e.stdout, "%s is now %s (resolved by %s)\n", safe(string(a.Key)), safe(string(a.Status)), safe(a.ResolvedBy))
 		return nil
 	}
 }
@@ -353,7 +353,7 @@ func defineReap(fs *flagSet) func(env, []string) error {
 			fmt.Fprintf(e.stdout, "%s examined %d: review %d, released %d, verified %d, deferred %d, moved on %d; re-driven %d, waiting %d\n",
 				time.Now().UTC().Format(time.TimeOnly), rep.Examined, rep.Review, rep.Released, rep.Verified, rep.Deferred, rep.Changed, rep.Redriven, rep.Waiting)
 			for _, k := range slices.Sorted(maps.Keys(rep.ByKind)) {
-				fmt.Fprintf(e.stdout, "  %s: %d\n", k, rep.ByKind[k])
+				fmt.Fprintf(e.stdout, "  %s: %d\n", safe(k), rep.ByKind[k])
 			}
 			if rep.Waiting > 0 {
 				fmt.Fprintf(e.stdout, "  %d released actions wait for a delivery nobody will make (this command has no Redrive hooks, nor did their application): publish their jobs again, or run a reaper in the application; `once ls --status released` lists them\n", rep.Waiting)
@@ -378,7 +378,7 @@ func defineReap(fs *flagSet) func(env, []string) error {
 		// comes at the interval, as in any long-running reaper.
 		r, err := once.NewReaper(d.client, once.ReaperConfig{Interval: *every, OnPass: func(rep once.ReapReport, err error) {
 			if err != nil {
-				fmt.Fprintf(e.stderr, "once reap: pass failed: %s\n", dburl.Redact(strings.Join(strings.Fields(err.Error()), " ")))
+				fmt.Fprintf(e.stderr, "once reap: pass failed: %s\n", safe(dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))))
 				return
 			}
 			report(rep)

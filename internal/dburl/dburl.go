@@ -90,7 +90,7 @@ func postgresConfig(raw string) (string, postgres.Config, error) {
 		return "", postgres.Config{}, fmt.Errorf("postgres store: the URL's query does not parse (%v); write its parameters as name=value joined by &, with %%, & and ; in a value percent-encoded (%%25, %%26, %%3B)", err)
 	}
 	cfg := postgres.Config{Schema: q.Get("once_schema"), Prefix: q.Get("once_prefix")}
-	if err := migrate.CheckIdent("once_schema", cfg.Schema, !q.Has("once_schema")); err != nil {
+	if err := migrate.CheckSchema("once_schema", cfg.Schema, !q.Has("once_schema")); err != nil {
 		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
 	}
 	if err := migrate.CheckIdent("once_prefix", cfg.Prefix, !q.Has("once_prefix")); err != nil {

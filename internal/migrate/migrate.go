@@ -99,6 +99,22 @@ func CheckIdent(field, s string, allowEmpty bool) error {
 	return nil
 }
 
+// CheckSchema is CheckIdent for a PostgreSQL schema, which must also not
+// be one of the server's own: information_schema, or a name starting
+// with pg_ (pg_catalog, pg_toast, pg_temp_1), which PostgreSQL reserves.
+// Migrating into them writes tables among the server's, or fails half
+// way with a permission error. They are refused in any case: "PG_CATALOG"
+// is another schema to the server, but no one means it.
+func CheckSchema(field, s string, allowEmpty bool) error {
+	if err := CheckIdent(field, s, allowEmpty); err != nil {
+		return err
+	}
+	if l := strings.ToLower(s); l == "information_schema" || strings.HasPrefix(l, "pg_") {
+		return fmt.Errorf("%s %q is a system schema of PostgreSQL (information_schema and names starting with pg_ are its own); name a schema of your own, or leave it empty for public", field, s)
+	}
+	return nil
+}
+
 // Statements splits a migration into statements at semicolons that end a
 // line, for drivers that run one statement per call. Comment lines are
 // dropped.
