@@ -42,9 +42,17 @@ type Config struct {
 	// asserts. An empty scope is refused with 400. Required.
 	Scope func(*http.Request) string
 	// Kind names the action's kind, which selects the once kind policy
-	// (lease, execution time, recovery). Nil means "http:" followed by
-	// the ServeMux pattern that matched (Request.Pattern) with its
-	// method, or the method and path when no pattern is known.
+	// (lease, execution time, recovery) and labels every metric series
+	// of the action, so it must come from a small fixed set: the routes
+	// you registered, never the path or anything else a client sends.
+	// Nil means "http:" followed by the ServeMux pattern with its
+	// method ("http:POST /orders/{id}"): the pattern that matched
+	// (Request.Pattern) when the middleware wraps one route; the one the
+	// mux would match when it wraps a whole *http.ServeMux, which then
+	// leaves a request it routes nowhere unkeyed, for the mux to answer
+	// 404 or 405; and, when no pattern can be known (another router),
+	// the one fallback kind "http:" and the method ("http:POST"), shared
+	// by every route behind the middleware.
 	Kind func(*http.Request) string
 	// Fingerprint returns what must be the same on every request with a
 	// key: a repeat whose fingerprint differs is refused with 422 and
@@ -122,6 +130,8 @@ type Response struct {
 //   - a repeat with a different fingerprint (another body, say): 422;
 //   - a repeat while the first is still running: 409, or, with
 //     Config.Wait, the first's response once it is stored;
+//   - a request a wrapped *http.ServeMux routes nowhere: passed to the
+//     mux unkeyed, which answers 404 or 405 (see Config.Kind);
 //   - no key on a route that requires one, or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
 //   - a response Keep refuses (a 5xx, 408, 425 or 429 by default)
@@ -149,9 +159,6 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 		panic("idemhttp: Config.MaxBodyBytes, RetryAfter and Wait must not be negative; zero means the default")
 	}
 	m := &middleware{client: client, cfg: cfg}
-	if m.cfg.Kind == nil {
-		m.cfg.Kind = defaultKind
-	}
 	if m.cfg.Fingerprint == nil {
 		m.cfg.Fingerprint = defaultFingerprint
 	}
@@ -191,16 +198,28 @@ func defaultKeep(status int) bool {
 	return status < 500
 }
 
-func defaultKind(r *http.Request) string {
+// kindOf is the kind of r when Config.Kind is nil, from the pattern
+// it matches; routed is false when next is a mux that routes r
+// nowhere. The kind is never made of the path a client sent: that
+// would make a kind, a policy lookup and a set of metric series per
+// distinct path (TestKindComesFromABoundedSet).
+func kindOf(r *http.Request, next http.Handler) (kind string, routed bool) {
 	p := r.Pattern
+	if mux, ok := next.(*http.ServeMux); ok && p == "" && r.Method != http.MethodConnect {
+		// Wrapping a whole mux: the pattern is the one it would route
+		// r to. (A CONNECT's is its raw path, so it is not asked.)
+		if _, p = mux.Handler(r); p == "" {
+			return "", false
+		}
+	}
 	if p == "" {
-		return "http:" + r.Method + " " + r.URL.Path
+		return "http:" + r.Method, true
 	}
 	if !strings.Contains(strings.SplitN(p, "/", 2)[0], " ") {
 		// A pattern without a method ("/orders") matches every method.
 		p = r.Method + " " + p
 	}
-	return "http:" + p
+	return "http:" + p, true
 }
 
 // fingerprint is the default payload: the body is hashed, so a 1 MiB
@@ -229,6 +248,17 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// (TestMethodCaseIsOneKey).
 		r = r.WithContext(r.Context())
 		r.Method = upper
+	}
+	var kind string
+	if m.cfg.Kind != nil {
+		kind = m.cfg.Kind(r)
+	} else if k, routed := kindOf(r, next); routed {
+		kind = k
+	} else {
+		// No route: the mux answers 404 or 405, and nothing runs that a
+		// key would guard.
+		next.ServeHTTP(w, r)
+		return
 	}
 	key, err := keyOf(r)
 	switch {
@@ -259,7 +289,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	in := once.Intent{
 		Run:  scope,
-		Kind: m.cfg.Kind(r),
+		Kind: kind,
 		// The key goes in Target: it must be part of the action's
 		// identity, Run holds the scope, and Target is the field wide
 		// enough for any key. The path is in the fingerprint, so a key
