@@ -85,8 +85,13 @@ type Config struct {
 	Keep func(status int) bool
 	// ReplayHeaders are the response headers stored and sent again on a
 	// replay. Nil means Content-Type and Location. Headers that describe
-	// one response only (Date, Set-Cookie, tracing ids) do not belong
-	// here.
+	// one response only (Date, tracing ids) do not belong here, and
+	// those that frame one message on one connection (Content-Length,
+	// Transfer-Encoding, Connection, Trailer, Upgrade), Set-Cookie and
+	// Idempotent-Replayed are refused: Middleware panics. A replay sends
+	// only these, whatever the stored response holds (a person's Done
+	// with a result in its shape, a record made under an older list),
+	// and only values a header may carry.
 	ReplayHeaders []string
 	// MaxBodyBytes bounds a request body; a larger one is refused with
 	// 413 before anything runs. Zero means DefaultMaxBodyBytes (1 MiB).
@@ -171,6 +176,13 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 	if m.cfg.ReplayHeaders == nil {
 		m.cfg.ReplayHeaders = []string{"Content-Type", "Location"}
 	}
+	m.replay = make(map[string]bool, len(m.cfg.ReplayHeaders))
+	for _, h := range m.cfg.ReplayHeaders {
+		if why := unreplayable(h); why != "" {
+			panic(fmt.Sprintf("idemhttp: Config.ReplayHeaders names %q, which %s; list only headers that describe the stored answer itself (Content-Type, Location)", h, why))
+		}
+		m.replay[http.CanonicalHeaderKey(h)] = true
+	}
 	if m.cfg.MaxBodyBytes == 0 {
 		m.cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -185,6 +197,69 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 type middleware struct {
 	client *once.Client
 	cfg    Config
+	// replay is the set of ReplayHeaders, canonical.
+	replay map[string]bool
+}
+
+// unreplayable says why header h may not be replayed, or "".
+func unreplayable(h string) string {
+	if !validHeaderName(h) {
+		return "is not a header name"
+	}
+	switch http.CanonicalHeaderKey(h) {
+	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade":
+		return "frames one message on one connection, and a replay frames its own"
+	case "Set-Cookie":
+		return "would hand one response's cookie to whoever repeats the key"
+	case ReplayedHeader:
+		return "the middleware sets itself"
+	}
+	return ""
+}
+
+// validHeaderName reports whether s is a field name: an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s may be a field value: no control
+// byte but a tab, so no line break to start another header with.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// replayable is what of a stored response's header is sent again: the
+// ReplayHeaders, with values a header may carry. The stored header is
+// not trusted to be the middleware's own: a person's Done may hold
+// any result in a Response's shape (TestReplayedHeadersAreTheReplayHeaders).
+func (m *middleware) replayable(stored http.Header) http.Header {
+	out := make(http.Header, len(m.replay))
+	for k, vs := range stored {
+		k = http.CanonicalHeaderKey(k)
+		if !m.replay[k] {
+			continue
+		}
+		for _, v := range vs {
+			if validHeaderValue(v) {
+				out[k] = append(out[k], v)
+			}
+		}
+	}
+	return out
 }
 
 // defaultKeep stores every answer below 500 except the ones that ask
@@ -339,7 +414,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			writeProblem(w, http.StatusConflict, "response-not-recorded", "the request with this Idempotency-Key was carried out, but its response was not recorded (its outcome was confirmed afterwards, by a person or a check with the provider); retrying will not run it again: look up what it created, or use a new key for a new request")
 			return
 		}
-		stored.write(w, stored.Header, true)
+		stored.write(w, m.replayable(stored.Header), true)
 		return
 	}
 	m.writeError(w, err)
@@ -347,10 +422,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // storedResponse decodes a stored result into the Response the
 // middleware stored, and reports false for anything else: no result, or
-// one a person or a verifier recorded in its own shape.
+// one a person or a verifier recorded in its own shape, or with a status
+// that is no final answer (1xx) or no status at all (over 599).
 func storedResponse(raw json.RawMessage) (Response, bool) {
 	var resp Response
-	if len(raw) == 0 || json.Unmarshal(raw, &resp) != nil || resp.Status < 100 || resp.Status > 999 {
+	if len(raw) == 0 || json.Unmarshal(raw, &resp) != nil || resp.Status < 200 || resp.Status > 599 {
 		return Response{}, false
 	}
 	return resp, true
@@ -488,6 +564,8 @@ func (resp Response) write(w http.ResponseWriter, header http.Header, replayed b
 	}
 	if replayed {
 		w.Header().Set(ReplayedHeader, "true")
+		// A stored body is not sniffed into a type it was not given.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
