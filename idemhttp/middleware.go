@@ -148,11 +148,18 @@ type Response struct {
 //     and the handler does not run again.
 //
 // Errors are application/problem+json (RFC 9457). The handler's response
-// is buffered, so it must fit in the client's MaxResultBytes to be
-// stored; handlers that stream, flush or hijack do not belong behind it.
+// is buffered, and stored when it fits in the client's MaxResultBytes.
+// One that does not (an echo of a large body, say: MaxBodyBytes may well
+// be over MaxResultBytes) goes whole to the client that ran it, and the
+// key is settled with a small stand-in that every repeat gets: 500
+// response-too-large, saying the request was carried out, with its
+// status and Location. No person is asked. Handlers that stream, flush
+// or hijack do not belong behind it.
 //
-// Middleware panics when cfg.Scope is nil: that is a wiring mistake, found
-// at startup, not a request to answer.
+// Middleware panics when cfg.Scope is nil, cfg.ReplayHeaders names a
+// header that cannot be replayed, or the client's MaxResultBytes is too
+// small for that stand-in (under about 1 KiB): those are wiring
+// mistakes, found at startup, not requests to answer.
 func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler {
 	if client == nil {
 		panic("idemhttp: Middleware called with a nil *once.Client; build one with once.New")
@@ -188,6 +195,9 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 	}
 	if m.cfg.RetryAfter == 0 {
 		m.cfg.RetryAfter = time.Second
+	}
+	if n := len(tooLarge(Response{Status: 999, Header: http.Header{}}, 1<<62, 1<<62, false)); n > client.MaxResultBytes() {
+		panic(fmt.Sprintf("idemhttp: the client's Config.MaxResultBytes (%d) cannot hold the %d bytes the middleware stores for a response too large to store; give it at least 4 KiB (the default is %d)", client.MaxResultBytes(), n, once.DefaultMaxResultBytes))
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
@@ -398,6 +408,17 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if !m.cfg.Keep(resp.Status) {
 			return stored, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
 		}
+		if limit := m.client.MaxResultBytes(); len(stored) > limit {
+			// The handler's work is done, and this request's client
+			// gets its answer whole; a repeat gets a stand-in that says
+			// so. Storing the answer would fail, and put the key up for
+			// a person to review for nothing a person could decide
+			// (TestResponseTooLargeToStore).
+			stored = tooLarge(resp, len(stored), limit, true)
+			if len(stored) > limit {
+				stored = tooLarge(resp, len(stored), limit, false)
+			}
+		}
 		return stored, nil
 	}, once.WaitFor(m.cfg.Wait))
 	if resp := ran.Load(); resp != nil && !res.Replayed {
@@ -430,6 +451,27 @@ func storedResponse(raw json.RawMessage) (Response, bool) {
 		return Response{}, false
 	}
 	return resp, true
+}
+
+// tooLarge is the stored stand-in for resp, whose stored form is size
+// bytes, over limit: a 500 problem that says the request was carried
+// out, with resp's status and, with headers, its Location and other
+// ReplayHeaders but Content-Type.
+func tooLarge(resp Response, size, limit int, headers bool) json.RawMessage {
+	b, _ := json.Marshal(problem{
+		Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError, Code: "response-too-large",
+		Detail: fmt.Sprintf("the request with this Idempotency-Key was carried out and answered %d, but its response (%d bytes stored) was over the %d bytes that can be stored, so it cannot be replayed; retrying will not run it again: look up what it created (the Location header, when there is one), or use a new key for a new request", resp.Status, size, limit),
+	})
+	h := http.Header{"Content-Type": {"application/problem+json"}}
+	if headers {
+		for k, vs := range resp.Header {
+			if k != "Content-Type" {
+				h[k] = vs
+			}
+		}
+	}
+	stored, _ := json.Marshal(Response{Status: http.StatusInternalServerError, Header: h, Body: b})
+	return stored
 }
 
 func (m *middleware) acts(method string) bool {
