@@ -147,6 +147,16 @@ type Response struct {
 //     (a person resolved it Done, or a verifier found it landed): 409,
 //     and the handler does not run again.
 //
+// The handler's context (Request.Context) outlives its client. A client
+// that times out and leaves does not cancel it: the handler finishes its
+// work, and its answer is recorded for the client's retry. It ends at
+// the kind's MaxExecution (once.KindPolicy, 5 minutes by default) or
+// when the claim is lost, and carries the request's values but not its
+// deadline. So do the work on Request.Context, and bound its calls by
+// MaxExecution, not by the client's patience. A client that leaves
+// before the handler starts ends the request: nothing ran, and the key
+// is released.
+//
 // Errors are application/problem+json (RFC 9457). The handler's response
 // is buffered, and stored when it fits in the client's MaxResultBytes.
 // One that does not (an echo of a large body, say: MaxBodyBytes may well
@@ -389,7 +399,28 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// The stored result is taken as JSON and decoded here, not by Do: an
 	// action a person resolved Done, or a verifier found landed, holds
 	// whatever they stored (often nothing), not a Response.
-	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
+	//
+	// The handler's work outlives its client: a client that times out
+	// and leaves must not cut an effect off half-way, which makes its
+	// outcome unknown (a person's review, by default) though nothing
+	// failed (TestClientLeavingDoesNotCancelTheHandler). Until the
+	// handler starts, the client leaving ends the call (nothing has run:
+	// the claim is released); from then on the handler's context ends
+	// only at the kind's MaxExecution, or when the claim is lost.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	defer cancel(nil)
+	const waiting, running, left = 0, 1, 2
+	var state atomic.Int32
+	stop := context.AfterFunc(r.Context(), func() {
+		if state.CompareAndSwap(waiting, left) {
+			cancel(context.Cause(r.Context()))
+		}
+	})
+	defer stop()
+	res, err := once.Do(ctx, m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
+		if !state.CompareAndSwap(waiting, running) {
+			return nil, once.RetryLater(fmt.Errorf("the client left before the handler started: %w", context.Cause(r.Context())))
+		}
 		rec := &recorder{header: make(http.Header)}
 		req := r.Clone(ctx)
 		req.Body = http.NoBody
