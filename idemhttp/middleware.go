@@ -8,6 +8,30 @@
 // replays its stored response to every repeat, through once.Do: the
 // database arbitrates concurrent requests, and a crash mid-handler is
 // recovered by the route's kind policy like any other effect.
+//
+// # Handlers that call once.Do
+//
+// A handler may carry out its effects through once.Do calls of its own:
+// an email, a charge at a provider. One request then has two kinds of
+// record: the key's, which holds the handler's answer, and each inner
+// action's, which holds that effect's outcome. They combine so:
+//
+//   - the key's record is read first: a repeat of a key with a stored
+//     answer gets that answer, and no inner action is asked again;
+//   - each inner action has its own kind, lease and recovery, and a
+//     person reviews it on its own: resolving it changes the inner
+//     record, not the key's;
+//   - so a handler whose answer reports an inner action not settled
+//     (in review, in flight, released) calls Release: its answer goes
+//     out but is not stored, and the retry runs the handler again, whose
+//     inner Do then replays what was decided. Stored instead, a 202 "in
+//     review" is replayed for good, after a person resolves Done too;
+//   - run again, the handler's inner Do calls replay instead of acting,
+//     so a route whose effects are all inner actions can recover by
+//     RetryWithProviderKey: after a crash, the retry runs the handler
+//     again rather than waiting for a person;
+//   - the inner calls run on the handler's context, which ends at the
+//     route's kind's MaxExecution: make it at least as long as they take.
 package idemhttp
 
 import (
@@ -422,7 +446,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return nil, once.RetryLater(fmt.Errorf("the client left before the handler started: %w", context.Cause(r.Context())))
 		}
 		rec := &recorder{header: make(http.Header)}
-		req := r.Clone(ctx)
+		released := new(atomic.Bool)
+		req := r.Clone(context.WithValue(ctx, releaseKey{}, released))
 		req.Body = http.NoBody
 		if len(body) > 0 {
 			req.Body = readCloser{bytes.NewReader(body)}
@@ -438,6 +463,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		if !m.cfg.Keep(resp.Status) {
 			return stored, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		}
+		if released.Load() {
+			return stored, once.RetryLater(fmt.Errorf("the handler answered %d and released the key (idemhttp.Release): its answer is not final", resp.Status))
 		}
 		if limit := m.client.MaxResultBytes(); len(stored) > limit {
 			// The handler's work is done, and this request's client
