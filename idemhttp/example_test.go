@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/idemhttp"
@@ -154,4 +155,62 @@ func ExampleRelease() {
 	// 202 replayed="" the receipt is being checked
 	// 201 replayed="" receipt sent: msg-1
 	// 201 replayed="true" receipt sent: msg-1
+}
+
+// An effect that makes three calls to a provider gives each its own
+// Idempotency-Key, derived from the attempt's provider key: the same
+// keys on every attempt, so a retried effect's calls are absorbed, and
+// never one key for two calls.
+func ExampleWithRequestKeys() {
+	client, done, err := exampleClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer done()
+
+	keys := map[string][]string{} // the provider's view: keys by call
+	var mu sync.Mutex
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		keys[r.Method+" "+r.URL.Path] = append(keys[r.Method+" "+r.URL.Path], r.Header.Get(idemhttp.Header))
+	}))
+	defer provider.Close()
+	hc := &http.Client{Transport: &idemhttp.Transport{}}
+
+	onboard := func(ctx context.Context, a once.Attempt) (string, error) {
+		ctx = idemhttp.WithRequestKeys(ctx, a.ProviderKey)
+		for _, call := range []string{"POST /customers", "POST /charges", "GET /telemetry"} {
+			method, path, _ := strings.Cut(call, " ")
+			req, _ := http.NewRequestWithContext(ctx, method, provider.URL+path, nil)
+			resp, err := hc.Do(req)
+			if err != nil {
+				return "", err
+			}
+			resp.Body.Close()
+		}
+		if a.Number == 1 {
+			return "", once.RetryLater(errors.New("the first attempt stops here, to be run again"))
+		}
+		return "onboarded", nil
+	}
+	in := once.Intent{Run: "signup-9", Kind: "onboard", Target: "ada@example.com"}
+	once.Do(context.Background(), client, in, onboard)
+	res, err := once.Do(context.Background(), client, in, onboard)
+	fmt.Println(res.Value, "at attempt", res.Attempt, err)
+
+	distinct := map[string]bool{}
+	for _, call := range []string{"POST /customers", "POST /charges", "GET /telemetry"} {
+		k := keys[call]
+		fmt.Printf("%s: %d calls, the same key each time: %v\n", call, len(k), k[0] == k[1])
+		distinct[k[0]] = true
+	}
+	fmt.Println("distinct keys:", len(distinct))
+	// Output:
+	// onboarded at attempt 2 <nil>
+	// POST /customers: 2 calls, the same key each time: true
+	// POST /charges: 2 calls, the same key each time: true
+	// GET /telemetry: 2 calls, the same key each time: true
+	// distinct keys: 3
 }
