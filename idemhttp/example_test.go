@@ -214,3 +214,49 @@ func ExampleWithRequestKeys() {
 	// GET /telemetry: 2 calls, the same key each time: true
 	// distinct keys: 3
 }
+
+// An effect that charges a provider leaves the meaning of its answer to
+// Outcome: a declined card (402) fails the action for good, and a retry
+// of the job gets the failure back instead of charging again.
+func ExampleOutcome() {
+	client, done, err := exampleClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer done()
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusPaymentRequired)
+		io.WriteString(w, `{"error":"card_declined"}`)
+	}))
+	defer provider.Close()
+	hc := &http.Client{Transport: &idemhttp.Transport{}}
+
+	charge := func(ctx context.Context, a once.Attempt) (string, error) {
+		req, err := http.NewRequestWithContext(idemhttp.WithKey(ctx, a.ProviderKey), http.MethodPost, provider.URL+"/charges", strings.NewReader(`{"amount":1250}`))
+		if err != nil {
+			return "", once.Permanent(err)
+		}
+		resp, err := hc.Do(req)
+		if err := idemhttp.Outcome(resp, err); err != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	in := once.Intent{Run: "order-7", Kind: "charge", Target: "cus_ada", Payload: 1250}
+	for range 2 {
+		_, err := once.Do(context.Background(), client, in, charge)
+		var failed *once.FailedError
+		if errors.As(err, &failed) {
+			fmt.Printf("failed for good (replayed %v): %s\n", failed.Replayed, strings.ReplaceAll(failed.Message, provider.URL, "PROVIDER"))
+		}
+	}
+	// Output:
+	// failed for good (replayed false): POST PROVIDER/charges answered 402 Payment Required: "{\"error\":\"card_declined\"}"
+	// failed for good (replayed true): POST PROVIDER/charges answered 402 Payment Required: "{\"error\":\"card_declined\"}"
+}
