@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,5 +97,25 @@ func TestConnectionCap(t *testing.T) {
 	a, err := send("GET", p.base+"/charges", "", "", "")
 	if err != nil || a.status != 200 {
 		t.Fatalf("a request once the slow clients were cut: %+v %v; want 200", a, err)
+	}
+}
+
+// TestHeadersTooLarge: request headers past 16 KiB (and net/http's
+// slack) are refused with 431 before anything reads them further.
+func TestHeadersTooLarge(t *testing.T) {
+	t.Parallel()
+	p := start(t, filepath.Join(t.TempDir(), "payments.db"))
+	req, err := http.NewRequest(http.MethodGet, p.base+"/charges", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("a", 32<<10))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("32 KiB of headers: %d; want 431", resp.StatusCode)
 	}
 }
