@@ -192,7 +192,7 @@ type Response struct {
 //
 // Middleware panics when cfg.Scope is nil, cfg.ReplayHeaders names a
 // header that cannot be replayed, or the client's MaxResultBytes is too
-// small for that stand-in (under about 1 KiB): those are wiring
+// small for that stand-in (under 700 bytes): those are wiring
 // mistakes, found at startup, not requests to answer.
 func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler {
 	if client == nil {
@@ -231,7 +231,7 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 		m.cfg.RetryAfter = time.Second
 	}
 	if n := len(tooLarge(Response{Status: 999, Header: http.Header{}}, 1<<62, 1<<62, false)); n > client.MaxResultBytes() {
-		panic(fmt.Sprintf("idemhttp: the client's Config.MaxResultBytes (%d) cannot hold the %d bytes the middleware stores for a response too large to store; give it at least 4 KiB (the default is %d)", client.MaxResultBytes(), n, once.DefaultMaxResultBytes))
+		panic(fmt.Sprintf("idemhttp: the client's Config.MaxResultBytes (%d) cannot hold the %d bytes the middleware stores for a response too large to store; give it at least that, and room for the responses you mean to replay (the default is %d)", client.MaxResultBytes(), n, once.DefaultMaxResultBytes))
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
