@@ -157,6 +157,13 @@ func New(cfg Config) (*Client, error) {
 // Origin returns the name this client writes into every event.
 func (c *Client) Origin() string { return c.origin }
 
+// MaxResultBytes returns the bound on a stored result
+// (Config.MaxResultBytes, or its default). A layer that stores what it
+// is handed (idemhttp's responses) checks its result against it, to
+// store a smaller one of its own rather than put the action up for
+// review.
+func (c *Client) MaxResultBytes() int { return c.maxResult }
+
 // takesVerify reports whether this client takes the VerifyThenDecide
 // actions of kind (see Verifiable).
 func (c *Client) takesVerify(kind string) bool {

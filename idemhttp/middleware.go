@@ -8,6 +8,30 @@
 // replays its stored response to every repeat, through once.Do: the
 // database arbitrates concurrent requests, and a crash mid-handler is
 // recovered by the route's kind policy like any other effect.
+//
+// # Handlers that call once.Do
+//
+// A handler may carry out its effects through once.Do calls of its own:
+// an email, a charge at a provider. One request then has two kinds of
+// record: the key's, which holds the handler's answer, and each inner
+// action's, which holds that effect's outcome. They combine so:
+//
+//   - the key's record is read first: a repeat of a key with a stored
+//     answer gets that answer, and no inner action is asked again;
+//   - each inner action has its own kind, lease and recovery, and a
+//     person reviews it on its own: resolving it changes the inner
+//     record, not the key's;
+//   - so a handler whose answer reports an inner action not settled
+//     (in review, in flight, released) calls Release: its answer goes
+//     out but is not stored, and the retry runs the handler again, whose
+//     inner Do then replays what was decided. Stored instead, a 202 "in
+//     review" is replayed for good, after a person resolves Done too;
+//   - run again, the handler's inner Do calls replay instead of acting,
+//     so a route whose effects are all inner actions can recover by
+//     RetryWithProviderKey: after a crash, the retry runs the handler
+//     again rather than waiting for a person;
+//   - the inner calls run on the handler's context, which ends at the
+//     route's kind's MaxExecution: make it at least as long as they take.
 package idemhttp
 
 import (
@@ -42,9 +66,17 @@ type Config struct {
 	// asserts. An empty scope is refused with 400. Required.
 	Scope func(*http.Request) string
 	// Kind names the action's kind, which selects the once kind policy
-	// (lease, execution time, recovery). Nil means "http:" followed by
-	// the ServeMux pattern that matched (Request.Pattern) with its
-	// method, or the method and path when no pattern is known.
+	// (lease, execution time, recovery) and labels every metric series
+	// of the action, so it must come from a small fixed set: the routes
+	// you registered, never the path or anything else a client sends.
+	// Nil means "http:" followed by the ServeMux pattern with its
+	// method ("http:POST /orders/{id}"): the pattern that matched
+	// (Request.Pattern) when the middleware wraps one route; the one the
+	// mux would match when it wraps a whole *http.ServeMux, which then
+	// leaves a request it routes nowhere unkeyed, for the mux to answer
+	// 404 or 405; and, when no pattern can be known (another router),
+	// the one fallback kind "http:" and the method ("http:POST"), shared
+	// by every route behind the middleware.
 	Kind func(*http.Request) string
 	// Fingerprint returns what must be the same on every request with a
 	// key: a repeat whose fingerprint differs is refused with 422 and
@@ -77,8 +109,13 @@ type Config struct {
 	Keep func(status int) bool
 	// ReplayHeaders are the response headers stored and sent again on a
 	// replay. Nil means Content-Type and Location. Headers that describe
-	// one response only (Date, Set-Cookie, tracing ids) do not belong
-	// here.
+	// one response only (Date, tracing ids) do not belong here, and
+	// those that frame one message on one connection (Content-Length,
+	// Transfer-Encoding, Connection, Trailer, Upgrade), Set-Cookie and
+	// Idempotent-Replayed are refused: Middleware panics. A replay sends
+	// only these, whatever the stored response holds (a person's Done
+	// with a result in its shape, a record made under an older list),
+	// and only values a header may carry.
 	ReplayHeaders []string
 	// MaxBodyBytes bounds a request body; a larger one is refused with
 	// 413 before anything runs. Zero means DefaultMaxBodyBytes (1 MiB).
@@ -122,6 +159,8 @@ type Response struct {
 //   - a repeat with a different fingerprint (another body, say): 422;
 //   - a repeat while the first is still running: 409, or, with
 //     Config.Wait, the first's response once it is stored;
+//   - a request a wrapped *http.ServeMux routes nowhere: passed to the
+//     mux unkeyed, which answers 404 or 405 (see Config.Kind);
 //   - no key on a route that requires one, or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
 //   - a response Keep refuses (a 5xx, 408, 425 or 429 by default)
@@ -132,12 +171,29 @@ type Response struct {
 //     (a person resolved it Done, or a verifier found it landed): 409,
 //     and the handler does not run again.
 //
-// Errors are application/problem+json (RFC 9457). The handler's response
-// is buffered, so it must fit in the client's MaxResultBytes to be
-// stored; handlers that stream, flush or hijack do not belong behind it.
+// The handler's context (Request.Context) outlives its client. A client
+// that times out and leaves does not cancel it: the handler finishes its
+// work, and its answer is recorded for the client's retry. It ends at
+// the kind's MaxExecution (once.KindPolicy, 5 minutes by default) or
+// when the claim is lost, and carries the request's values but not its
+// deadline. So do the work on Request.Context, and bound its calls by
+// MaxExecution, not by the client's patience. A client that leaves
+// before the handler starts ends the request: nothing ran, and the key
+// is released.
 //
-// Middleware panics when cfg.Scope is nil: that is a wiring mistake, found
-// at startup, not a request to answer.
+// Errors are application/problem+json (RFC 9457). The handler's response
+// is buffered, and stored when it fits in the client's MaxResultBytes.
+// One that does not (an echo of a large body, say: MaxBodyBytes may well
+// be over MaxResultBytes) goes whole to the client that ran it, and the
+// key is settled with a small stand-in that every repeat gets: 500
+// response-too-large, saying the request was carried out, with its
+// status and Location. No person is asked. Handlers that stream, flush
+// or hijack do not belong behind it.
+//
+// Middleware panics when cfg.Scope is nil, cfg.ReplayHeaders names a
+// header that cannot be replayed, or the client's MaxResultBytes is too
+// small for that stand-in (under 700 bytes): those are wiring
+// mistakes, found at startup, not requests to answer.
 func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler {
 	if client == nil {
 		panic("idemhttp: Middleware called with a nil *once.Client; build one with once.New")
@@ -149,9 +205,6 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 		panic("idemhttp: Config.MaxBodyBytes, RetryAfter and Wait must not be negative; zero means the default")
 	}
 	m := &middleware{client: client, cfg: cfg}
-	if m.cfg.Kind == nil {
-		m.cfg.Kind = defaultKind
-	}
 	if m.cfg.Fingerprint == nil {
 		m.cfg.Fingerprint = defaultFingerprint
 	}
@@ -164,11 +217,21 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 	if m.cfg.ReplayHeaders == nil {
 		m.cfg.ReplayHeaders = []string{"Content-Type", "Location"}
 	}
+	m.replay = make(map[string]bool, len(m.cfg.ReplayHeaders))
+	for _, h := range m.cfg.ReplayHeaders {
+		if why := unreplayable(h); why != "" {
+			panic(fmt.Sprintf("idemhttp: Config.ReplayHeaders names %q, which %s; list only headers that describe the stored answer itself (Content-Type, Location)", h, why))
+		}
+		m.replay[http.CanonicalHeaderKey(h)] = true
+	}
 	if m.cfg.MaxBodyBytes == 0 {
 		m.cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if m.cfg.RetryAfter == 0 {
 		m.cfg.RetryAfter = time.Second
+	}
+	if n := len(tooLarge(Response{Status: 999, Header: http.Header{}}, 1<<62, 1<<62, false)); n > client.MaxResultBytes() {
+		panic(fmt.Sprintf("idemhttp: the client's Config.MaxResultBytes (%d) cannot hold the %d bytes the middleware stores for a response too large to store; give it at least that, and room for the responses you mean to replay (the default is %d)", client.MaxResultBytes(), n, once.DefaultMaxResultBytes))
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
@@ -178,6 +241,69 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 type middleware struct {
 	client *once.Client
 	cfg    Config
+	// replay is the set of ReplayHeaders, canonical.
+	replay map[string]bool
+}
+
+// unreplayable says why header h may not be replayed, or "".
+func unreplayable(h string) string {
+	if !validHeaderName(h) {
+		return "is not a header name"
+	}
+	switch http.CanonicalHeaderKey(h) {
+	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade":
+		return "frames one message on one connection, and a replay frames its own"
+	case "Set-Cookie":
+		return "would hand one response's cookie to whoever repeats the key"
+	case ReplayedHeader:
+		return "the middleware sets itself"
+	}
+	return ""
+}
+
+// validHeaderName reports whether s is a field name: an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s may be a field value: no control
+// byte but a tab, so no line break to start another header with.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// replayable is what of a stored response's header is sent again: the
+// ReplayHeaders, with values a header may carry. The stored header is
+// not trusted to be the middleware's own: a person's Done may hold
+// any result in a Response's shape (TestReplayedHeadersAreTheReplayHeaders).
+func (m *middleware) replayable(stored http.Header) http.Header {
+	out := make(http.Header, len(m.replay))
+	for k, vs := range stored {
+		k = http.CanonicalHeaderKey(k)
+		if !m.replay[k] {
+			continue
+		}
+		for _, v := range vs {
+			if validHeaderValue(v) {
+				out[k] = append(out[k], v)
+			}
+		}
+	}
+	return out
 }
 
 // defaultKeep stores every answer below 500 except the ones that ask
@@ -191,16 +317,28 @@ func defaultKeep(status int) bool {
 	return status < 500
 }
 
-func defaultKind(r *http.Request) string {
+// kindOf is the kind of r when Config.Kind is nil, from the pattern
+// it matches; routed is false when next is a mux that routes r
+// nowhere. The kind is never made of the path a client sent: that
+// would make a kind, a policy lookup and a set of metric series per
+// distinct path (TestKindComesFromABoundedSet).
+func kindOf(r *http.Request, next http.Handler) (kind string, routed bool) {
 	p := r.Pattern
+	if mux, ok := next.(*http.ServeMux); ok && p == "" && r.Method != http.MethodConnect {
+		// Wrapping a whole mux: the pattern is the one it would route
+		// r to. (A CONNECT's is its raw path, so it is not asked.)
+		if _, p = mux.Handler(r); p == "" {
+			return "", false
+		}
+	}
 	if p == "" {
-		return "http:" + r.Method + " " + r.URL.Path
+		return "http:" + r.Method, true
 	}
 	if !strings.Contains(strings.SplitN(p, "/", 2)[0], " ") {
 		// A pattern without a method ("/orders") matches every method.
 		p = r.Method + " " + p
 	}
-	return "http:" + p
+	return "http:" + p, true
 }
 
 // fingerprint is the default payload: the body is hashed, so a 1 MiB
@@ -229,6 +367,17 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// (TestMethodCaseIsOneKey).
 		r = r.WithContext(r.Context())
 		r.Method = upper
+	}
+	var kind string
+	if m.cfg.Kind != nil {
+		kind = m.cfg.Kind(r)
+	} else if k, routed := kindOf(r, next); routed {
+		kind = k
+	} else {
+		// No route: the mux answers 404 or 405, and nothing runs that a
+		// key would guard.
+		next.ServeHTTP(w, r)
+		return
 	}
 	key, err := keyOf(r)
 	switch {
@@ -259,7 +408,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	in := once.Intent{
 		Run:  scope,
-		Kind: m.cfg.Kind(r),
+		Kind: kind,
 		// The key goes in Target: it must be part of the action's
 		// identity, Run holds the scope, and Target is the field wide
 		// enough for any key. The path is in the fingerprint, so a key
@@ -274,9 +423,31 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// The stored result is taken as JSON and decoded here, not by Do: an
 	// action a person resolved Done, or a verifier found landed, holds
 	// whatever they stored (often nothing), not a Response.
-	res, err := once.Do(r.Context(), m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
+	//
+	// The handler's work outlives its client: a client that times out
+	// and leaves must not cut an effect off half-way, which makes its
+	// outcome unknown (a person's review, by default) though nothing
+	// failed (TestClientLeavingDoesNotCancelTheHandler). Until the
+	// handler starts, the client leaving ends the call (nothing has run:
+	// the claim is released); from then on the handler's context ends
+	// only at the kind's MaxExecution, or when the claim is lost.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	defer cancel(nil)
+	const waiting, running, left = 0, 1, 2
+	var state atomic.Int32
+	stop := context.AfterFunc(r.Context(), func() {
+		if state.CompareAndSwap(waiting, left) {
+			cancel(context.Cause(r.Context()))
+		}
+	})
+	defer stop()
+	res, err := once.Do(ctx, m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
+		if !state.CompareAndSwap(waiting, running) {
+			return nil, once.RetryLater(fmt.Errorf("the client left before the handler started: %w", context.Cause(r.Context())))
+		}
 		rec := &recorder{header: make(http.Header)}
-		req := r.Clone(ctx)
+		released := new(atomic.Bool)
+		req := r.Clone(context.WithValue(ctx, releaseKey{}, released))
 		req.Body = http.NoBody
 		if len(body) > 0 {
 			req.Body = readCloser{bytes.NewReader(body)}
@@ -292,6 +463,20 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		if !m.cfg.Keep(resp.Status) {
 			return stored, once.RetryLater(fmt.Errorf("the handler answered %d, which Config.Keep does not store", resp.Status))
+		}
+		if released.Load() {
+			return stored, once.RetryLater(fmt.Errorf("the handler answered %d and released the key (idemhttp.Release): its answer is not final", resp.Status))
+		}
+		if limit := m.client.MaxResultBytes(); len(stored) > limit {
+			// The handler's work is done, and this request's client
+			// gets its answer whole; a repeat gets a stand-in that says
+			// so. Storing the answer would fail, and put the key up for
+			// a person to review for nothing a person could decide
+			// (TestResponseTooLargeToStore).
+			stored = tooLarge(resp, len(stored), limit, true)
+			if len(stored) > limit {
+				stored = tooLarge(resp, len(stored), limit, false)
+			}
 		}
 		return stored, nil
 	}, once.WaitFor(m.cfg.Wait))
@@ -309,7 +494,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			writeProblem(w, http.StatusConflict, "response-not-recorded", "the request with this Idempotency-Key was carried out, but its response was not recorded (its outcome was confirmed afterwards, by a person or a check with the provider); retrying will not run it again: look up what it created, or use a new key for a new request")
 			return
 		}
-		stored.write(w, stored.Header, true)
+		stored.write(w, m.replayable(stored.Header), true)
 		return
 	}
 	m.writeError(w, err)
@@ -317,13 +502,35 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // storedResponse decodes a stored result into the Response the
 // middleware stored, and reports false for anything else: no result, or
-// one a person or a verifier recorded in its own shape.
+// one a person or a verifier recorded in its own shape, or with a status
+// that is no final answer (1xx) or no status at all (over 599).
 func storedResponse(raw json.RawMessage) (Response, bool) {
 	var resp Response
-	if len(raw) == 0 || json.Unmarshal(raw, &resp) != nil || resp.Status < 100 || resp.Status > 999 {
+	if len(raw) == 0 || json.Unmarshal(raw, &resp) != nil || resp.Status < 200 || resp.Status > 599 {
 		return Response{}, false
 	}
 	return resp, true
+}
+
+// tooLarge is the stored stand-in for resp, whose stored form is size
+// bytes, over limit: a 500 problem that says the request was carried
+// out, with resp's status and, with headers, its Location and other
+// ReplayHeaders but Content-Type.
+func tooLarge(resp Response, size, limit int, headers bool) json.RawMessage {
+	b, _ := json.Marshal(problem{
+		Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError, Code: "response-too-large",
+		Detail: fmt.Sprintf("the request with this Idempotency-Key was carried out and answered %d, but its response (%d bytes stored) was over the %d bytes that can be stored, so it cannot be replayed; retrying will not run it again: look up what it created (the Location header, when there is one), or use a new key for a new request", resp.Status, size, limit),
+	})
+	h := http.Header{"Content-Type": {"application/problem+json"}}
+	if headers {
+		for k, vs := range resp.Header {
+			if k != "Content-Type" {
+				h[k] = vs
+			}
+		}
+	}
+	stored, _ := json.Marshal(Response{Status: http.StatusInternalServerError, Header: h, Body: b})
+	return stored
 }
 
 func (m *middleware) acts(method string) bool {
@@ -458,6 +665,8 @@ func (resp Response) write(w http.ResponseWriter, header http.Header, replayed b
 	}
 	if replayed {
 		w.Header().Set(ReplayedHeader, "true")
+		// A stored body is not sniffed into a type it was not given.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)

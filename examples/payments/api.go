@@ -100,6 +100,13 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "body-malformed", err.Error(), nil)
 		return
 	}
+	// The charge is written on the request's context. Behind the
+	// middleware it outlives the client: a client that times out and
+	// leaves does not cut the write off half-way (which would leave its
+	// outcome unknown), and its retry gets the charge. It ends at the
+	// kind's MaxExecution (see serve), or when the claim is lost. Work
+	// that must not outlive that goes under it; nothing here waits on the
+	// client.
 	c, found, err := a.charges.create(r.Context(), tenant, key, req)
 	switch {
 	case errors.Is(err, errKeyReused):
@@ -123,9 +130,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.hold > 0 {
 		// Cut short when the request's context ends (its claim was lost
-		// to a retry elsewhere, it ran out of time, the client left):
-		// the charge is written all the same, so it is the answer, not a
-		// 5xx that would call it interrupted and release its key.
+		// to a retry elsewhere, or it ran past MaxExecution; not when the
+		// client leaves): the charge is written all the same, so it is
+		// the answer, not a 5xx that would call it interrupted and
+		// release its key.
 		select {
 		case <-time.After(a.hold):
 		case <-r.Context().Done():

@@ -35,6 +35,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	db := fs.String("db", defaultDB(), "the database `URL`: postgres://user@host:5432/db (once_schema=NAME places the tables), or a SQLite file path")
 	lease := fs.Duration("lease", 10*time.Second, "how long a charge's claim outlives a process that died holding it; a retry after that runs the charge again, which finds the charge it wrote")
 	hold := fs.Duration("hold-after-charge", 0, "wait this long between writing a charge and answering it, to watch a crash in that window (see README.md)")
+	maxConns := fs.Int("max-conns", 1024, "serve at most `N` connections at once; more wait to be accepted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -83,17 +86,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *hold < 0:
 		fmt.Fprintf(stderr, "payments: --hold-after-charge must not be negative\n")
 		return 2
+	case *maxConns < 1:
+		fmt.Fprintf(stderr, "payments: --max-conns %d: give at least 1 (1024 is a good default)\n", *maxConns)
+		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := serve(ctx, *addr, *db, *lease, *hold, stdout, log); err != nil {
+	if err := serve(ctx, *addr, *db, *lease, *hold, *maxConns, stdout, log); err != nil {
 		fmt.Fprintln(stderr, "payments:", dburl.Redact(err.Error()))
 		return 1
 	}
 	return 0
 }
 
+// Bounds on what one connection may hold. A request is a few headers
+// and a body of at most maxBody: a client that takes longer than this
+// to send it is cut, so slow clients cannot hold connections, and the
+// goroutines and buffers behind them, for as long as they like.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	idleTimeout       = 30 * time.Second
+	maxHeaderBytes    = 16 << 10
+	// maxExecution bounds a charge's work: the middleware keeps it
+	// running past a client that left, until this.
+	maxExecution = 30 * time.Second
+)
+
 // serve opens the store, makes the tables, and serves until ctx ends.
-func serve(ctx context.Context, addr, db string, lease, hold time.Duration, stdout io.Writer, log *slog.Logger) error {
+func serve(ctx context.Context, addr, db string, lease, hold time.Duration, maxConns int, stdout io.Writer, log *slog.Logger) error {
 	store, charges, err := open(ctx, db)
 	if err != nil {
 		return err
@@ -107,7 +127,7 @@ func serve(ctx context.Context, addr, db string, lease, hold time.Duration, stdo
 			// keeps one per key), so a claim whose process died is
 			// released for the client's retry rather than put up for a
 			// person to review.
-			kindCreateCharge: {Recovery: once.RetryWithProviderKey, Lease: lease, MaxExecution: 30*time.Second + hold},
+			kindCreateCharge: {Recovery: once.RetryWithProviderKey, Lease: lease, MaxExecution: maxExecution + hold},
 		},
 	})
 	if err != nil {
@@ -121,13 +141,18 @@ func serve(ctx context.Context, addr, db string, lease, hold time.Duration, stdo
 	}
 	srv := &http.Server{
 		Handler:           a.handler(client),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		// Past the longest a charge may take, so its answer still goes
+		// out.
+		WriteTimeout:   readTimeout + maxExecution + hold + 5*time.Second,
+		IdleTimeout:    idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	fmt.Fprintf(stdout, "payments: listening on http://%s (%s, pid %d)\n", ln.Addr(), store.Name, os.Getpid())
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(limitListener(ln, maxConns, log)) }()
 	select {
 	case err := <-served:
 		return err
@@ -176,4 +201,49 @@ func open(ctx context.Context, db string) (*dburl.Store, *chargeTable, error) {
 		return nil, nil, fmt.Errorf("%s: creating the charges table: %w", store.Name, err)
 	}
 	return store, charges, nil
+}
+
+// limitListener accepts at most n connections at a time: past that,
+// Accept waits for one to close, and new connections wait in the
+// kernel's queue rather than each taking a goroutine and buffers. It
+// says so in the log when it is full, at most once a minute.
+func limitListener(ln net.Listener, n int, log *slog.Logger) net.Listener {
+	return &limited{Listener: ln, slots: make(chan struct{}, n), log: log}
+}
+
+type limited struct {
+	net.Listener
+	slots  chan struct{}
+	log    *slog.Logger
+	warned atomic.Int64 // when the log last said it was full, in Unix ns
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		if now, last := time.Now().UnixNano(), l.warned.Load(); now-last > int64(time.Minute) && l.warned.CompareAndSwap(last, now) {
+			l.log.Warn("payments: connection limit reached; new connections wait to be accepted", "max_conns", cap(l.slots))
+		}
+		l.slots <- struct{}{}
+	}
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: conn, release: func() { <-l.slots }}, nil
+}
+
+// limitedConn gives its slot back when it is closed, once.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -715,6 +715,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--db", filepath.Join(t.TempDir(), "missing", "dir", "x.db")}, 1, "directory exist"},
 		{[]string{"--lease", "1ms"}, 2, "--lease 1ms is too short"},
 		{[]string{"--hold-after-charge", "-1s"}, 2, "must not be negative"},
+		{[]string{"--max-conns", "0"}, 2, "--max-conns 0: give at least 1"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--nope"}, 2, "flag provided but not defined"},
 		{[]string{"--addr", strings.TrimPrefix(taken.base, "http://"), "--db", filepath.Join(t.TempDir(), "x.db")}, 1, "pass another --addr"},
