@@ -1,0 +1,116 @@
+package natsjs_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/natsjs"
+)
+
+// syncBuffer is a log sink the worker's goroutines write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestPanicIsTerminatedAfterBound publishes a poison job, whose job
+// function panics on every delivery, then a good one. The worker must
+// live through the panics (before, the first one killed the process,
+// and the poison killed it again after every restart), settle the good
+// job, and terminate the poison on its MaxPanics-th delivery with the
+// panic as the reason, logging its stack.
+func TestPanicIsTerminatedAfterBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, jetstream.ConsumerConfig{AckWait: 5 * time.Second}, once.Config{})
+	logs := &syncBuffer{}
+	w := b.worker(t, natsjs.Config{MaxPanics: 3, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	run := charge(b.client, b.log, func(_ context.Context, a once.Attempt) (string, error) {
+		b.log.effect(a)
+		return "ch_ok", nil
+	})
+	consume(t, w, b.cons, func(ctx context.Context, msg jetstream.Msg) error {
+		var j job
+		if err := json.Unmarshal(msg.Data(), &j); err == nil && j.ID == "poison" {
+			var m map[string]int
+			m["boom"]++ // a nil map: the runtime panics
+		}
+		return run(ctx, msg)
+	})
+	b.publish(t, job{ID: "poison", Customer: "cus_p", Amount: 1})
+	b.publish(t, job{ID: "order-after", Customer: "cus_a", Amount: 2})
+
+	good := b.log.waitSettle(t, "the job behind the poison settled", func(s settle) bool { return s.seq == 2 })
+	if good.d.Action != once.JobAck || good.err != nil {
+		t.Fatalf("the job behind the poison settled %v (%v); want ack", good.d.Action, good.err)
+	}
+	last := b.log.waitSettle(t, "the poison terminated", func(s settle) bool { return s.seq == 1 && s.d.Action == once.JobDrop })
+	b.settledAll(t, 2)
+	if last.delivered != 3 {
+		t.Fatalf("the poison was terminated on delivery %d; want 3 (MaxPanics)", last.delivered)
+	}
+	var pe *natsjs.PanicError
+	if !errors.As(last.err, &pe) || !errors.Is(last.err, natsjs.ErrPanicked) || !strings.Contains(last.d.Reason, "nil map") || !strings.Contains(last.d.Reason, "MaxPanics") {
+		t.Fatalf("the poison's settlement: %q (%v); want a *PanicError, and the panic and MaxPanics in the reason", last.d.Reason, last.err)
+	}
+	settles, _, _ := b.log.snapshot()
+	for _, s := range settles {
+		if s.seq == 1 && s.delivered < 3 && s.d.Action != once.JobRetry {
+			t.Errorf("the poison's delivery %d settled %v; want retry before the bound", s.delivered, s.d.Action)
+		}
+	}
+	if got := strings.Count(logs.String(), "natsjs: the job function panicked"); got != 3 {
+		t.Errorf("%d panics logged; want 3:\n%s", got, logs)
+	}
+	if !strings.Contains(logs.String(), "poison_test.go") {
+		t.Errorf("the log has no stack that names the panicking function:\n%s", logs)
+	}
+}
+
+// TestConsumeLogNamesJobAndSettlement reads Consume's own line for a
+// settled message (no OnSettle): it must name the job (stream and
+// sequence, and its Nats-Msg-Id) and the settlement sent to the server,
+// where it named only the subject and once's action.
+func TestConsumeLogNamesJobAndSettlement(t *testing.T) {
+	t.Parallel()
+	b := setup(t, jetstream.ConsumerConfig{}, once.Config{})
+	logs := &syncBuffer{}
+	w, err := natsjs.New(b.js, natsjs.Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	consume(t, w, b.cons, charge(b.client, b.log, func(context.Context, once.Attempt) (string, error) { return "ch_1", nil }))
+	data, _ := json.Marshal(job{ID: "order-log", Customer: "cus_l", Amount: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.js.Publish(ctx, b.subject, data, jetstream.WithMsgID("order-log-1")); err != nil {
+		t.Fatal(err)
+	}
+	b.settledAll(t, 1)
+	want := `job="` + b.stream + `/1 (Nats-Msg-Id \"order-log-1\")"`
+	waitFor(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), "natsjs: job settled") }, "the settlement's log line")
+	if line := logs.String(); !strings.Contains(line, want) || !strings.Contains(line, "settled=DoubleAck") {
+		t.Fatalf("Consume logged:\n%s\nwant %s and settled=DoubleAck", line, want)
+	}
+}
