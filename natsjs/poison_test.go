@@ -6,14 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
 
@@ -112,5 +117,85 @@ func TestConsumeLogNamesJobAndSettlement(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return strings.Contains(logs.String(), "natsjs: job settled") }, "the settlement's log line")
 	if line := logs.String(); !strings.Contains(line, want) || !strings.Contains(line, "settled=DoubleAck") {
 		t.Fatalf("Consume logged:\n%s\nwant %s and settled=DoubleAck", line, want)
+	}
+}
+
+// poisonChild consumes the test's stream in a worker process whose job
+// function panics on the job "poison" and writes the id of every other
+// job to file, until the process is killed.
+func poisonChild(file string) error {
+	nc, err := nats.Connect(os.Getenv(envNATS))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	cons, err := js.Consumer(ctx, os.Getenv(envStream), "worker")
+	if err != nil {
+		return err
+	}
+	w, err := natsjs.New(js, natsjs.Config{RetryDelay: 50 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	return w.Consume(ctx, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		var j job
+		if err := json.Unmarshal(msg.Data(), &j); err != nil {
+			return once.Permanent(err)
+		}
+		if j.ID == "poison" {
+			panic("poison job " + j.ID)
+		}
+		return appendLine(file, j.ID)
+	})
+}
+
+// TestPoisonDoesNotKillWorkerProcess runs the worker as a process of
+// its own and publishes a poison job and a good one. Before, the first
+// panic killed the process (exit status 2), and the poison killed every
+// restart in turn; now the process must stay up, run the good job, and
+// terminate the poison after MaxPanics deliveries.
+func TestPoisonDoesNotKillWorkerProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, jetstream.ConsumerConfig{AckWait: 5 * time.Second}, once.Config{})
+	file := filepath.Join(t.TempDir(), "done")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+file, envPoison+"=1", envNATS+"="+testdb.NATSURL(), envStream+"="+b.stream)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	b.publish(t, job{ID: "poison", Customer: "cus_p", Amount: 1})
+	b.publish(t, job{ID: "order-after", Customer: "cus_a", Amount: 2})
+	var i *jetstream.ConsumerInfo
+	waitFor(t, 20*time.Second, func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("the worker process died (%v):\n%.2000s", waitErr, stderr.String())
+		default:
+		}
+		i = b.info(t)
+		return i.Delivered.Stream == 2 && i.NumAckPending == 0 && i.NumPending == 0
+	}, "both jobs settled by the worker process")
+	if lines := effectLines(t, file); len(lines) != 1 || lines[0] != "order-after" {
+		t.Fatalf("the worker process ran %q; want the job behind the poison", lines)
+	}
+	if i.Delivered.Consumer != natsjs.DefaultMaxPanics+1 {
+		t.Fatalf("%d deliveries; want the poison's %d and the good job's one", i.Delivered.Consumer, natsjs.DefaultMaxPanics)
+	}
+	if !strings.Contains(stderr.String(), "the job function panicked") || !strings.Contains(stderr.String(), "terminated=true") {
+		t.Fatalf("the worker process's log has no terminated panic:\n%.2000s", stderr.String())
 	}
 }
