@@ -27,6 +27,11 @@ const (
 	JobDrop
 )
 
+// String returns "ack", "retry" or "drop": the words the adapters'
+// logs and once's metrics use for the action (the "action" attribute of
+// natsjs's line per settled message, say). A value outside the three is
+// "JobAction(?)". The broker's own word for each (DoubleAck, Nak, Term;
+// Ack, Reject; completed, snoozed, cancelled) is the adapter's.
 func (a JobAction) String() string {
 	switch a {
 	case JobAck:

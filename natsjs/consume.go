@@ -185,7 +185,10 @@ func setsBuffer(opts []jetstream.PullConsumeOpt) bool {
 	return false
 }
 
-// report hands a settled message to OnSettle, or logs it.
+// report hands a settled message to OnSettle, or logs it: the job (its
+// stream, sequence and Nats-Msg-Id), the settlement sent (DoubleAck,
+// Nak, NakWithDelay, Term or TermWithReason), and once's action and
+// reason for it.
 func (w *Worker) report(msg jetstream.Msg, d once.Disposition, err error) {
 	if w.cfg.OnSettle != nil {
 		w.cfg.OnSettle(msg, d, err)
@@ -201,10 +204,11 @@ func (w *Worker) report(msg jetstream.Msg, d once.Disposition, err error) {
 	if !w.log.Enabled(context.Background(), level) {
 		return
 	}
-	attrs := []any{"subject", msg.Subject(), "action", d.Action.String(), "reason", d.Reason}
+	attrs := []any{}
 	if meta, merr := msg.Metadata(); merr == nil {
-		attrs = append(attrs, "stream_seq", meta.Sequence.Stream, "delivered", meta.NumDelivered)
+		attrs = append(attrs, "job", jobOf(msg, meta), "delivered", meta.NumDelivered)
 	}
+	attrs = append(attrs, "subject", msg.Subject(), "settled", w.settlement(d), "action", d.Action.String(), "reason", d.Reason)
 	if d.After > 0 {
 		attrs = append(attrs, "after", d.After)
 	}

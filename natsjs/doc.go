@@ -22,6 +22,9 @@
 //	a retry on the         Term, with ErrLastDelivery          JetStream would not deliver it again: the
 //	consumer's last                                            log says so louder than a retry
 //	delivery (MaxDeliver)
+//	the job function       NakWithDelay (backoff); from the    a poison message: recovered (its stack
+//	panicked               MaxPanics-th delivery (3) on,       logged), it neither kills the worker nor
+//	(*PanicError)          TermWithReason(the panic)           goes round for ever
 //
 // (*) A plain Term on servers before 2.10.4, which ignore a Term that
 // carries a reason and would deliver the message again. The backoff is
@@ -60,4 +63,12 @@
 // JetStream's duplicate window absorbs a re-drive the reaper tries again
 // after a lost PubAck, but never swallows the next re-drive of the same
 // release or the re-drive of a new attempt.
+//
+// A job with several effects (charge, then email) is one message and
+// several intents with the job's id as their Run. Publish it on
+// JobSubject(prefix, id) to a stream that keeps acked messages, and
+// give each of its kinds RedriveJob(js, stream, prefix): a re-drive
+// publishes the job's own message again, the Do of each finished effect
+// replays, and the released one runs. No intent's payload needs to hold
+// the whole job.
 package natsjs

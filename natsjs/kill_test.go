@@ -32,6 +32,7 @@ const (
 	envNATS     = "ONCE_NATSJS_URL"
 	envStream   = "ONCE_NATSJS_STREAM"
 	envRecovery = "ONCE_NATSJS_RECOVERY"
+	envPoison   = "ONCE_NATSJS_POISON" // run poisonChild instead
 )
 
 // childLease is the claim's lease in the worker process and the test
@@ -45,7 +46,11 @@ func maybeChild() {
 	if file == "" {
 		return
 	}
-	if err := child(file); err != nil {
+	run := child
+	if os.Getenv(envPoison) != "" {
+		run = poisonChild
+	}
+	if err := run(file); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}

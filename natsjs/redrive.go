@@ -2,9 +2,11 @@ package natsjs
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,5 +73,65 @@ func Redrive(js jetstream.JetStream, build func(once.Action) (*nats.Msg, error))
 		// already (an earlier try whose PubAck was lost): nothing more
 		// to do.
 		return nil
+	}
+}
+
+// JobSubject is the subject a job with several effects is published on,
+// so that RedriveJob finds it again: prefix, a dot, and the job's id run
+// (the Run of each of its intents). A run that is not a plain subject
+// token (letters, digits, '-' and '_') is written as "b64." and its
+// unpadded base64url form, so no run can add tokens or wildcards.
+func JobSubject(prefix, run string) string {
+	if run != "" && strings.Trim(run, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == "" && run != "b64" {
+		return prefix + "." + run
+	}
+	return prefix + ".b64." + base64.RawURLEncoding.EncodeToString([]byte(run))
+}
+
+// RedriveJob returns a once.KindPolicy.Redrive hook for a job with
+// several effects. Each effect is an intent of its own, with the job's
+// id as its Run; rebuilding one effect's job from its action alone would
+// need the whole job in every intent's payload. Instead the job's own
+// message is published again: the hook reads the last message on
+// JobSubject(prefix, a.Run) from stream and publishes its data and
+// headers once more, with the Nats-Msg-Id RedriveMsgID(a). The job runs
+// again whole; the Do of each effect that finished replays its result,
+// and the released one runs.
+//
+// The stream must keep the job's message after it was acked (retention
+// jetstream.LimitsPolicy, the default, with a MaxAge longer than an
+// action may wait for a person). A message that is gone (a WorkQueue or
+// Interest stream, MaxAge, MaxMsgs) is an error the reaper logs, and the
+// action waits: publish its job again by hand, or build it with
+// Redrive. Headers the server reads on publish (Nats-*) are not copied.
+func RedriveJob(js jetstream.JetStream, stream, prefix string) func(context.Context, once.Action) error {
+	return func(ctx context.Context, a once.Action) error {
+		switch {
+		case js == nil:
+			return errors.New("natsjs: RedriveJob was given a nil jetstream.JetStream; pass the one the jobs are published with")
+		case stream == "" || prefix == "":
+			return errors.New("natsjs: RedriveJob needs the jobs' stream and subject prefix; publish each job on natsjs.JobSubject(prefix, its id)")
+		case a.Run == "":
+			return fmt.Errorf("natsjs: re-driving action %s: it has no Run, so its job cannot be found; give each intent of a job the job's id as its Run", a.Key)
+		}
+		subject := JobSubject(prefix, a.Run)
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return fmt.Errorf("natsjs: re-driving action %s: looking up stream %q: %w", a.Key, stream, err)
+		}
+		stored, err := s.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("natsjs: re-driving action %s: stream %q holds no message on %q: the job was never published there, or the stream removed it (WorkQueue or Interest retention, MaxAge, MaxMsgs); keep the jobs' messages as long as an action may wait, or publish the job again by hand", a.Key, stream, subject)
+		}
+		if err != nil {
+			return fmt.Errorf("natsjs: re-driving action %s: reading its job from stream %q on %q: %w", a.Key, stream, subject, err)
+		}
+		msg := &nats.Msg{Subject: subject, Data: stored.Data, Header: nats.Header{}}
+		for k, v := range stored.Header {
+			if !strings.HasPrefix(k, "Nats-") {
+				msg.Header[k] = v
+			}
+		}
+		return Redrive(js, func(once.Action) (*nats.Msg, error) { return msg, nil })(ctx, a)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,9 @@ const (
 	// DefaultDrainTimeout is how long Consume lets running jobs finish
 	// after its context ends before it cancels them.
 	DefaultDrainTimeout = 30 * time.Second
+	// DefaultMaxPanics is the delivery of a message whose panic
+	// terminates it.
+	DefaultMaxPanics = 3
 )
 
 // jetStreamAckWait is the AckWait the server uses when a consumer sets
@@ -67,6 +71,14 @@ type Config struct {
 	// its context ends; then their context is cancelled. Zero means
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// MaxPanics bounds a poison message: a job function that panics is
+	// recovered, its stack logged, and its message handed back with the
+	// backoff, until a panic on the message's MaxPanics-th delivery (or
+	// a later one) terminates it, with the panic as the reason. JetStream
+	// counts deliveries, not panics, so deliveries that were retried for
+	// another reason count too. Zero means DefaultMaxPanics (3); 1
+	// terminates at the first panic.
+	MaxPanics int
 	// OnSettle, if not nil, is called by Consume after each message was
 	// settled, with what Handle returned, in place of the log line
 	// Consume writes otherwise: count dispositions, alert on settlement
@@ -120,6 +132,8 @@ func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
 		return nil, errors.New("natsjs: Config.Progress, RetryDelay, MaxRetryDelay, AckTimeout and DrainTimeout must not be negative; zero means the default")
 	case cfg.Concurrency < 0:
 		return nil, fmt.Errorf("natsjs: Config.Concurrency is %d; it must be at least 1, or zero for 1", cfg.Concurrency)
+	case cfg.MaxPanics < 0:
+		return nil, fmt.Errorf("natsjs: Config.MaxPanics is %d; it must be at least 1, or zero for %d", cfg.MaxPanics, DefaultMaxPanics)
 	case cfg.RetryDelay > 0 && cfg.MaxRetryDelay > 0 && cfg.MaxRetryDelay < cfg.RetryDelay:
 		return nil, fmt.Errorf("natsjs: Config.MaxRetryDelay (%v) is shorter than RetryDelay (%v)", cfg.MaxRetryDelay, cfg.RetryDelay)
 	}
@@ -128,6 +142,7 @@ func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
 	cfg.AckTimeout = cmp.Or(cfg.AckTimeout, DefaultAckTimeout)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, DefaultDrainTimeout)
+	cfg.MaxPanics = cmp.Or(cfg.MaxPanics, DefaultMaxPanics)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -151,6 +166,24 @@ var ErrLastDelivery = errors.New("natsjs: the consumer's last delivery (MaxDeliv
 // consumer again on a later message; give the worker's user the right
 // to read it ($JS.API.CONSUMER.INFO).
 var ErrDeliveryLimitUnknown = errors.New("natsjs: the consumer's MaxDeliver could not be read; if this was its last delivery, JetStream does not deliver the job again")
+
+// ErrPanicked matches a *PanicError.
+var ErrPanicked = errors.New("natsjs: the job function panicked")
+
+// PanicError is the error Handle returns for a job function that
+// panicked: the panic is recovered, so one poison message does not kill
+// the worker and every job behind it.
+type PanicError struct {
+	// Value is what the function panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("natsjs: the job function panicked: %v", e.Value)
+}
+func (e *PanicError) Is(target error) bool { return target == ErrPanicked }
 
 // ErrNotSettled matches a *SettleError.
 var ErrNotSettled = errors.New("natsjs: message not settled")
@@ -185,7 +218,9 @@ func (e *SettleError) Unwrap() error        { return e.Err }
 // JobAck), never because the worker stops. A retry on the consumer's
 // last delivery (its MaxDeliver) is terminated instead, with
 // ErrLastDelivery joined to the error: JetStream would not deliver it
-// again.
+// again. A panic in fn is recovered and returned as a *PanicError, its
+// stack logged; the message is retried, and terminated from its
+// Config.MaxPanics-th delivery on.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (once.Disposition, error) {
 	switch {
 	case w == nil:
@@ -207,12 +242,21 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 	}
 
 	stop := keepAlive(msg, cmp.Or(w.cfg.Progress, facts.progress), w.log)
-	ferr := func() error {
+	ferr := func() (err error) {
 		defer stop()
+		defer func() {
+			if p := recover(); p != nil {
+				err = &PanicError{Value: p, Stack: debug.Stack()}
+			}
+		}()
 		return fn(ctx, msg)
 	}()
 
 	d := dispose(ferr)
+	var pe *PanicError
+	if errors.As(ferr, &pe) {
+		d = w.poison(msg, meta, pe)
+	}
 	if d.Action == once.JobRetry {
 		if ctx.Err() != nil {
 			// Stopping: hand the job to another worker now. A wait the
@@ -228,6 +272,39 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 		return d, ferr // as fn returned it
 	}
 	return d, errors.Join(ferr, last, serr)
+}
+
+// maxPanicReason bounds the panic value quoted in a Term's reason.
+const maxPanicReason = 200
+
+// poison logs a job function's panic, with its stack, and says what to
+// do with its message: hand it back for another delivery, or terminate
+// it from the MaxPanics-th delivery on, so a poison message neither
+// kills the worker nor goes round for ever.
+func (w *Worker) poison(msg jetstream.Msg, meta *jetstream.MsgMetadata, pe *PanicError) once.Disposition {
+	v := fmt.Sprint(pe.Value)
+	if len(v) > maxPanicReason {
+		v = strings.ToValidUTF8(v[:maxPanicReason], "") + "…"
+	}
+	final := meta.NumDelivered >= uint64(w.cfg.MaxPanics)
+	w.log.Error("natsjs: the job function panicked",
+		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "max_panics", w.cfg.MaxPanics, "terminated", final,
+		"panic", v, "stack", string(pe.Stack))
+	if final {
+		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked on delivery %d (Config.MaxPanics %d): %s; terminated as a poison message",
+			meta.NumDelivered, w.cfg.MaxPanics, v)}
+	}
+	return retry(fmt.Sprintf("the job function panicked on delivery %d of at most %d: %s", meta.NumDelivered, w.cfg.MaxPanics, v))
+}
+
+// jobOf names msg's job for the log: its stream and sequence, and its
+// Nats-Msg-Id when it has one.
+func jobOf(msg jetstream.Msg, meta *jetstream.MsgMetadata) string {
+	job := meta.Stream + "/" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		job += " (Nats-Msg-Id " + strconv.Quote(id) + ")"
+	}
+	return job
 }
 
 func retry(reason string) once.Disposition {
@@ -293,6 +370,25 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, d once.Dispositi
 		return &SettleError{Action: d.Action, Err: err}
 	}
 	return nil
+}
+
+// settlement names what settle sends for d, for the log.
+func (w *Worker) settlement(d once.Disposition) string {
+	switch d.Action {
+	case once.JobAck:
+		return "DoubleAck"
+	case once.JobRetry:
+		if d.After > 0 {
+			return "NakWithDelay"
+		}
+		return "Nak"
+	case once.JobDrop:
+		if w.termReasons() {
+			return "TermWithReason"
+		}
+		return "Term"
+	}
+	return d.Action.String()
 }
 
 // termReasons reports whether the connected server takes a reason with

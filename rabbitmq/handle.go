@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -17,32 +19,89 @@ import (
 // queue. Handle sets it on every retry copy; Retries reads it.
 const RetryCountHeader = "x-once-retries"
 
+// PanicCountHeader counts how many times the work panicked on a job.
+// Handle sets it on the retry copy of a job whose work panicked, and
+// dead-letters the job at Config.MaxPanics.
+const PanicCountHeader = "x-once-panics"
+
+// maxCount is the largest count Handle takes in RetryCountHeader or
+// PanicCountHeader. A job retried every second would need 68 years to
+// get there: a larger count was not written by this package.
+const maxCount = math.MaxInt32
+
 // Retries returns how many times the delivered job went through a retry
-// queue: 0 for a job fresh from its publisher.
+// queue: 0 for a job fresh from its publisher. A RetryCountHeader this
+// package would not have written (negative, above 2^31-1, not an
+// integer) reads as -1; Handle refuses such a job to the dead-letter
+// queue without running it.
 func Retries(d amqp.Delivery) int {
-	switch v := d.Headers[RetryCountHeader].(type) {
-	case int64:
-		return int(v)
-	case int32:
-		return int(v)
-	case int16:
-		return int(v)
-	case int8:
-		return int(v)
-	case int:
-		return v
-	case uint32:
-		return int(v)
-	case uint16:
-		return int(v)
-	case uint8:
-		return int(v)
-	case string:
-		n, _ := strconv.Atoi(v)
-		return n
+	n, err := count(d.Headers, RetryCountHeader)
+	if err != nil {
+		return -1
 	}
-	return 0
+	return n
 }
+
+// count reads a count header: absent is 0; an integer from 0 to
+// maxCount (or its decimal text) is the count; anything else is an
+// error that names the header and what it held.
+func count(h amqp.Table, name string) (int, error) {
+	v, ok := h[name]
+	if !ok {
+		return 0, nil
+	}
+	var n int64
+	switch v := v.(type) {
+	case int64:
+		n = v
+	case int32:
+		n = int64(v)
+	case int16:
+		n = int64(v)
+	case int8:
+		n = int64(v)
+	case int:
+		n = int64(v)
+	case uint32:
+		n = int64(v)
+	case uint16:
+		n = int64(v)
+	case uint8:
+		n = int64(v)
+	case string:
+		x, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("header %s is %.40q, not a count", name, v)
+		}
+		n = x
+	default:
+		return 0, fmt.Errorf("header %s is a %T, not an integer count", name, v)
+	}
+	if n < 0 || n > maxCount {
+		return 0, fmt.Errorf("header %s is %d, outside 0 to %d", name, n, maxCount)
+	}
+	return int(n), nil
+}
+
+// ErrPanicked matches a *PanicError.
+var ErrPanicked = errors.New("rabbitmq: the work panicked")
+
+// PanicError is what Handle returns for work that panicked: the panic
+// is recovered, so one poison job does not kill the worker.
+type PanicError struct {
+	// Value is what the work panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string        { return fmt.Sprintf("rabbitmq: the work panicked: %v", e.Value) }
+func (e *PanicError) Is(target error) bool { return target == ErrPanicked }
+
+// ErrBadCount matches the error Handle returns for a job whose
+// RetryCountHeader or PanicCountHeader this package would not have
+// written.
+var ErrBadCount = errors.New("rabbitmq: a count header this package did not write")
 
 // Handle runs work for one delivery and settles the delivery by what
 // work returned, as once.Dispose says (the package documentation has the
@@ -60,8 +119,15 @@ func Retries(d amqp.Delivery) int {
 // false). When ctx is done before a retry is settled, the job is nacked
 // with requeue instead of copied to a retry queue, so another consumer
 // takes it; cancel the consumer (Channel.Cancel) before ctx, or the
-// requeued job comes straight back. A panic in work settles the job as a
-// retry and goes on up.
+// requeued job comes straight back.
+//
+// A panic in work is recovered, logged with its stack (Config.Logger)
+// and returned as a *PanicError: the job is retried, with one more
+// panic counted in PanicCountHeader, and rejected (dead-lettered) with
+// the panic as the reason once Config.MaxPanics panics are counted. A
+// job whose RetryCountHeader or PanicCountHeader is not a count this
+// package writes (negative, above 2^31-1, not an integer) is rejected
+// without running work, with an error matching ErrBadCount.
 //
 // Handle is safe for concurrent use: a consumer with a prefetch count
 // above one may handle its deliveries in as many goroutines.
@@ -77,21 +143,53 @@ func (q *Queue) Handle(ctx context.Context, d amqp.Delivery, work func(context.C
 		}
 		return once.Disposition{Action: once.JobRetry, Reason: "no work function: requeued"}, err
 	}
+	_, rerr := count(d.Headers, RetryCountHeader)
+	panics, perr := count(d.Headers, PanicCountHeader)
+	if bad := errors.Join(rerr, perr); bad != nil {
+		reason := fmt.Sprintf("refused unrun: %v; dead-lettered", bad)
+		q.log.Warn("rabbitmq: job refused: "+bad.Error(), "queue", q.name, "message_id", d.MessageId, "delivery_tag", d.DeliveryTag)
+		disp, serr := q.settle(ctx, d, once.Disposition{Action: once.JobDrop, Reason: reason}, time.Now(), false)
+		return disp, errors.Join(fmt.Errorf("%w: %v; the job was rejected without running: publish it again without the header", ErrBadCount, bad), serr)
+	}
 	start := time.Now()
-	panicked, err := run(ctx, d, work)
-	disp, serr := q.settle(ctx, d, q.dispose(err), start)
-	if panicked != nil {
-		panic(panicked)
+	pe, err := run(ctx, d, work)
+	disp := q.dispose(err)
+	if pe != nil {
+		disp = q.poison(d, panics+1, pe)
+	}
+	disp, serr := q.settle(ctx, d, disp, start, pe != nil)
+	if pe != nil {
+		return disp, errors.Join(pe, serr)
 	}
 	return disp, serr
 }
 
-// run calls work, turning a panic into an error that retries the job; the
-// panic value is returned to be raised again once the job is settled.
-func run(ctx context.Context, d amqp.Delivery, work func(context.Context, amqp.Delivery) error) (panicked any, err error) {
+// maxPanicReason bounds the panic value quoted in a reason.
+const maxPanicReason = 200
+
+// poison logs work's panic on d, its n-th, with its stack, and says what
+// to do with the job: retry it, or from the MaxPanics-th panic on,
+// reject it to the dead-letter queue, so a poison job neither kills the
+// worker nor goes round the retry queues for ever.
+func (q *Queue) poison(d amqp.Delivery, n int, pe *PanicError) once.Disposition {
+	v := fmt.Sprint(pe.Value)
+	if len(v) > maxPanicReason {
+		v = strings.ToValidUTF8(v[:maxPanicReason], "") + "…"
+	}
+	final := n >= q.maxPanics
+	q.log.Error("rabbitmq: the work panicked", "queue", q.name, "message_id", d.MessageId, "delivery_tag", d.DeliveryTag,
+		"panics", n, "max_panics", q.maxPanics, "dead_lettered", final, "panic", v, "stack", string(pe.Stack))
+	if final {
+		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the work panicked %d times (Config.MaxPanics %d): %s; dead-lettered as a poison job", n, q.maxPanics, v)}
+	}
+	return once.Disposition{Action: once.JobRetry, Reason: fmt.Sprintf("the work panicked (%d of at most %d): %s", n, q.maxPanics, v)}
+}
+
+// run calls work, turning a panic into a *PanicError.
+func run(ctx context.Context, d amqp.Delivery, work func(context.Context, amqp.Delivery) error) (pe *PanicError, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			panicked, err = p, fmt.Errorf("rabbitmq: the work panicked: %v", p)
+			pe, err = &PanicError{Value: p, Stack: debug.Stack()}, nil
 		}
 	}()
 	return nil, work(ctx, d)
@@ -107,7 +205,8 @@ func (q *Queue) dispose(err error) once.Disposition {
 }
 
 // settle applies disp to the delivery.
-func (q *Queue) settle(ctx context.Context, d amqp.Delivery, disp once.Disposition, start time.Time) (once.Disposition, error) {
+// A retry copy counts one more panic when panicked is set.
+func (q *Queue) settle(ctx context.Context, d amqp.Delivery, disp once.Disposition, start time.Time, panicked bool) (once.Disposition, error) {
 	switch disp.Action {
 	case once.JobAck:
 		if err := d.Ack(false); err != nil {
@@ -130,7 +229,7 @@ func (q *Queue) settle(ctx context.Context, d amqp.Delivery, disp once.Dispositi
 	}
 	delay, rq := q.route(disp.After)
 	pctx, cancel := context.WithTimeout(ctx, q.confirmTimeout)
-	err := q.publish(pctx, rq, retryCopy(d, delay))
+	err := q.publish(pctx, rq, retryCopy(d, delay, panicked))
 	cancel()
 	if err == nil {
 		disp.After = delay
@@ -166,8 +265,9 @@ func pause(ctx context.Context, d time.Duration) {
 }
 
 // retryCopy is the message that waits delay in a retry queue for d: the
-// same body, properties and headers, one more retry counted, and an
-// expiration of delay.
+// same body, properties and headers, one more retry counted (and one more
+// panic, when panicked), and an expiration of delay. Handle refuses a
+// job whose counts it would not have written, so neither wraps.
 //
 // Some headers are left out. The broker's x-death and x-first-death-* /
 // x-last-death-* record earlier dead-letterings of the message, and the
@@ -181,7 +281,7 @@ func pause(ctx context.Context, d time.Duration) {
 // the broker refuses a message whose user id is not the publishing
 // connection's user, and the job's own expiration gives way to the
 // delay.
-func retryCopy(d amqp.Delivery, delay time.Duration) amqp.Publishing {
+func retryCopy(d amqp.Delivery, delay time.Duration, panicked bool) amqp.Publishing {
 	h := amqp.Table{}
 	for k, v := range d.Headers {
 		switch {
@@ -191,7 +291,11 @@ func retryCopy(d amqp.Delivery, delay time.Duration) amqp.Publishing {
 		}
 		h[k] = v
 	}
-	h[RetryCountHeader] = int64(Retries(d) + 1)
+	h[RetryCountHeader] = int64(max(Retries(d), 0) + 1)
+	if panicked {
+		n, _ := count(d.Headers, PanicCountHeader)
+		h[PanicCountHeader] = int64(n + 1)
+	}
 	return amqp.Publishing{
 		Headers:         h,
 		ContentType:     d.ContentType,

@@ -49,6 +49,13 @@
 //	JobDrop             Reject without requeue: the broker dead-letters it to
 //	                    DeadLetterQueue, or discards it when there is none
 //	ctx done, JobRetry  Nack with requeue, for another consumer: the worker is stopping
+//	work panicked       recovered and logged with its stack; a retry with the panic
+//	                    counted (x-once-panics), and Reject at Config.MaxPanics (3)
+//	forged count        Reject unrun: x-once-retries or x-once-panics negative, above
+//	                    2^31-1 or not an integer
+//
+// The broker's Reject carries no reason: Handle returns it in the
+// Disposition (and the error) for the caller's log.
 //
 // A retry with no delay (a released action, a database that was not
 // there) also waits MinRetryDelay, so a job that fails at once cannot
@@ -119,6 +126,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -135,6 +143,9 @@ const (
 	DefaultMaxRetryDelay = time.Hour
 	// DefaultConfirmTimeout bounds the wait for the broker's confirm.
 	DefaultConfirmTimeout = 10 * time.Second
+	// DefaultMaxPanics is the panic of the work on one job that
+	// dead-letters it.
+	DefaultMaxPanics = 3
 )
 
 // maxBands bounds the retry queues one work queue gets.
@@ -179,6 +190,15 @@ type Config struct {
 	// failure is recorded, nothing is left to do); set this when
 	// operators look for failed jobs in the dead-letter queue.
 	DeadLetterFailed bool
+	// MaxPanics bounds a poison job: work that panics is recovered, its
+	// stack logged, and the job retried with the panic counted in
+	// PanicCountHeader, until the MaxPanics-th panic rejects it (to the
+	// dead-letter queue) with the panic as the reason. Zero means
+	// DefaultMaxPanics (3); 1 rejects at the first panic.
+	MaxPanics int
+	// Logger gets the panics of the work, with their stacks. Nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Queue is one work queue with its retry and dead-letter queues: it
@@ -193,6 +213,8 @@ type Queue struct {
 	maxDelay       time.Duration
 	confirmTimeout time.Duration
 	deadFailed     bool
+	maxPanics      int
+	log            *slog.Logger
 
 	mu     sync.Mutex
 	idle   []*pubChannel
@@ -215,6 +237,8 @@ func New(cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("rabbitmq: Config.DeadLetterQueue is the work queue %q; name a queue of its own, or leave it empty", cfg.Queue)
 	case cfg.MinRetryDelay < 0 || cfg.MaxRetryDelay < 0 || cfg.ConfirmTimeout < 0:
 		return nil, errors.New("rabbitmq: Config.MinRetryDelay, MaxRetryDelay and ConfirmTimeout must not be negative; zero means the default")
+	case cfg.MaxPanics < 0:
+		return nil, fmt.Errorf("rabbitmq: Config.MaxPanics is %d; it must be at least 1, or zero for %d", cfg.MaxPanics, DefaultMaxPanics)
 	case cfg.MinRetryDelay%time.Millisecond != 0:
 		return nil, fmt.Errorf("rabbitmq: Config.MinRetryDelay is %v; it must be a whole number of milliseconds (a message's expiration is in milliseconds)", cfg.MinRetryDelay)
 	}
@@ -250,6 +274,14 @@ func New(cfg Config) (*Queue, error) {
 		maxDelay:       maxDelay,
 		confirmTimeout: cmpOr(cfg.ConfirmTimeout, DefaultConfirmTimeout),
 		deadFailed:     cfg.DeadLetterFailed,
+		maxPanics:      DefaultMaxPanics,
+		log:            cfg.Logger,
+	}
+	if cfg.MaxPanics > 0 {
+		q.maxPanics = cfg.MaxPanics
+	}
+	if q.log == nil {
+		q.log = slog.Default()
 	}
 	// A queue name is a short string: at most 255 bytes.
 	for _, n := range append(q.RetryQueues(), q.name, q.dlq) {

@@ -327,29 +327,6 @@ func TestStoppingWorkerRequeues(t *testing.T) {
 	b.drained(t, nil, c)
 }
 
-// A work function that panics has its job retried, and the panic goes on.
-func TestPanicRetriesAndPanics(t *testing.T) {
-	t.Parallel()
-	b := setup(t, rabbitmq.Config{MinRetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}, nil)
-	b.publish(t, job{ID: "p", To: "q"})
-	c := consume(t, b, nil, b.q.Name())
-	d := c.next(t, 10*time.Second)
-	func() {
-		defer func() {
-			if p := recover(); p != "boom" {
-				t.Errorf("recovered %v, want the work's panic", p)
-			}
-		}()
-		b.q.Handle(context.Background(), d, func(context.Context, amqp.Delivery) error { panic("boom") })
-	}()
-	d = c.next(t, 10*time.Second)
-	if rabbitmq.Retries(d) != 1 {
-		t.Errorf("retry count %d, want 1: the job went through the retry queue", rabbitmq.Retries(d))
-	}
-	d.Ack(false)
-	b.drained(t, nil, c)
-}
-
 // Bad input gets an error that says what to pass, and a job handed to
 // Handle without a work function is requeued, not left unacked.
 func TestHandleBadInput(t *testing.T) {

@@ -69,7 +69,7 @@ func TestRetryCopy(t *testing.T) {
 		CorrelationId: "c", ReplyTo: "r", Expiration: "60000", MessageId: "m", Timestamp: ts, Type: "t",
 		UserId: "alice", AppId: "a", Body: []byte(`{"id":1}`),
 	}
-	p := retryCopy(d, 1500*time.Millisecond)
+	p := retryCopy(d, 1500*time.Millisecond, false)
 	want := amqp.Publishing{
 		Headers:     amqp.Table{"tenant": "acme", RetryCountHeader: int64(3)},
 		ContentType: "application/json", ContentEncoding: "gzip", DeliveryMode: amqp.Persistent, Priority: 3,

@@ -43,6 +43,25 @@
 // attempt (embed Redriven in the args) so that River's unique options
 // insert one job per released attempt however often the hook is called.
 //
+// The wiring is circular: the once client's Redrive hook needs a River
+// client to insert with, and the River client's workers need the once
+// client. Give Redrive a LateInserter and Set it once the River client
+// is built (Example_wiring), or give it an insert-only River client of
+// its own (Example). Start a once.Reaper too: without one, nothing calls
+// the hook, and a person's Retry never runs.
+//
+// # Killed workers
+//
+// River's rescuer gives a running job to another worker only after
+// river.Config.RescueStuckJobsAfter, one hour by default: the job of a
+// worker killed mid-run waits that long, running for nobody. Set it a
+// little above the longest run a Worker allows, the kinds' longest
+// MaxExecution plus TimeoutMargin (with once's defaults, 5m30s: 7
+// minutes is a fair setting). A rescue of a job still running elsewhere
+// is harmless: its Do meets the claim and snoozes. The reaper with a
+// Redrive hook covers what the rescuer does not (a job River discarded
+// or cancelled).
+//
 // # Timeouts
 //
 // River cancels a job's context at its timeout (Config.JobTimeout, one

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -17,6 +18,36 @@ import (
 // jobs or only inserts them.
 type Inserter interface {
 	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// LateInserter is an Inserter set after it is handed out. The wiring is
+// circular: the once client's Redrive hook needs a River client to
+// insert with, and the River client's workers need the once client.
+// Give Redrive a LateInserter, build the once client, the workers and
+// the River client, then Set it:
+//
+//	var ins riverjob.LateInserter
+//	client, _ := once.New(once.Config{..., Redrive: riverjob.Redrive(&ins, build)})
+//	worker, _ := riverjob.NewWorker(riverjob.WorkerConfig[A, R]{Client: client, ...})
+//	rc, _ := river.NewClient(driver, &river.Config{Workers: workers, ...})
+//	ins.Set(rc)
+//
+// A re-drive before Set is an error the reaper logs; it tries again on
+// a later pass. It is safe for concurrent use.
+type LateInserter struct {
+	ins atomic.Pointer[Inserter]
+}
+
+// Set makes ins the inserter that re-drives use from now on.
+func (l *LateInserter) Set(ins Inserter) { l.ins.Store(&ins) }
+
+// Insert inserts with the inserter Set, or fails when none is.
+func (l *LateInserter) Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
+	p := l.ins.Load()
+	if p == nil || *p == nil {
+		return nil, errors.New("riverjob: the LateInserter was not Set yet; call Set with the River client once it is built")
+	}
+	return (*p).Insert(ctx, args, opts)
 }
 
 // Redriven marks a job that a re-drive inserted with the action and the

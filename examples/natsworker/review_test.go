@@ -1,11 +1,14 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"testing"
 
+	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/sqlite"
 )
 
 // TestEmailReviewKeepsCharge loses the SMTP server's final reply to one
@@ -42,5 +45,57 @@ func TestEmailReviewKeepsCharge(t *testing.T) {
 		if charges["cus_"+who] != 1 {
 			t.Errorf("cus_%s charged %d times; want once: every job is settled, so a charge not made now is never made", who, charges["cus_"+who])
 		}
+	}
+}
+
+// TestRetryAfterReviewSendsAgain resolves the email in review with
+// Retry, as a person who checked the mail log and found nothing would.
+// The worker's own reaper must publish the order again (before, the
+// example ran no reaper and set no Redrive, so a Retry never ran): the
+// charge replays, and the email is sent on the re-driven job.
+func TestRetryAfterReviewSendsAgain(t *testing.T) {
+	mail := startMailbox(t)
+	proxy, err := faultproxy.Start(mail.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	lost := proxy.CutAfter([]byte("\r\n.\r\n"), []byte("250"))
+	p := &provider{stored: map[string]string{}, charges: map[string]int{}}
+	api := httptest.NewServer(p)
+	t.Cleanup(api.Close)
+	r := start(t, proxy.Addr(), api.URL+"/charges")
+	r.publish(t, `{"id":"order-9","email":"ada@example.com","customer":"cus_ada","amount":900}`)
+	waitFor(t, r.exited, "the job settled", r.settled(1))
+	<-lost
+
+	store, err := sqlite.Open(r.dbPath, sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	client, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	inReview, err := client.List(ctx, once.Filter{Status: once.StatusReview})
+	if err != nil || len(inReview) != 1 || inReview[0].Kind != "send_email" {
+		t.Fatalf("in review: %+v (%v); want the one email", inReview, err)
+	}
+	a := inReview[0]
+	if _, err := client.Resolve(ctx, a.Key, once.Resolution{Decision: once.DecisionRetry, By: "ops", Note: "not in the mail log", Attempt: a.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r.exited, "the re-driven order settled", r.settled(2))
+	waitFor(t, r.exited, "the email sent again", func() bool {
+		got, err := client.Get(ctx, a.Key)
+		return err == nil && got.Status == once.StatusSucceeded
+	})
+	if n := len(mail.Messages()); n != 2 {
+		t.Errorf("%d emails; want 2: the one whose reply was lost, and the person's Retry", n)
+	}
+	if charges, _ := p.counts(); charges["cus_ada"] != 1 {
+		t.Errorf("cus_ada charged %d times; want once: the re-driven order replays its charge", charges["cus_ada"])
 	}
 }

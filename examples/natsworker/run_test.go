@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/natsjs"
 )
 
 // run is the example, built and running as a process against the real
@@ -17,6 +19,7 @@ import (
 type run struct {
 	js     jetstream.JetStream
 	stream string
+	dbPath string
 	cons   jetstream.Consumer
 	cmd    *exec.Cmd
 	exited chan error
@@ -39,11 +42,11 @@ func start(t *testing.T, smtpAddr, providerURL string) *run {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	_, js := testdb.NATS(t)
-	r := &run{js: js, stream: testdb.NATSStream(t, js, jetstream.StreamConfig{}).CachedInfo().Config.Name, exited: make(chan error, 1), out: &output{}}
-	r.cmd = exec.Command(bin)
+	r := &run{js: js, stream: testdb.NATSStream(t, js, jetstream.StreamConfig{}).CachedInfo().Config.Name, dbPath: filepath.Join(dir, "once.db"), exited: make(chan error, 1), out: &output{}}
+	r.cmd = exec.Command(bin, "-redrive-after", "3s") // longer than a retried job's wait
 	r.cmd.Env = append(os.Environ(),
 		"NATS_URL="+url, "SMTP_ADDR="+smtpAddr, "PROVIDER_URL="+providerURL,
-		"ONCE_DB="+filepath.Join(dir, "once.db"), "STREAM="+r.stream)
+		"ONCE_DB="+r.dbPath, "STREAM="+r.stream)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -62,10 +65,15 @@ func start(t *testing.T, smtpAddr, providerURL string) *run {
 	return r
 }
 
-// publish puts an order job on the worker's stream.
+// publish puts an order job on the worker's stream, on the subject of
+// its id, where a re-drive finds it again.
 func (r *run) publish(t *testing.T, data string) {
 	t.Helper()
-	if _, err := r.js.Publish(context.Background(), r.stream+".orders", []byte(data)); err != nil {
+	var o struct{ ID string }
+	if err := json.Unmarshal([]byte(data), &o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.js.Publish(context.Background(), natsjs.JobSubject(r.stream+".orders", o.ID), []byte(data)); err != nil {
 		t.Fatal(err)
 	}
 }
