@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/oncehq/once/internal/connlimit"
 )
 
 // Cookie names.
@@ -24,12 +26,18 @@ const (
 // browser cannot set an Authorization header on a link, so a page opened
 // with ?token=TOKEN trades it for a cookie and is sent back to the same
 // URL without it, keeping the token out of history and Referer.
+//
+// A request that passes is reported to `once serve`'s listener
+// (connlimit.Authorized), which then stops counting its connection as a
+// guest; without a token every request but /healthz passes.
 func (s *server) authenticate(next http.Handler) http.Handler {
-	if !s.hasToken {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !s.hasToken {
+			connlimit.Authorized(w, r)
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -39,6 +47,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 				s.unauthorized(w, r)
 				return
 			}
+			connlimit.Authorized(w, r)
 			http.SetCookie(w, &http.Cookie{
 				Name: tokenCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(q.Get("token"))),
 				Path: s.cookiePath(), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
@@ -58,6 +67,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			s.unauthorized(w, r)
 			return
 		}
+		connlimit.Authorized(w, r)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -79,8 +89,11 @@ func (s *server) tokenOK(tok string) bool {
 	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
 }
 
+// unauthorized answers 401 and closes the connection: a client without
+// the token has nothing more to ask on it, and it frees the slot.
 func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
+	w.Header().Set("Connection", "close")
 	if isAPI(r) {
 		writeJSONError(w, http.StatusUnauthorized, s.unauthorizedMsg())
 		return

@@ -27,6 +27,16 @@
 // a per-browser cookie. With Config.Token set, every request but /healthz
 // must also carry the token; /healthz then answers only "ok" or
 // "unavailable".
+//
+// Connections are the server's to bound, not the handler's. `once serve`
+// holds at most 256 open; a connection that has not yet carried the
+// token (a /healthz probe, a 401) is a guest: one client address may
+// hold 16 guests, guests may fill only 224 of the 256 slots, so 32 stay
+// for requests with the token, and a guest idle for 5 s is closed. Each
+// request must send its headers within 5 s and its body within 30 s.
+// An application that mounts the console sets its own http.Server's
+// limits; without them a flood of keep-alive connections can keep out
+// the operator.
 package console
 
 import (
