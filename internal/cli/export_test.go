@@ -19,3 +19,7 @@ func SetServeLimits(maxConns int, timeout time.Duration) (restore func()) {
 // ServeGuestsPerAddr is how many connections one address may hold of
 // `once serve` before they show the token.
 func ServeGuestsPerAddr() int { return limits.conns.PerAddr }
+
+// ServeGuestSlots is how many of `once serve`'s connection slots
+// connections without the token may fill.
+func ServeGuestSlots() int { return limits.conns.Max - limits.conns.Reserved }

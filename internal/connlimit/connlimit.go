@@ -66,12 +66,15 @@ func Listen(ln net.Listener, lim Limits) *Listener {
 }
 
 // Serve sets srv's ConnState and ConnContext to the listener's, has
-// srv's handler close a guest from the reserve after one answer, and
-// serves srv on it.
+// srv's handler (which then sees every request, "OPTIONS *" too) close a
+// guest from the reserve after one answer, and serves srv on it.
 func (l *Listener) Serve(srv *http.Server) error {
 	srv.ConnState = l.connState
 	srv.ConnContext = connContext
 	srv.Handler = closeReserve(srv.Handler)
+	// "OPTIONS *" would be answered without the handler, and so keep a
+	// guest in the reserve open.
+	srv.DisableGeneralOptionsHandler = true
 	return srv.Serve(l)
 }
 

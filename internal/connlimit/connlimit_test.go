@@ -94,8 +94,14 @@ func serve(t *testing.T, lim Limits) string {
 // get sends one request on c and reads the answer.
 func get(t *testing.T, c net.Conn, br *bufio.Reader, auth string) *http.Response {
 	t.Helper()
+	return do(t, c, br, "GET /", auth)
+}
+
+// do sends one request ("METHOD TARGET") on c and reads the answer.
+func do(t *testing.T, c net.Conn, br *bufio.Reader, line, auth string) *http.Response {
+	t.Helper()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n\r\n", auth)
+	fmt.Fprintf(c, "%s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n\r\n", line, auth)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +145,8 @@ func TestPerAddr(t *testing.T) {
 }
 
 // TestReserve: with every slot but the reserve taken by guests, a guest
-// in the reserve gets one answer and its connection is closed, while a
+// in the reserve gets one answer and its connection is closed ("OPTIONS
+// *", which the server would answer itself, included), while a
 // connection there that shows the credential is kept.
 func TestReserve(t *testing.T) {
 	addr := serve(t, Limits{Max: 3, Reserved: 1})
@@ -158,16 +165,17 @@ func TestReserve(t *testing.T) {
 		}
 	})
 	for _, tt := range []struct {
-		auth      string
-		wantClose bool
-	}{{"no", true}, {"yes", false}} {
+		line, auth string
+		wantClose  bool
+	}{{"GET /", "no", true}, {"OPTIONS *", "no", true}, {"GET /", "yes", false}} {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp := get(t, c, bufio.NewReader(c), tt.auth)
+		resp := do(t, c, bufio.NewReader(c), tt.line, tt.auth)
 		if resp.StatusCode != http.StatusOK || resp.Close != tt.wantClose {
-			t.Errorf("Authorization %s in the reserve: %d, close %v; want 200, close %v", tt.auth, resp.StatusCode, resp.Close, tt.wantClose)
+			t.Errorf("%s, Authorization %s, in the reserve: %d, close %v; want 200, close %v",
+				tt.line, tt.auth, resp.StatusCode, resp.Close, tt.wantClose)
 		}
 		c.Close()
 	}
