@@ -38,8 +38,10 @@ type guessLimit struct {
 	// since none refills faster.
 	over    *bucket
 	sweptAt time.Time
-	// lines is the log's own bucket; dropped counts the lines it held
-	// back, told in the next line that goes out.
+	// lines is the log's own bucket; dropped counts the times a line
+	// was due and held back for want of one, told in the next line that
+	// goes out (an address whose line was held back tries again at its
+	// next failure).
 	lines   float64
 	linesAt time.Time
 	dropped int
