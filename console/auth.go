@@ -7,10 +7,16 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/oncehq/once/internal/connlimit"
 )
 
 // Cookie names.
@@ -24,63 +30,105 @@ const (
 // browser cannot set an Authorization header on a link, so a page opened
 // with ?token=TOKEN trades it for a cookie and is sent back to the same
 // URL without it, keeping the token out of history and Referer.
+//
+// A wrong token spends one of its address's attempts (see guessLimit);
+// an address that has spent them all gets 429 for every token it sends
+// until the bucket refills. Wrong tokens and ?token= logins go to the
+// log, with the address and never the token.
+//
+// A request that passes is reported to `once serve`'s listener
+// (connlimit.Authorized), which then stops counting its connection as a
+// guest; without a token every request but /healthz passes.
 func (s *server) authenticate(next http.Handler) http.Handler {
-	if !s.hasToken {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		q := r.URL.Query()
-		if q.Has("token") && (r.Method == http.MethodGet || r.Method == http.MethodHead) && !isAPI(r) {
-			if !s.tokenOK(q.Get("token")) {
-				s.unauthorized(w, r)
-				return
-			}
-			http.SetCookie(w, &http.Cookie{
-				Name: tokenCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(q.Get("token"))),
-				Path: s.cookiePath(), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
-			})
-			q.Del("token")
-			// The path is reduced to one leading slash: "//host" would
-			// send the browser to another site.
-			loc := s.path("/" + strings.TrimLeft(r.URL.EscapedPath(), "/"))
-			if len(q) > 0 {
-				loc += "?" + q.Encode()
-			}
-			w.Header().Set("Cache-Control", "no-store")
-			http.Redirect(w, r, loc, http.StatusSeeOther)
+		if !s.hasToken {
+			connlimit.Authorized(w, r)
+			next.ServeHTTP(w, r)
 			return
 		}
-		if !s.authorized(r) {
+		q := r.URL.Query()
+		login := q.Has("token") && (r.Method == http.MethodGet || r.Method == http.MethodHead) && !isAPI(r)
+		tok, via := credential(r, login)
+		if via == "" {
 			s.unauthorized(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		addr, now := connlimit.AddrKey(r.RemoteAddr), time.Now()
+		if d := s.guesses.wait(addr, now); d > 0 {
+			s.guesses.fail(s.log, addr, via, true, now)
+			s.tooManyGuesses(w, r, d)
+			return
+		}
+		if !s.tokenOK(tok) {
+			s.guesses.fail(s.log, addr, via, false, now)
+			s.unauthorized(w, r)
+			return
+		}
+		connlimit.Authorized(w, r)
+		if !login {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.log.Info("console: token login", "remote", addr)
+		http.SetCookie(w, &http.Cookie{
+			Name: tokenCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(tok)),
+			Path: s.cookiePath(), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		})
+		q.Del("token")
+		// The path is reduced to one leading slash: "//host" would
+		// send the browser to another site.
+		loc := s.path("/" + strings.TrimLeft(r.URL.EscapedPath(), "/"))
+		if len(q) > 0 {
+			loc += "?" + q.Encode()
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		http.Redirect(w, r, loc, http.StatusSeeOther)
 	})
 }
 
-func (s *server) authorized(r *http.Request) bool {
+// credential returns the token r carries and how it came ("query" for a
+// ?token= login, "header", "cookie"); via is empty if r carries none. A
+// header that is not a bearer token, or a cookie that does not decode,
+// counts as a wrong token: badToken never matches.
+func credential(r *http.Request, login bool) (tok, via string) {
+	if login {
+		return r.URL.Query().Get("token"), "query"
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
-		return ok && strings.EqualFold(scheme, "Bearer") && s.tokenOK(strings.TrimSpace(tok))
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return badToken, "header"
+		}
+		return strings.TrimSpace(tok), "header"
 	}
 	if c, err := r.Cookie(tokenCookie); err == nil {
 		tok, err := base64.RawURLEncoding.DecodeString(c.Value)
-		return err == nil && s.tokenOK(string(tok))
+		if err != nil {
+			return badToken, "cookie"
+		}
+		return string(tok), "cookie"
 	}
-	return false
+	return "", ""
 }
+
+// badToken stands for a credential that is malformed: checkToken refuses
+// control characters in Config.Token, so it matches none.
+const badToken = "\x00"
 
 func (s *server) tokenOK(tok string) bool {
 	got := sha256.Sum256([]byte(tok))
 	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
 }
 
+// unauthorized answers 401 and closes the connection: a client without
+// the token has nothing more to ask on it, and it frees the slot.
 func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
+	w.Header().Set("Connection", "close")
 	if isAPI(r) {
 		writeJSONError(w, http.StatusUnauthorized, s.unauthorizedMsg())
 		return
@@ -89,6 +137,24 @@ func (s *server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusUnauthorized)
 	io.WriteString(w, s.unauthorizedMsg()+"\n")
+}
+
+// tooManyGuesses answers 429 to an address that sent too many wrong
+// tokens, saying when to come back, and closes the connection.
+func (s *server) tooManyGuesses(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int(math.Ceil(wait.Seconds()))
+	msg := fmt.Sprintf("once console: too many wrong tokens from this address; no token from it is checked for %d s. "+
+		"Check the token (--token or ONCE_TOKEN of `once serve`, Config.Token) and try again then.", secs)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	w.Header().Set("Connection", "close")
+	if isAPI(r) {
+		writeJSONError(w, http.StatusTooManyRequests, msg)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusTooManyRequests)
+	io.WriteString(w, msg+"\n")
 }
 
 func (s *server) unauthorizedMsg() string {

@@ -27,6 +27,16 @@
 // a per-browser cookie. With Config.Token set, every request but /healthz
 // must also carry the token; /healthz then answers only "ok" or
 // "unavailable".
+//
+// Connections are the server's to bound, not the handler's. `once serve`
+// holds at most 256 open; a connection that has not yet carried the
+// token (a /healthz probe, a 401) is a guest: one client address may
+// hold 16 guests, guests may fill only 224 of the 256 slots, so 32 stay
+// for requests with the token, and a guest idle for 5 s is closed. Each
+// request must send its headers within 5 s and its body within 30 s.
+// An application that mounts the console sets its own http.Server's
+// limits; without them a flood of keep-alive connections can keep out
+// the operator.
 package console
 
 import (
@@ -78,6 +88,15 @@ type Config struct {
 	// opening any page with ?token=TOKEN sets. Empty means no
 	// authentication: bind the console to a trusted address, or guard
 	// the mount with the application's own authentication.
+	//
+	// Wrong tokens are limited per client address (an IPv6 address by
+	// its /64): after 10, one more every 6 s. Past that, every request
+	// from the address that carries a token gets 429 with Retry-After,
+	// right token or wrong, until its attempts refill. Behind a proxy
+	// the address is the proxy's, so a guesser there slows everyone
+	// down. Wrong tokens are logged (Warn, at most one line a minute per
+	// address and 60 a minute in all), and so is each ?token= login
+	// (Info); the token itself never is.
 	Token string
 	// Logger receives request failures and resolutions. Nil discards.
 	Logger *slog.Logger
@@ -114,6 +133,7 @@ type server struct {
 	// constant time hides the token's length as well as its bytes.
 	tokenHash [32]byte
 	hasToken  bool
+	guesses   *guessLimit
 
 	// csrfSecret keys the CSRF tokens. It is per process: a restart
 	// invalidates open forms, which then fail with a message to reload.
@@ -151,6 +171,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.Token != "" {
 		s.tokenHash, s.hasToken = sha256.Sum256([]byte(cfg.Token)), true
+		s.guesses = newGuessLimit()
 	}
 	if _, err := rand.Read(s.csrfSecret); err != nil {
 		return nil, fmt.Errorf("console: reading randomness for the CSRF secret: %w", err)

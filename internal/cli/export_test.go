@@ -1,11 +1,25 @@
 package cli
 
-import "time"
+import (
+	"time"
+
+	"github.com/oncehq/once/internal/connlimit"
+)
 
 // SetServeLimits lowers `once serve`'s connection cap to maxConns and
-// every timeout of its server to timeout, until restore.
+// every timeout of its server to timeout, with no reserve and no
+// per-address cap, until restore.
 func SetServeLimits(maxConns int, timeout time.Duration) (restore func()) {
 	old := limits
-	limits = serveLimits{readHeader: timeout, read: timeout, write: timeout, idle: timeout, maxConns: maxConns}
+	limits = serveLimits{readHeader: timeout, read: timeout, write: timeout, idle: timeout,
+		conns: connlimit.Limits{Max: maxConns, GuestIdle: timeout}}
 	return func() { limits = old }
 }
+
+// ServeGuestsPerAddr is how many connections one address may hold of
+// `once serve` before they show the token.
+func ServeGuestsPerAddr() int { return limits.conns.PerAddr }
+
+// ServeGuestSlots is how many of `once serve`'s connection slots
+// connections without the token may fill.
+func ServeGuestSlots() int { return limits.conns.Max - limits.conns.Reserved }

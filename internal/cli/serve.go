@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/console"
+	"github.com/oncehq/once/internal/connlimit"
 	"github.com/oncehq/once/metrics"
 )
 
@@ -133,11 +133,11 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	inner, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
-	srv, ln := newServer(h, ln, limits)
+	srv, ln := newServer(h, inner, limits)
 	if reaper != nil {
 		if err := reaper.Start(e.ctx); err != nil {
 			ln.Close()
@@ -147,7 +147,7 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	}
 	fmt.Fprintf(e.stdout, "once console on http://%s/ (%s); Ctrl-C stops\n", ln.Addr(), d.name)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- ln.Serve(srv) }()
 	select {
 	case err := <-errc:
 		return err
@@ -171,28 +171,33 @@ func loopback(host string) bool {
 
 // serveLimits bound what a client can hold of the console's server: a
 // connection that sends nothing, sends slowly, reads slowly or sits idle
-// after a request is closed, and connections beyond maxConns wait in the
-// kernel's backlog until one closes, so they cannot exhaust the
-// process's file descriptors.
+// after a request is closed, and the listener (see connlimit) caps the
+// connections open at once, those one address holds without the token,
+// and keeps a reserve of the cap for connections that show it.
 type serveLimits struct {
 	readHeader, read, write, idle time.Duration
-	maxConns                      int
+	conns                         connlimit.Limits
 }
 
 // limits are the server's. A console page is a few queries and a few
 // hundred kilobytes at most, and a resolution's body is capped at 4 MiB,
-// so a minute to read or write one is generous; an operator's browser
-// reopens an idle connection it lost without notice.
+// so half a minute to read one and a minute to write one are generous;
+// an operator's browser reopens an idle connection it lost without
+// notice. A connection without the token (a /healthz probe, a 401) has
+// no reason to stay: it is closed after 5 s idle. Sixteen connections
+// per address is more than a browser opens to one host (six); behind a
+// proxy, connections count against the proxy's address only until they
+// show the token.
 var limits = serveLimits{
-	readHeader: 10 * time.Second,
-	read:       time.Minute,
+	readHeader: 5 * time.Second,
+	read:       30 * time.Second,
 	write:      time.Minute,
 	idle:       2 * time.Minute,
-	maxConns:   256,
+	conns:      connlimit.Limits{Max: 256, Reserved: 32, PerAddr: 16, GuestIdle: 5 * time.Second},
 }
 
 // newServer makes the console's server and the listener it serves.
-func newServer(h http.Handler, ln net.Listener, l serveLimits) (*http.Server, net.Listener) {
+func newServer(h http.Handler, ln net.Listener, l serveLimits) (*http.Server, *connlimit.Listener) {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: l.readHeader,
@@ -200,56 +205,5 @@ func newServer(h http.Handler, ln net.Listener, l serveLimits) (*http.Server, ne
 		WriteTimeout:      l.write,
 		IdleTimeout:       l.idle,
 	}
-	return srv, limitListener(ln, l.maxConns)
-}
-
-// limitListener accepts at most n connections open at once: Accept
-// waits for one to close before taking the next from the backlog. Zero
-// or less means no cap.
-func limitListener(ln net.Listener, n int) net.Listener {
-	if n <= 0 {
-		return ln
-	}
-	return &limitedListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-type limitedListener struct {
-	net.Listener
-	slots     chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func (l *limitedListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-// Close also ends an Accept waiting for a slot, so a server's Shutdown
-// does not wait on a full listener.
-func (l *limitedListener) Close() error {
-	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
-	return err
-}
-
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
+	return srv, connlimit.Listen(ln, l.conns)
 }
