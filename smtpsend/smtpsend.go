@@ -45,7 +45,10 @@
 // window is why the Message-ID is derived from the action's key: it is the
 // same on every attempt, so a person reviewing the action (or a verifier)
 // can search the mailbox or the server's log for it, and a receiver that
-// drops duplicate Message-IDs absorbs a second copy.
+// drops duplicate Message-IDs absorbs a second copy. Send notes it
+// (once.Attempt.Note) before it dials, so that even when the worker dies
+// mid-send the review item names it: "its lease expired; it had noted:
+// smtpsend: sending Message-ID <…@once> through …".
 package smtpsend
 
 import (
@@ -158,6 +161,13 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	m, err := s.compose(a, msg)
 	if err != nil {
 		return "", once.Permanent(err)
+	}
+	// Should the worker die with the message sent and no reply read,
+	// the review item gives this note: what to search the log for.
+	note := fmt.Sprintf("smtpsend: sending Message-ID %s through %s; if its outcome is unknown, search the server's log or the recipient's mailbox for it",
+		MessageID(a.Key, s.MessageIDDomain), s.Addr)
+	if err := a.Note(ctx, note); errors.Is(err, once.ErrFenced) {
+		return "", once.RetryLater(fmt.Errorf("smtpsend: %w; nothing was sent", err))
 	}
 
 	d := net.Dialer{Timeout: s.Timeout}
