@@ -45,14 +45,17 @@ func FuzzCompose(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the message does not parse: %v\n%q", err, raw)
 		}
-		if got, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject")); err != nil || got != strings.Trim(subject, " \t") {
+		// net/textproto joins a folded line with one space, where RFC
+		// 5322 only drops the CRLF: compare the words.
+		got, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
+		if err != nil || strings.Join(strings.Fields(got), " ") != strings.Join(strings.Fields(subject), " ") {
 			t.Fatalf("Subject reads back as %q (%v), want %q", got, err, subject)
 		}
 		var r io.Reader = msg.Body
 		if msg.Header.Get("Content-Transfer-Encoding") == "quoted-printable" {
 			r = quotedprintable.NewReader(r)
 		}
-		got, err := io.ReadAll(r)
+		text, err := io.ReadAll(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,8 +63,8 @@ func FuzzCompose(f *testing.F) {
 		if want != "" && !strings.HasSuffix(want, "\r\n") {
 			want += "\r\n"
 		}
-		if string(got) != want {
-			t.Fatalf("body reads back as %q, want %q", got, want)
+		if string(text) != want {
+			t.Fatalf("body reads back as %q, want %q", text, want)
 		}
 	})
 }
