@@ -36,8 +36,12 @@ type noter struct {
 }
 
 func (n *noter) note(ctx context.Context, note string) error {
-	t := Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.pol.storedLease(), Error: note}
-	ok, err := n.c.transition(ctx, t)
+	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.pol.storedLease(), Error: note})
+	// One call, not read back when its reply is lost: the effect waits
+	// on it, and a note that may not have been written costs nothing.
+	cctx, cancel := n.c.call(ctx)
+	ok, err := n.c.store.Transition(cctx, t)
+	cancel()
 	switch {
 	case err != nil:
 		return fmt.Errorf("once: noting attempt %d of action %s: %w", n.attempt, n.key, err)
