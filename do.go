@@ -25,6 +25,9 @@ type Attempt struct {
 	ProviderKey string
 	// Intent is the intent being carried out.
 	Intent Intent
+
+	// noter writes Note for an attempt run by Do; nil otherwise.
+	noter *noter
 }
 
 // Result is what Do returns on success.
@@ -622,7 +625,9 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		end(obs, o.err)
 		return o
 	}
-	value, err := c.run(ctx, pol, a, attemptOf(a, in), fn, sent, func(p any) {
+	att := attemptOf(a, in)
+	att.noter = &noter{c: c, pol: pol, key: a.Key, attempt: a.Attempt}
+	value, err := c.run(ctx, pol, a, att, fn, sent, func(p any) {
 		// The effect panicked (or called runtime.Goexit): it may have
 		// happened. Record that honestly before the panic goes on.
 		settle(nil, fmt.Errorf("panic: %v", p))

@@ -453,3 +453,31 @@ func ExampleRetryLater_shutdown() {
 	// true true
 	// msg-2 2 <nil>
 }
+
+// An effect notes what a person would look for before it calls out: the
+// note is the in-flight action's Error, and if the worker died here the
+// review item's reason would carry it after "its lease expired".
+func ExampleAttempt_Note() {
+	c, store, done := clientWith(once.Config{})
+	defer done()
+	ctx := context.Background()
+
+	charge := once.Intent{Run: "order-4711", Kind: "charge_card", Target: "cus_42", Payload: map[string]int{"cents": 1999}}
+	_, err := once.Do(ctx, c, charge, func(ctx context.Context, a once.Attempt) (string, error) {
+		if err := a.Note(ctx, "charging cus_42 with Idempotency-Key "+a.ProviderKey[:12]+"…"); errors.Is(err, once.ErrFenced) {
+			return "", once.RetryLater(err) // the claim is lost: do not start
+		}
+		row, _ := store.Get(ctx, a.Key)
+		fmt.Println("while it runs:", row.Status, "-", row.Error)
+		return "ch_0001", nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	key, _, _ := once.KeyOf(charge)
+	row, _ := store.Get(ctx, key)
+	fmt.Printf("after: %s, note %q\n", row.Status, row.Error)
+	// Output:
+	// while it runs: in_flight - charging cus_42 with Idempotency-Key 53f2da502649…
+	// after: succeeded, note ""
+}

@@ -88,6 +88,11 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 	reason := a.Error
 	if a.Status == StatusInFlight {
 		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
+		if a.Error != "" {
+			// What the effect noted it was about to do (Attempt.Note):
+			// what a person should look for.
+			reason += "; it had noted: " + a.Error
+		}
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
 	}
 	if pol.Recovery == VerifyThenDecide && pol.Verifier == nil {

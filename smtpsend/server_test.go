@@ -29,6 +29,14 @@ type mailServer struct {
 	received []*mail.Message
 	raw      [][]byte
 	logins   []login
+	// conns counts the connections accepted, mails the MAIL commands
+	// the backend was given, rcpts the recipients it accepted.
+	conns int
+	mails int
+	rcpts []string
+	// wire is every byte the clients sent, as the server read it: the
+	// commands and the message data, dot-stuffed, before any parsing.
+	wire []byte
 }
 
 // failure says where the server fails, and with which reply.
@@ -41,6 +49,12 @@ type failure struct {
 	read chan<- struct{}
 	// hang, when set, holds the final reply until it is closed.
 	hang <-chan struct{}
+	// rcptLimit, when positive, answers every recipient after that many
+	// in one transaction 452 4.5.3, as a server with a lower limit than
+	// it advertises does.
+	rcptLimit int
+	// no8bit hides 8BITMIME from the EHLO reply.
+	no8bit bool
 }
 
 func reply(code int, msg string) *smtp.SMTPError {
@@ -52,8 +66,14 @@ func startServer(t *testing.T) *mailServer { return startServerTLS(t, nil) }
 // startServerTLS starts a server that offers STARTTLS with config (none
 // when nil).
 func startServerTLS(t *testing.T, config *tls.Config) *mailServer {
+	return startServerWith(t, config, nil)
+}
+
+// startServerWith starts a server that offers STARTTLS with config (none
+// when nil), with edit applied to it before it serves (when not nil).
+func startServerWith(t *testing.T, config *tls.Config, edit func(*smtp.Server)) *mailServer {
 	t.Helper()
-	m, stop, err := newServer(config)
+	m, stop, err := newServerWith(config, edit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +85,10 @@ func startServerTLS(t *testing.T, config *tls.Config) *mailServer {
 // with config when it is set; stop closes it and
 // waits for it to finish serving.
 func newServer(config *tls.Config) (m *mailServer, stop func(), err error) {
+	return newServerWith(config, nil)
+}
+
+func newServerWith(config *tls.Config, edit func(*smtp.Server)) (m *mailServer, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
@@ -75,6 +99,9 @@ func newServer(config *tls.Config) (m *mailServer, stop func(), err error) {
 	m.srv.TLSConfig = config
 	m.srv.AllowInsecureAuth = true
 	m.srv.ErrorLog = log.New(io.Discard, "", 0)
+	if edit != nil {
+		edit(m.srv)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -119,6 +146,7 @@ func (m *mailServer) NewSession(c *smtp.Conn) (smtp.Session, error) {
 type session struct {
 	m    *mailServer
 	conn *smtp.Conn
+	n    int // recipients accepted in this transaction
 }
 
 // AuthMechanisms and Auth implement smtp.AuthSession: PLAIN, for the
@@ -150,21 +178,60 @@ func (m *mailServer) loggedIn() []login {
 	return append([]login(nil), m.logins...)
 }
 
-func (s *session) Reset()        {}
+func (s *session) Reset()        { s.n = 0 }
 func (s *session) Logout() error { return nil }
 
 func (s *session) Mail(string, *smtp.MailOptions) error {
+	s.m.mu.Lock()
+	s.m.mails++
+	s.m.mu.Unlock()
 	if f := s.m.failure(); f.mail != nil {
 		return f.mail
 	}
 	return nil
 }
 
-func (s *session) Rcpt(string, *smtp.RcptOptions) error {
-	if f := s.m.failure(); f.rcpt != nil {
+func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	f := s.m.failure()
+	if f.rcpt != nil {
 		return f.rcpt
 	}
+	if f.rcptLimit > 0 && s.n >= f.rcptLimit {
+		return &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 5, 3}, Message: "too many recipients"}
+	}
+	s.n++
+	s.m.mu.Lock()
+	s.m.rcpts = append(s.m.rcpts, to)
+	s.m.mu.Unlock()
 	return nil
+}
+
+// counts returns the connections accepted and the MAIL commands taken.
+func (m *mailServer) counts() (conns, mails int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.conns, m.mails
+}
+
+// rawMessages returns the messages read to the end so far, as sent.
+func (m *mailServer) rawMessages() [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([][]byte(nil), m.raw...)
+}
+
+// recipients returns the recipients the server accepted, in order.
+func (m *mailServer) recipients() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.rcpts...)
+}
+
+// transcript returns every byte the clients sent so far.
+func (m *mailServer) transcript() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]byte(nil), m.wire...)
 }
 
 func (s *session) Data(r io.Reader) error {
@@ -214,6 +281,9 @@ func (l dataRefuser) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.m.mu.Lock()
+	l.m.conns++
+	l.m.mu.Unlock()
 	return &refusingConn{Conn: c, m: l.m, r: bufio.NewReader(c)}, nil
 }
 
@@ -230,6 +300,27 @@ type refusingConn struct {
 }
 
 func (c *refusingConn) Read(p []byte) (int, error) {
+	n, err := c.read(p)
+	c.m.mu.Lock()
+	c.m.wire = append(c.m.wire, p[:n]...)
+	c.m.mu.Unlock()
+	return n, err
+}
+
+// Write hides 8BITMIME from the EHLO reply when the server is set to.
+func (c *refusingConn) Write(p []byte) (int, error) {
+	if c.m.failure().no8bit {
+		if q := bytes.Replace(p, []byte("250-8BITMIME\r\n"), nil, 1); len(q) < len(p) {
+			if _, err := c.Conn.Write(q); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *refusingConn) read(p []byte) (int, error) {
 	if len(c.pending) == 0 && c.m.failure().data == nil {
 		// Pass bytes through as they come: after STARTTLS they are TLS
 		// records, which need not hold a line break.

@@ -13,7 +13,11 @@
 //	--------------------------------------------  ----------------  -------------------------
 //	bad Message or Sender (before dialling)       once.Permanent    stores the failure
 //	dial, greeting, EHLO, STARTTLS, AUTH (*)      once.RetryLater   releases the claim
+//	over the server's SIZE or LIMITS RCPTMAX      once.Permanent    stores the failure
+//	  (after EHLO, before MAIL FROM)
 //	MAIL FROM / RCPT TO: 5xx                      once.Permanent    stores the failure
+//	RCPT TO: 452 after other recipients were      once.Permanent    stores the failure
+//	  taken (too many recipients, RFC 5321)
 //	MAIL FROM / RCPT TO: 4xx or connection lost   once.RetryLater   releases the claim
 //	DATA command: 5xx                             once.Permanent    stores the failure
 //	DATA command: 4xx or connection lost          once.RetryLater   releases the claim
@@ -29,26 +33,33 @@
 // refused login or a server without STARTTLS (when Sender.TLS is set)
 // keeps refusing until the configuration is fixed; the error says which.
 //
+// Recipients, subjects and bodies often come from untrusted text (a form,
+// a language model), so Message says what Send refuses and what it
+// encodes: no address that is not one bare mailbox, no control
+// characters, no CR or LF alone on the wire, no line over 998 bytes, no
+// 8-bit byte (such a body goes as quoted-printable), and at most
+// Sender.MaxRecipients recipients (100 by default).
+//
 // A message whose end-of-data marker reached the server may have been
 // queued even if no reply came back; only the final reply says. That one
 // window is why the Message-ID is derived from the action's key: it is the
 // same on every attempt, so a person reviewing the action (or a verifier)
 // can search the mailbox or the server's log for it, and a receiver that
-// drops duplicate Message-IDs absorbs a second copy.
+// drops duplicate Message-IDs absorbs a second copy. Send notes it
+// (once.Attempt.Note) before it dials, so that even when the worker dies
+// mid-send the review item names it: "its lease expired; it had noted:
+// smtpsend: sending Message-ID <…@once> through …".
 package smtpsend
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"mime"
 	"net"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
@@ -86,22 +97,48 @@ type Sender struct {
 	// messages from different systems sharing a key space stay apart.
 	// Empty means DefaultMessageIDDomain.
 	MessageIDDomain string
+	// MaxRecipients caps a message's envelope recipients (To, Cc and Bcc,
+	// each address once). Zero means DefaultMaxRecipients (100), which
+	// RFC 5321 says every server must take; a server may refuse more for
+	// good. A server that advertises a lower limit (LIMITS RCPTMAX) is
+	// held to it.
+	MaxRecipients int
 }
 
-// Message is one plain-text email.
+// Message is one plain-text email. Its fields may come from untrusted
+// text (a form, a language model): whatever would break the envelope or
+// the message's framing is refused before anything is dialled, as
+// once.Permanent, and long or 8-bit text is encoded as mail clients do.
+//
+// Every address is one bare mailbox, local@domain, as net/mail parses
+// it: no display name, angle brackets, quotes, comments, groups, source
+// routes, spaces or control characters, ASCII only, with a local part
+// of at most 64 bytes, a domain of at most 255 and 254 bytes in all (a
+// path of 256 in angle brackets).
 type Message struct {
-	// From is the envelope sender and the From header: a bare address
-	// ("ada@example.com"). Required.
+	// From is the envelope sender and the From header. Required.
 	From string
-	// To are the envelope recipients and the To header. At least one.
+	// To are envelope recipients, named in the To header. At least one.
 	To []string
-	// Subject may hold any UTF-8; it is encoded for the header as needed.
+	// Cc are envelope recipients named in the Cc header.
+	Cc []string
+	// Bcc are envelope recipients no header names.
+	Bcc []string
+	// Subject is one line of UTF-8 without control characters (TAB is
+	// allowed). It is folded, or encoded (RFC 2047) when it is not ASCII
+	// or has a run too long to fold.
 	Subject string
-	// Body is the text/plain body, UTF-8. Line endings are sent as CRLF.
+	// Body is the text/plain body, UTF-8. Every line break (CRLF, or a
+	// CR or LF alone) is sent as CRLF; control characters other than TAB
+	// are refused. A body with 8-bit text or a line over 998 bytes is
+	// sent as quoted-printable, so every server can take it.
 	Body []byte
-	// Header holds extra header fields (List-Unsubscribe, Reply-To…).
-	// Fields Send writes itself (Date, From, To, Subject, Message-ID,
-	// MIME-Version, Content-Type, Content-Transfer-Encoding) are refused.
+	// Header holds extra header fields (List-Unsubscribe, Reply-To…):
+	// printable ASCII (encode other text with mime.QEncoding), folded at
+	// its whitespace into lines of at most 998 bytes. Fields Send writes
+	// itself (Date, From, To, Cc, Subject, Message-ID, MIME-Version,
+	// Content-Type, Content-Transfer-Encoding) and Bcc are refused: set
+	// recipients through Message's fields.
 	Header map[string]string
 }
 
@@ -121,9 +158,16 @@ func MessageID(key once.Key, domain string) string {
 // from the effect function once.Do runs, and return its error unchanged:
 // it is already classified (see the package documentation).
 func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string, error) {
-	raw, err := s.compose(a, msg)
+	m, err := s.compose(a, msg)
 	if err != nil {
 		return "", once.Permanent(err)
+	}
+	// Should the worker die with the message sent and no reply read,
+	// the review item gives this note: what to search the log for.
+	note := fmt.Sprintf("smtpsend: sending Message-ID %s through %s; if its outcome is unknown, search the server's log or the recipient's mailbox for it",
+		MessageID(a.Key, s.MessageIDDomain), s.Addr)
+	if err := a.Note(ctx, note); errors.Is(err, once.ErrFenced) {
+		return "", once.RetryLater(fmt.Errorf("smtpsend: %w; nothing was sent", err))
 	}
 
 	d := net.Dialer{Timeout: s.Timeout}
@@ -144,11 +188,21 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	}
 	defer c.Close()
 
-	if err := c.Mail(msg.From, nil); err != nil {
+	if err := s.fits(c, m); err != nil {
+		return "", once.Permanent(err)
+	}
+	if err := c.Mail(msg.From, &smtp.MailOptions{Size: int64(len(m.raw))}); err != nil {
 		return "", refused(ctx, "MAIL FROM:<"+msg.From+">", err)
 	}
-	for _, to := range msg.To {
-		if err := c.Rcpt(to, nil); err != nil {
+	for i, to := range m.rcpts {
+		err := c.Rcpt(to, nil)
+		var se *smtp.SMTPError
+		if i > 0 && errors.As(err, &se) && (se.Code == 452 || se.EnhancedCode == smtp.EnhancedCode{4, 5, 3}) {
+			// RFC 5321 4.5.3.1.10: too many recipients. The server will
+			// defer the same one on every attempt: a retry would loop.
+			return "", once.Permanent(fmt.Errorf("smtpsend: the server took %d recipients and deferred RCPT TO:<%s>: %w; it takes no more in one message, and would stop there on every attempt: send fewer recipients per message (set Sender.MaxRecipients to %d or less) under keys of their own", i, to, err, i))
+		}
+		if err != nil {
 			return "", refused(ctx, "RCPT TO:<"+to+">", err)
 		}
 	}
@@ -158,7 +212,7 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	}
 	// Until the end-of-data marker is written the server cannot accept
 	// the message: a body that fails to go out half way did not happen.
-	if _, err := w.Write(raw); err != nil {
+	if _, err := w.Write(m.raw); err != nil {
 		return "", once.RetryLater(fmt.Errorf("smtpsend: %s: writing the message: %w; the end of the message was not sent, so the server did not take it; the next delivery tries again", s.Addr, withCause(ctx, err)))
 	}
 	resp, err := w.CloseWithResponse()
@@ -216,6 +270,26 @@ func (s *Sender) open(conn net.Conn) (*smtp.Client, error) {
 	return c, nil
 }
 
+// fits refuses a message the server said it would not take: larger than
+// its SIZE (RFC 1870), or with more recipients than its LIMITS RCPTMAX
+// (RFC 9422). It would be refused on every attempt.
+func (s *Sender) fits(c *smtp.Client, m composed) error {
+	if ok, param := c.Extension("SIZE"); ok {
+		if max, err := strconv.ParseInt(param, 10, 64); err == nil && max > 0 && int64(len(m.raw)) > max {
+			return fmt.Errorf("smtpsend: the message is %d bytes and %s takes at most SIZE %d; nothing was sent: shorten it", len(m.raw), s.Addr, max)
+		}
+	}
+	if ok, param := c.Extension("LIMITS"); ok {
+		for _, limit := range strings.Fields(param) {
+			v, found := strings.CutPrefix(strings.ToUpper(limit), "RCPTMAX=")
+			if max, err := strconv.Atoi(v); found && err == nil && max > 0 && len(m.rcpts) > max {
+				return fmt.Errorf("smtpsend: the message has %d recipients and %s takes at most RCPTMAX=%d; nothing was sent: send it as several messages under keys of their own", len(m.rcpts), s.Addr, max)
+			}
+		}
+	}
+	return nil
+}
+
 // refused classifies a failed MAIL, RCPT or DATA command, or a 4xx/5xx
 // final reply: the server has not taken the message. A 5xx reply is its
 // last word; a 4xx reply or a lost connection means try again later.
@@ -237,115 +311,4 @@ func withCause(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", err, cause)
 	}
 	return err
-}
-
-// reserved are the header fields compose writes itself.
-var reserved = map[string]bool{
-	"date": true, "from": true, "to": true, "subject": true, "message-id": true,
-	"mime-version": true, "content-type": true, "content-transfer-encoding": true,
-}
-
-// compose checks the sender and the message, and renders it as RFC 5322
-// text. Everything it refuses would be refused on every attempt, so it is
-// checked before anything is dialled.
-func (s *Sender) compose(a once.Attempt, msg Message) ([]byte, error) {
-	switch {
-	case s.Addr == "":
-		return nil, errors.New("smtpsend: Sender.Addr is empty; set it to the SMTP server's host:port")
-	case s.TLS != nil && s.Hello != "":
-		return nil, errors.New("smtpsend: Sender.Hello cannot be combined with Sender.TLS (the SMTP client introduces itself as localhost when it starts TLS); clear Hello")
-	case a.Key == "":
-		return nil, errors.New("smtpsend: the attempt has no key; call Send from the effect function once.Do runs, with the Attempt it is given")
-	case !isAtext(string(a.Key)):
-		return nil, fmt.Errorf("smtpsend: the attempt's key %q cannot be part of a Message-ID; pass the Attempt once.Do gives the effect", a.Key)
-	case s.MessageIDDomain != "" && !isAtext(s.MessageIDDomain):
-		return nil, fmt.Errorf("smtpsend: Sender.MessageIDDomain %q is not a dot-atom; use a domain name such as mail.example.com", s.MessageIDDomain)
-	case msg.From == "":
-		return nil, errors.New("smtpsend: Message.From is empty; set the sender's address")
-	case len(msg.To) == 0:
-		return nil, errors.New("smtpsend: Message.To is empty; name at least one recipient")
-	case !utf8.Valid(msg.Body):
-		return nil, errors.New("smtpsend: Message.Body is not valid UTF-8; the message is sent as text/plain; charset=utf-8")
-	}
-	if err := checkAddr("Message.From", msg.From); err != nil {
-		return nil, err
-	}
-	for i, to := range msg.To {
-		if err := checkAddr(fmt.Sprintf("Message.To[%d]", i), to); err != nil {
-			return nil, err
-		}
-	}
-	if !utf8.ValidString(msg.Subject) || strings.ContainsAny(msg.Subject, "\r\n") {
-		return nil, errors.New("smtpsend: Message.Subject holds a line break or invalid UTF-8; a subject is one line of text")
-	}
-	names := make([]string, 0, len(msg.Header))
-	for name, value := range msg.Header {
-		switch {
-		case name == "" || strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r > '~' || r == ':' }) >= 0:
-			return nil, fmt.Errorf("smtpsend: Message.Header name %q is not a header field name (printable ASCII, no spaces or colons)", name)
-		case reserved[strings.ToLower(name)]:
-			return nil, fmt.Errorf("smtpsend: Message.Header sets %s, which Send writes itself; set it through Message's fields or drop it", name)
-		case strings.ContainsAny(value, "\r\n") || !isASCII(value):
-			return nil, fmt.Errorf("smtpsend: Message.Header %s holds a line break or non-ASCII text; encode it (mime.QEncoding) as one line", name)
-		}
-		names = append(names, name)
-	}
-	sort.Strings(names)
-
-	var b bytes.Buffer
-	field := func(name, value string) { b.WriteString(name + ": " + value + "\r\n") }
-	field("Date", time.Now().Format(time.RFC1123Z))
-	field("From", msg.From)
-	field("To", strings.Join(msg.To, ", "))
-	field("Subject", mime.QEncoding.Encode("utf-8", msg.Subject))
-	field("Message-ID", MessageID(a.Key, s.MessageIDDomain))
-	for _, name := range names {
-		field(name, msg.Header[name])
-	}
-	field("MIME-Version", "1.0")
-	field("Content-Type", "text/plain; charset=utf-8")
-	if !isASCII(string(msg.Body)) {
-		field("Content-Transfer-Encoding", "8bit")
-	}
-	b.WriteString("\r\n")
-	// The data writer turns a bare LF into CRLF and dot-stuffs lines.
-	b.Write(msg.Body)
-	return b.Bytes(), nil
-}
-
-// checkAddr refuses an address that would break the envelope command or
-// the header it is written into.
-func checkAddr(field, addr string) error {
-	if addr == "" || strings.ContainsAny(addr, "\r\n<>,\" ") || !strings.Contains(addr, "@") {
-		return fmt.Errorf("smtpsend: %s %q is not a bare address; write it as local@domain, without a display name or angle brackets", field, addr)
-	}
-	if !isASCII(addr) {
-		// It would need SMTPUTF8, which a server may not offer: that
-		// refusal would come back on every attempt.
-		return fmt.Errorf("smtpsend: %s %q is not ASCII; internationalised addresses are not supported, write the domain in its xn-- form", field, addr)
-	}
-	return nil
-}
-
-// isAtext reports whether s can stand on either side of a Message-ID's @
-// as a dot-atom (RFC 5322 3.2.3), restricted to letters, digits, - . _.
-func isAtext(s string) bool {
-	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }

@@ -25,6 +25,7 @@ func clientTests() []namedTest {
 		{name: "HeartbeatKeepsLease", fn: testHeartbeatKeepsLease},
 		{name: "MaxExecution", fn: testMaxExecution},
 		{name: "RetryLaterReleases", fn: testRelease},
+		{name: "NoteWhileInFlight", fn: testNote},
 		{name: "PermanentFailure", fn: testPermanent},
 		{name: "UnknownOutcome", fn: testUnknown},
 		{name: "PanicIsUnknown", fn: testPanic},
@@ -282,6 +283,48 @@ func testMaxExecution(t *testing.T, h Harness) {
 	}
 	if a := mustGet(t, s, keyOf(t, intent(1))); a.Status != once.StatusReview {
 		t.Fatalf("status %s, want review (unknown outcome, default recovery)", a.Status)
+	}
+}
+
+// An effect's note is the in-flight action's Error, renews its lease and
+// writes no event; the outcome replaces it; a note after the attempt
+// ended is fenced; a note on an Attempt Do did not give does nothing.
+func testNote(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	k := keyOf(t, intent(1))
+	var late once.Attempt
+	_, err := once.Do(ctx(t), c, intent(1), func(ctx context.Context, a once.Attempt) (string, error) {
+		before := mustGet(t, s, k)
+		if err := a.Note(ctx, "sending Message-ID <x@once>"); err != nil {
+			t.Errorf("Note: %v", err)
+		}
+		got := mustGet(t, s, k)
+		if got.Status != once.StatusInFlight || got.Attempt != 1 || got.Error != "sending Message-ID <x@once>" {
+			t.Errorf("after the note the row is %s attempt %d with %q, want in flight, attempt 1, with the note", got.Status, got.Attempt, got.Error)
+		}
+		if got.LeaseUntil.Before(before.LeaseUntil) {
+			t.Errorf("the note moved the lease back, from %v to %v", before.LeaseUntil, got.LeaseUntil)
+		}
+		late = a
+		return "sent", nil
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if a := mustGet(t, s, k); a.Status != once.StatusSucceeded || a.Error != "" {
+		t.Fatalf("after the outcome the row is %s with %q, want succeeded without the note", a.Status, a.Error)
+	}
+	if got := trail(t, s, k); got != "claimed,succeeded" {
+		t.Errorf("trail %s, want the note to write no event", got)
+	}
+	if err := late.Note(ctx(t), "too late"); !errors.Is(err, once.ErrFenced) {
+		t.Errorf("a note after the outcome: %v, want ErrFenced", err)
+	}
+	if a := mustGet(t, s, k); a.Error != "" {
+		t.Errorf("the late note was written: %q", a.Error)
+	}
+	if err := (once.Attempt{Key: k, Number: 1}).Note(ctx(t), "by hand"); err != nil {
+		t.Errorf("a note on an Attempt made by hand: %v, want nothing done", err)
 	}
 }
 

@@ -1,0 +1,52 @@
+package once
+
+import (
+	"context"
+	"fmt"
+)
+
+// Note records, while the effect runs, what it is about to do: what a
+// person would look for if the attempt's outcome became unknown (an
+// email's Message-ID, a provider's request id). The note is the
+// in-flight action's Error, which once show, the console and the API
+// show; if the worker dies, recovery gives it with its reason ("its
+// lease expired; it had noted: …"), in the review item a person reads.
+// The attempt's outcome replaces it, as a later note does.
+//
+// It costs one write, which renews the claim's lease as a heartbeat
+// does; the text is stored as any error is (Storable text, MaxTextBytes).
+// It returns an error matching ErrFenced when the attempt no longer
+// holds the claim: the effect must not start then. Outside Do (in DoTx,
+// whose transaction is the record, or on an Attempt made by hand) it
+// does nothing.
+func (a Attempt) Note(ctx context.Context, note string) error {
+	if a.noter == nil {
+		return nil
+	}
+	return a.noter.note(ctx, note)
+}
+
+// noter writes an attempt's note: a transition from in flight to in
+// flight, fenced by the attempt, that writes no event.
+type noter struct {
+	c       *Client
+	pol     KindPolicy
+	key     Key
+	attempt int
+}
+
+func (n *noter) note(ctx context.Context, note string) error {
+	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.pol.storedLease(), Error: note})
+	// One call, not read back when its reply is lost: the effect waits
+	// on it, and a note that may not have been written costs nothing.
+	cctx, cancel := n.c.call(ctx)
+	ok, err := n.c.store.Transition(cctx, t)
+	cancel()
+	switch {
+	case err != nil:
+		return fmt.Errorf("once: noting attempt %d of action %s: %w", n.attempt, n.key, err)
+	case !ok:
+		return &FencedError{Key: n.key, Attempt: n.attempt, Outcome: StatusInFlight}
+	}
+	return nil
+}
