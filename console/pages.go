@@ -166,15 +166,22 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 // resolution was refused.
 func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key, code int, msg string, form formView) {
 	ctx := r.Context()
-	a, err := s.client.Get(ctx, key)
-	if errors.Is(err, once.ErrNotFound) {
+	// The key, or 8 or more of its first characters, as `once show`
+	// takes them and every list prints them.
+	a, err := s.client.Find(ctx, string(key))
+	switch {
+	case errors.Is(err, once.ErrNotFound), errors.Is(err, once.ErrNotAKey):
 		s.notFound(w, r, key)
 		return
-	}
-	if err != nil {
+	case errors.Is(err, once.ErrAmbiguousKey):
+		s.renderError(w, r, http.StatusBadRequest, "More than one action",
+			fmt.Sprintf("More than one key starts with %q; give more of it, or the whole key.", key))
+		return
+	case err != nil:
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action failed: "+err.Error())
 		return
 	}
+	key = a.Key
 	events, err := s.client.Events(ctx, key)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action's trail failed: "+err.Error())
@@ -190,7 +197,7 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 
 func (s *server) notFound(w http.ResponseWriter, r *http.Request, key once.Key) {
 	s.renderError(w, r, http.StatusNotFound, "No such action",
-		fmt.Sprintf("No action has the key %q. Check the key; a finished action may also have been purged after its kind's retention.", key))
+		fmt.Sprintf("No action has the key %q. Give the key, or at least 8 of its first characters; a finished action may also have been purged after its kind's retention.", key))
 }
 
 type runData struct {
