@@ -46,3 +46,40 @@ func TestActionPageTakesAKeyPrefix(t *testing.T) {
 		t.Errorf("GET /actions/<full key>: %d", w.Code)
 	}
 }
+
+// Stored text reaches the page with its control characters written as
+// Go escapes, as `once show` prints them: an ESC or a BEL in a provider's
+// error or a person's note never reaches the HTML raw.
+func TestActionPageEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{})
+	ctx := context.Background()
+	evil := "reset\x1b]0;owned\x07 by \x1b[2Jpeer\x00\x7f\u0085 \u202egnp.exe"
+	if _, err := b.store.Claim(ctx, once.ClaimRequest{Key: once.Key(strings.Repeat("ab", 32)), Fingerprint: "f", Run: "r\x1b[31m", Kind: "k\x07",
+		Target: "t\x1b[1m", Payload: []byte("body\x1b[5m\x07"), Lease: time.Minute, Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	key := once.Key(strings.Repeat("ab", 32))
+	if _, err := b.store.Transition(ctx, once.Transition{Key: key, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: once.StatusReview,
+		Error: evil, Event: once.Event{Key: key, Type: once.EventReview, Attempt: 1, From: once.StatusInFlight, Actor: "reaper\x1b[0m", Note: evil}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/actions/" + string(key), "/actions", "/review", "/runs/" + "r%1B%5B31m", "/kinds", "/"} {
+		w := b.get(p)
+		body := w.Body.String()
+		if w.Code != http.StatusOK {
+			t.Errorf("GET %s: %d", p, w.Code)
+		}
+		for _, c := range []string{"\x1b", "\x07", "\x00", "\x7f", "\u0085", "\u202e"} {
+			if strings.Contains(body, c) {
+				t.Errorf("GET %s: the page holds %q raw", p, c)
+			}
+		}
+	}
+	body := b.get("/actions/" + string(key)).Body.String()
+	for _, want := range []string{`reset\x1b]0;owned\a by \x1b[2Jpeer`, `\u202egnp.exe`, `body\x1b[5m\a`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the action page does not show %q escaped", want)
+		}
+	}
+}
