@@ -154,7 +154,49 @@ type formView struct {
 type actionData struct {
 	Action once.Action
 	Events []once.Event
-	Form   formView
+	// Total is how many events the trail holds; Newest says the page
+	// lists them newest first. Next is the next page's URL, when there
+	// is one; First the first page's, on a later one; Flip the first
+	// page's in the other order.
+	Total             int64
+	Newest            bool
+	Next, First, Flip string
+	Form              formView
+}
+
+// trailPage is how many events of its trail an action's page shows.
+const trailPage = 100
+
+// trailQuery reads which page of a trail a request asks for: after the
+// event events_after names, newest first when events=newest.
+func trailQuery(key once.Key, q url.Values) (once.EventQuery, error) {
+	eq := once.EventQuery{Key: key, Limit: trailPage, Newest: q.Get("events") == "newest"}
+	if v := q.Get("events"); v != "" && v != "newest" && v != "oldest" {
+		return eq, fmt.Errorf("events %q is not newest or oldest", v)
+	}
+	if v := q.Get("events_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return eq, fmt.Errorf("events_after %q is not an event's number; follow the page's links", v)
+		}
+		eq.After = n
+	}
+	return eq, nil
+}
+
+// trailURL is the URL of a page of key's trail.
+func (s *server) trailURL(key once.Key, newest bool, after int64) string {
+	v := url.Values{}
+	if after > 0 {
+		v.Set("events_after", strconv.FormatInt(after, 10))
+	}
+	if newest {
+		v.Set("events", "newest")
+	}
+	if len(v) == 0 {
+		return s.actionURL(key)
+	}
+	return s.actionURL(key) + "?" + v.Encode()
 }
 
 func (s *server) action(w http.ResponseWriter, r *http.Request) {
@@ -182,17 +224,29 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 		return
 	}
 	key = a.Key
-	events, err := s.client.Events(ctx, key)
+	eq, qerr := trailQuery(key, r.URL.Query())
+	if qerr != nil {
+		eq = once.EventQuery{Key: key, Limit: trailPage}
+		code, msg = http.StatusBadRequest, qerr.Error()
+	}
+	trail, err := s.client.EventPage(ctx, eq)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action's trail failed: "+err.Error())
 		return
+	}
+	d := actionData{Action: a, Events: trail.Events, Total: trail.Total, Newest: eq.Newest, Flip: s.trailURL(key, !eq.Newest, 0)}
+	if trail.Next != 0 {
+		d.Next = s.trailURL(key, eq.Newest, trail.Next)
+	}
+	if eq.After != 0 {
+		d.First = s.trailURL(key, eq.Newest, 0)
 	}
 	form.Key = key
 	if form.Attempt == 0 {
 		form.Attempt = a.Attempt
 	}
-	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg,
-		Data: actionData{Action: a, Events: events, Form: form}})
+	d.Form = form
+	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg, Data: d})
 }
 
 func (s *server) notFound(w http.ResponseWriter, r *http.Request, key once.Key) {

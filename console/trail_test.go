@@ -2,7 +2,13 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +87,107 @@ func TestActionPageEscapesControlCharacters(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("the action page does not show %q escaped", want)
 		}
+	}
+}
+
+// get fetches url over real HTTP and returns the status and the body.
+func fetch(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// A trail of 1,000 events with 4 KB notes (written before refusals were
+// bounded, or by workers) is read a page at a time: the action page
+// and the API hold 100 events, say how many there are, and link the
+// next page, and walking the links shows every event once.
+func TestActionPagePagesTheTrail(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{})
+	srv := httptest.NewServer(b.h)
+	defer srv.Close()
+	ctx := context.Background()
+	const n = 1000
+	for i := range n {
+		if err := b.store.AppendEvent(ctx, once.Event{Key: b.ok, Type: once.EventRefused, Attempt: 1, From: once.StatusSucceeded, Actor: "mallory",
+			Note: fmt.Sprintf("note-%04d-", i) + strings.Repeat("n", 4000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := b.client.Events(ctx, b.ok)
+	if err != nil || len(all) != n+2 {
+		t.Fatalf("Events = %d, %v; want %d", len(all), err, n+2)
+	}
+	seen := map[string]int{}
+	next := srv.URL + "/actions/" + string(b.ok)
+	for pages := 0; next != ""; pages++ {
+		if pages > n {
+			t.Fatal("the trail's pages do not end")
+		}
+		code, body := fetch(t, next)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d", next, code)
+		}
+		if len(body) > 600<<10 {
+			t.Fatalf("GET %s: %d bytes of HTML; a page of the trail should hold 100 events of 4 KB, not all %d", next, len(body), n)
+		}
+		if !strings.Contains(string(body), fmt.Sprintf("%d events", n+2)) {
+			t.Fatalf("GET %s does not say the trail holds %d events", next, n+2)
+		}
+		for _, m := range regexp.MustCompile(`note-(\d{4})-`).FindAllStringSubmatch(string(body), -1) {
+			seen[m[1]]++
+		}
+		next = ""
+		if m := regexp.MustCompile(`href="(/actions/[0-9a-f]+\?events_after=\d+)"`).FindSubmatch(body); m != nil {
+			next = srv.URL + html.UnescapeString(string(m[1]))
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("walking the pages showed %d of the %d events", len(seen), n)
+	}
+	for note, times := range seen {
+		if times != 1 {
+			t.Errorf("event %s shown %d times", note, times)
+		}
+	}
+
+	// The API: a page of the trail, its total and the next page's cursor.
+	code, body := fetch(t, srv.URL+"/api/actions/"+string(b.ok))
+	var got struct {
+		Events      []json.RawMessage `json:"events"`
+		EventsTotal int64             `json:"events_total"`
+		EventsNext  int64             `json:"events_next"`
+	}
+	if err := json.Unmarshal(body, &got); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /api/actions/{key}: %d %v", code, err)
+	}
+	if len(got.Events) != 102 || got.EventsTotal != n+2 || got.EventsNext == 0 || len(body) > 600<<10 {
+		t.Errorf("GET /api/actions/{key}: %d events, total %d, next %d, %d bytes; want 100 and the claim and outcome the row tells, %d, a cursor, under 600 KiB",
+			len(got.Events), got.EventsTotal, got.EventsNext, len(body), n+2)
+	}
+	code, body = fetch(t, fmt.Sprintf("%s/api/actions/%s/events?after=%d&limit=1000&order=newest", srv.URL, b.ok, 0))
+	var page struct {
+		Events []struct {
+			Note string `json:"note"`
+		} `json:"events"`
+		Total int64 `json:"total"`
+		Next  int64 `json:"next"`
+	}
+	if err := json.Unmarshal(body, &page); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /api/actions/{key}/events: %d %v %s", code, err, body)
+	}
+	if len(page.Events) < n || page.Total != n+2 || !strings.HasPrefix(page.Events[0].Note, "note-0999-") {
+		t.Errorf("GET /api/actions/{key}/events?order=newest&limit=1000: %d events, total %d, first %.12q", len(page.Events), page.Total, page.Events[0].Note)
+	}
+	if code, body := fetch(t, srv.URL+"/api/actions/"+string(b.ok)+"/events?limit=1001"); code != http.StatusBadRequest || !strings.Contains(string(body), "1000") {
+		t.Errorf("GET /api/actions/{key}/events?limit=1001: %d %s, want 400 naming the most, 1000", code, body)
 	}
 }
