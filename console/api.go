@@ -217,19 +217,29 @@ func (s *server) apiStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// apiRun serves one page of a run's steps, in step order: limit (100
+// unless it says, at most maxLimit) after the cursor the page before
+// gave as next, and how many steps the run has.
 func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("run")
-	steps, err := s.client.RunSteps(r.Context(), id)
+	rq, err := parseRunQuery(r.URL.Query())
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, err := s.client.RunPage(r.Context(), id, rq.afterStep, rq.afterKey, rq.limit)
 	if err != nil {
 		s.apiFail(w, r, "reading the run", err)
 		return
 	}
-	if len(steps) == 0 {
+	if p.Total == 0 {
 		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("no actions belong to the run %q", id))
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Run   string        `json:"run"`
 		Steps []view.Action `json:"steps"`
-	}{id, view.Actions(steps)})
+		Total int64         `json:"total"`
+		Next  string        `json:"next,omitempty"`
+	}{id, view.Actions(p.Steps), p.Total, runCursor(p)})
 }

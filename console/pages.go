@@ -24,8 +24,14 @@ var recoveryEvents = []once.EventType{
 }
 
 const (
+	// defaultLimit is how many actions a list shows unless its limit
+	// says otherwise; maxLimit is the most it may say (a larger one is
+	// refused, naming it). Lists read no payload or result.
 	defaultLimit = 100
-	maxLimit     = 10000
+	maxLimit     = 1000
+	// reviewRead bounds the reads a review page grows to, to step past
+	// the actions at its cursor's instant (reviewAfter).
+	reviewRead = 10000
 	// reviewPage is how many actions a review page shows, unless its
 	// limit says otherwise; reviewLimit is the most it may say.
 	reviewPage  = 100
@@ -75,7 +81,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading recent recoveries failed: "+err.Error())
 		return
 	}
-	waiting, err := s.client.Waiting(ctx, waitingLimit)
+	waiting, err := s.client.List(ctx, once.Filter{Waiting: true, OldestFirst: true, Limit: waitingLimit, Brief: true})
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading released actions failed: "+err.Error())
 		return
@@ -99,7 +105,7 @@ type listForm struct {
 // the page and the API so they accept exactly the same input.
 func parseFilter(q url.Values) (once.Filter, listForm, error) {
 	lf := listForm{Status: q.Get("status"), Kind: q.Get("kind"), Run: q.Get("run"), Limit: defaultLimit}
-	f := once.Filter{Status: once.Status(lf.Status), Kind: lf.Kind, Run: lf.Run, Limit: defaultLimit}
+	f := once.Filter{Status: once.Status(lf.Status), Kind: lf.Kind, Run: lf.Run, Limit: defaultLimit, Brief: true}
 	if lf.Status != "" && !f.Status.Valid() {
 		return f, lf, fmt.Errorf("status %q is not one of %s", lf.Status, view.StatusList())
 	}
@@ -257,20 +263,94 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request, key once.Key) 
 type runData struct {
 	Run   string
 	Steps []once.Action
+	// Total is how many steps the run has; Next is the next page's URL
+	// when there are more, First the first page's on a later one.
+	Total       int64
+	Next, First string
+}
+
+// runPage is how many steps a run's page shows unless its limit says
+// otherwise; the most it may say is maxLimit.
+const runPage = 100
+
+// runQuery is the page of a run a request asks for: limit steps after
+// the cursor (step.key) of the page before.
+type runQuery struct {
+	afterStep int64
+	afterKey  once.Key
+	limit     int
+}
+
+func parseRunQuery(q url.Values) (runQuery, error) {
+	rq := runQuery{limit: runPage}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			return rq, fmt.Errorf("limit %q must be a whole number from 1 to %d", v, maxLimit)
+		}
+		rq.limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		step, key, ok := strings.Cut(v, ".")
+		n, err := strconv.ParseInt(step, 10, 64)
+		if !ok || err != nil || key == "" || strings.Trim(key, "0123456789abcdef") != "" {
+			return rq, fmt.Errorf("after %q is not a run page's cursor; start again from the first page", v)
+		}
+		rq.afterStep, rq.afterKey = n, once.Key(key)
+	}
+	return rq, nil
+}
+
+// runCursor is where the page after p starts, "" on the last page.
+func runCursor(p once.RunPage) string {
+	if !p.More || len(p.Steps) == 0 {
+		return ""
+	}
+	last := p.Steps[len(p.Steps)-1]
+	return strconv.FormatInt(last.Step, 10) + "." + string(last.Key)
 }
 
 func (s *server) run(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("run")
-	steps, err := s.client.RunSteps(r.Context(), id)
+	rq, err := parseRunQuery(r.URL.Query())
+	if err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "Bad request", err.Error())
+		return
+	}
+	p, err := s.client.RunPage(r.Context(), id, rq.afterStep, rq.afterKey, rq.limit)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the run failed: "+err.Error())
 		return
 	}
-	if len(steps) == 0 {
+	if p.Total == 0 {
 		s.renderError(w, r, http.StatusNotFound, "No such run", fmt.Sprintf("No actions belong to the run %q.", id))
 		return
 	}
-	s.render(w, r, http.StatusOK, "run", page{Title: "Run " + id, Nav: "actions", Data: runData{Run: id, Steps: steps}})
+	d := runData{Run: id, Steps: p.Steps, Total: p.Total}
+	link := func(after string) string {
+		v := url.Values{}
+		if after != "" {
+			v.Set("after", after)
+		}
+		if rq.limit != runPage {
+			v.Set("limit", strconv.Itoa(rq.limit))
+		}
+		u := s.runURL(id)
+		if len(v) == 0 {
+			return u
+		}
+		if strings.Contains(u, "?") {
+			return u + "&" + v.Encode()
+		}
+		return u + "?" + v.Encode()
+	}
+	if c := runCursor(p); c != "" {
+		d.Next = link(c)
+	}
+	if rq.afterKey != "" {
+		d.First = link("")
+	}
+	s.render(w, r, http.StatusOK, "run", page{Title: "Run " + id, Nav: "actions", Data: d})
 }
 
 type reviewData struct {
@@ -393,15 +473,15 @@ func (s *server) review(w http.ResponseWriter, r *http.Request) {
 // cursor, oldest first. The store filters by time only (Since is
 // inclusive), so the actions at the cursor's own instant up to its key
 // are read and dropped: the read grows until n remain or the store runs
-// out, up to maxLimit rows.
+// out, up to reviewRead rows.
 func (s *server) reviewAfter(ctx context.Context, status once.Status, after reviewCursor, n int) ([]once.Action, error) {
-	for limit := n; ; limit = min(limit*4, maxLimit) {
-		acts, err := s.client.List(ctx, once.Filter{Status: status, OldestFirst: true, Since: after.at, Limit: limit})
+	for limit := n; ; limit = min(limit*4, reviewRead) {
+		acts, err := s.client.List(ctx, once.Filter{Status: status, OldestFirst: true, Since: after.at, Limit: limit, Brief: true})
 		if err != nil {
 			return nil, err
 		}
 		out := slices.DeleteFunc(acts, func(a once.Action) bool { return !after.before(a) })
-		if len(out) >= n || len(acts) < limit || limit >= maxLimit {
+		if len(out) >= n || len(acts) < limit || limit >= reviewRead {
 			return out[:min(n, len(out))], nil
 		}
 	}

@@ -191,3 +191,66 @@ func TestActionPagePagesTheTrail(t *testing.T) {
 		t.Errorf("GET /api/actions/{key}/events?limit=1001: %d %s, want 400 naming the most, 1000", code, body)
 	}
 }
+
+// Lists read no payload and no result: 30 actions with payloads of
+// 1 MiB come to a few kilobytes in every list, the API's and the
+// pages', where they came to 30 MiB and more. A limit over the most a
+// list takes (1000) is refused, naming it; the one-action API shows a
+// payload up to 1 MiB and says how much it cut.
+func TestListsLeaveOutPayloads(t *testing.T) {
+	t.Parallel()
+	b := setup(t, console.Config{})
+	srv := httptest.NewServer(b.h)
+	defer srv.Close()
+	ctx := context.Background()
+	big := []byte(`{"blob":"` + strings.Repeat("x", 1<<20) + `"}`)
+	var keys []once.Key
+	for i := range 30 {
+		k := once.Key(fmt.Sprintf("%064x", i+1))
+		keys = append(keys, k)
+		if _, err := b.store.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: "f", Run: "big", Step: int64(i), Kind: "upload", Payload: big, Lease: time.Minute, Token: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		to := once.StatusReview
+		if i%3 == 0 {
+			to = once.StatusReleased
+		}
+		if _, err := b.store.Transition(ctx, once.Transition{Key: k, Attempt: 1, From: []once.Status{once.StatusInFlight}, To: to,
+			Event: once.Event{Key: k, Type: once.EventReview, Attempt: 1, From: once.StatusInFlight, Actor: "reaper"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/api/actions?limit=30", "/actions?limit=30", "/review", "/runs/big", "/api/runs/big", "/"} {
+		code, body := fetch(t, srv.URL+p)
+		if code != http.StatusOK {
+			t.Errorf("GET %s: %d", p, code)
+		}
+		if len(body) > 256<<10 {
+			t.Errorf("GET %s: %d bytes for 30 actions; a list carries no payload", p, len(body))
+		}
+	}
+	for _, p := range []string{"/api/actions?limit=1001", "/actions?limit=1001"} {
+		if code, body := fetch(t, srv.URL+p); code != http.StatusBadRequest || !strings.Contains(string(body), "1 to 1000") {
+			t.Errorf("GET %s: %d, want 400 naming the most, 1000: %.300s", p, code, body)
+		}
+	}
+	// One action: its payload up to 1 MiB, and how much was cut.
+	huge := once.Key(strings.Repeat("c", 64))
+	if _, err := b.store.Claim(ctx, once.ClaimRequest{Key: huge, Fingerprint: "f", Run: "huge", Kind: "upload", Payload: append(big, big...), Lease: time.Minute, Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := fetch(t, srv.URL+"/api/actions/"+string(huge))
+	var got struct {
+		PayloadText string `json:"payload_text"`
+		PayloadCut  int    `json:"payload_cut"`
+	}
+	if err := json.Unmarshal(body, &got); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /api/actions/{key}: %d %v", code, err)
+	}
+	if len(got.PayloadText) != once.DefaultMaxPayloadBytes || got.PayloadCut != 2*len(big)-once.DefaultMaxPayloadBytes || len(body) > 1100<<10 {
+		t.Errorf("GET /api/actions/{key} of a %d-byte payload: %d shown, %d cut, %d bytes", 2*len(big), len(got.PayloadText), got.PayloadCut, len(body))
+	}
+	if code, body := fetch(t, srv.URL+"/actions/"+string(huge)); code != http.StatusOK || !strings.Contains(string(body), "cut: the last") || len(body) > 256<<10 {
+		t.Errorf("GET /actions/{key} of a %d-byte payload: %d, %d bytes, or it does not say it was cut", 2*len(big), code, len(body))
+	}
+}
