@@ -22,7 +22,8 @@ func (c *Client) List(ctx context.Context, f Filter) ([]Action, error) {
 	return c.store.List(ctx, f)
 }
 
-// Events returns an action's trail, oldest first.
+// Events returns an action's trail, oldest first, all of it; EventPage
+// reads a long one a page at a time.
 func (c *Client) Events(ctx context.Context, key Key) ([]Event, error) {
 	return c.store.Events(ctx, key)
 }
