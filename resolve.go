@@ -66,7 +66,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if err != nil {
 		return Action{}, err
 	}
-	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt {
+	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt || abandoned(a, r) {
 		return a, c.refuseResolution(ctx, r, a)
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, ResolvedBy: r.By, ResolveNote: r.Note,
@@ -111,6 +111,9 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action) error {
 	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By, Origin: c.origin,
 		Note: fmt.Sprintf("%s refused: the action is %s: %s", r.Decision, cur.Status, r.Note)}
+	if abandoned(cur, r) {
+		refused.Note = fmt.Sprintf("%s refused: %s abandoned it already: %s", r.Decision, cur.ResolvedBy, r.Note)
+	}
 	if r.Attempt != 0 && r.Attempt != cur.Attempt {
 		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)
 	}
@@ -124,6 +127,13 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 	}
 	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
 	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur}
+}
+
+// abandoned reports whether r abandons an action a person already
+// abandoned at its attempt: that changes nothing, and written each time
+// would grow the trail by a resolved event per request.
+func abandoned(a Action, r Resolution) bool {
+	return r.Decision == DecisionAbandon && a.Status == StatusFailed && a.ResolvedBy != "" && !a.ResolvedAt.Before(a.ClaimedAt)
 }
 
 // refusedLast reports whether the newest event of cur's trail is a

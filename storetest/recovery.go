@@ -1180,4 +1180,28 @@ func testRefusalsBounded(t *testing.T, h Harness) {
 	if refused, _ := count(r); refused != 2 {
 		t.Errorf("a refusal after the action moved on: %d refusals in the trail, want 2", refused)
 	}
+
+	// A failed action abandoned once is abandoned: abandoning it again
+	// changes nothing, and is refused as a repeat, not written 50 times.
+	in = intent(3)
+	once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+		return "", once.Permanent(errors.New("550 no such user"))
+	})
+	f := keyOf(t, in)
+	if _, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionAbandon, By: "ops", Note: "bounced for good"}); err != nil {
+		t.Fatalf("abandoning a failed action: %v", err)
+	}
+	_, before = count(f)
+	for i := range 50 {
+		if _, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionAbandon, By: "mallory", Note: fmt.Sprint("again ", i)}); !errors.Is(err, once.ErrConflict) {
+			t.Fatalf("abandoning an abandoned action (%d) = %v, want a conflict", i, err)
+		}
+	}
+	if refused, total := count(f); refused != 1 || total != before+1 {
+		t.Errorf("after 50 abandons of an abandoned action the trail holds %d refusals and %d events (%d before); want 1 and %d", refused, total, before, before+1)
+	}
+	// Done and Retry still apply: a person may find the effect happened.
+	if a, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionDone, By: "ops", Note: "it went out after all"}); err != nil || a.Status != once.StatusSucceeded {
+		t.Errorf("Done on an abandoned action = %s, %v", a.Status, err)
+	}
 }
