@@ -184,6 +184,14 @@ func orDefault[N int | time.Duration](v, d N) N {
 }
 
 // Policy returns the policy in force for kind.
+// Configured reports whether Config.Kinds names kind: for any other,
+// Policy answers Config.Default's policy, which a process that knows
+// nothing of the kind (once serve) has, not the kind's own.
+func (c *Client) Configured(kind string) bool {
+	_, ok := c.kinds[kind]
+	return ok
+}
+
 func (c *Client) Policy(kind string) KindPolicy {
 	if p, ok := c.kinds[kind]; ok {
 		return p

@@ -1,11 +1,9 @@
 package once
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -24,7 +22,8 @@ func (c *Client) List(ctx context.Context, f Filter) ([]Action, error) {
 	return c.store.List(ctx, f)
 }
 
-// Events returns an action's trail, oldest first.
+// Events returns an action's trail, oldest first, all of it; EventPage
+// reads a long one a page at a time.
 func (c *Client) Events(ctx context.Context, key Key) ([]Event, error) {
 	return c.store.Events(ctx, key)
 }
@@ -126,17 +125,56 @@ func (c *Client) knownSchema() (int, error) {
 }
 
 // maxRunSteps bounds RunSteps: a run is a handful of external calls, and
-// one with more is listed in part.
+// one with more is read a page at a time (RunPage).
 const maxRunSteps = 10000
 
-// RunSteps returns the actions of run id in step order.
+// RunSteps returns the actions of run id in step order: its first
+// 10,000 steps. RunPage reads a longer run a page at a time.
 func (c *Client) RunSteps(ctx context.Context, id string) ([]Action, error) {
-	acts, err := c.store.List(ctx, Filter{Run: id, Limit: maxRunSteps})
+	return c.store.List(ctx, Filter{Run: id, ByStep: true, Limit: maxRunSteps})
+}
+
+// RunPage is one page of a run's steps.
+type RunPage struct {
+	// Steps are in step order (then by key), without payloads or
+	// results.
+	Steps []Action
+	// Total is how many actions the run has.
+	Total int64
+	// More says steps follow: the next page starts after the last of
+	// these.
+	More bool
+}
+
+// RunPage returns up to limit (at most 10,000) actions of run id in step
+// order, after the action at afterStep with key afterKey (none: from the
+// first step), and how many actions the run has.
+func (c *Client) RunPage(ctx context.Context, id string, afterStep int64, afterKey Key, limit int) (RunPage, error) {
+	limit = min(max(limit, 1), maxRunSteps)
+	acts, err := c.store.List(ctx, Filter{Run: id, ByStep: true, AfterStep: afterStep, AfterKey: afterKey, Brief: true, Limit: limit + 1})
 	if err != nil {
-		return nil, err
+		return RunPage{}, err
 	}
-	slices.SortFunc(acts, func(a, b Action) int { return cmp.Compare(a.Step, b.Step) })
-	return acts, nil
+	n, err := c.store.Count(ctx, Filter{Run: id})
+	if err != nil {
+		return RunPage{}, err
+	}
+	p := RunPage{Steps: acts, Total: n}
+	if len(acts) > limit {
+		p.Steps, p.More = acts[:limit], true
+	}
+	return p, nil
+}
+
+// Count returns how many actions match f, its limit and order aside.
+func (c *Client) Count(ctx context.Context, f Filter) (int64, error) {
+	return c.store.Count(ctx, f)
+}
+
+// EventPage returns one page of an action's trail and how many events
+// the whole trail holds (see EventQuery).
+func (c *Client) EventPage(ctx context.Context, q EventQuery) (EventPage, error) {
+	return c.store.EventPage(ctx, q)
 }
 
 // Waiting returns released actions that no delivery has claimed within

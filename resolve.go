@@ -66,7 +66,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if err != nil {
 		return Action{}, err
 	}
-	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt {
+	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt || abandoned(a, r) {
 		return a, c.refuseResolution(ctx, r, a)
 	}
 	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, ResolvedBy: r.By, ResolveNote: r.Note,
@@ -102,20 +102,50 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 }
 
 // refuseResolution writes the refused decision to the trail, so the
-// person's attempt stands beside whatever got there first.
+// person's attempt stands beside whatever got there first. A refusal
+// right after another one of the same attempt and status is not
+// written: nothing happened in between that it could stand beside, and
+// a script (or a stale page posted again and again) would otherwise grow
+// the trail without bound. It is still logged and reaches the hooks, and
+// the caller gets the same *ConflictError.
 func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action) error {
 	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By, Origin: c.origin,
 		Note: fmt.Sprintf("%s refused: the action is %s: %s", r.Decision, cur.Status, r.Note)}
+	if abandoned(cur, r) {
+		refused.Note = fmt.Sprintf("%s refused: %s abandoned it already: %s", r.Decision, cur.ResolvedBy, r.Note)
+	}
 	if r.Attempt != 0 && r.Attempt != cur.Attempt {
 		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)
 	}
 	actx, cancel := c.call(ctx)
 	defer cancel()
-	if err := c.store.AppendEvent(actx, storableEvent(refused)); err != nil {
+	if c.refusedLast(actx, cur) {
+		c.log.Warn("once: refused resolution not written: the trail's last event is a refusal of the same attempt",
+			"key", cur.Key, "decision", r.Decision, "by", r.By)
+	} else if err := c.store.AppendEvent(actx, storableEvent(refused)); err != nil {
 		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
 	}
 	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
 	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur}
+}
+
+// abandoned reports whether r abandons an action a person already
+// abandoned at its attempt: that changes nothing, and written each time
+// would grow the trail by a resolved event per request.
+func abandoned(a Action, r Resolution) bool {
+	return r.Decision == DecisionAbandon && a.Status == StatusFailed && a.ResolvedBy != "" && !a.ResolvedAt.Before(a.ClaimedAt)
+}
+
+// refusedLast reports whether the newest event of cur's trail is a
+// person's refused resolution of cur's attempt and status. When the
+// trail cannot be read it answers false: the refusal is then written.
+func (c *Client) refusedLast(ctx context.Context, cur Action) bool {
+	p, err := c.store.EventPage(ctx, EventQuery{Key: cur.Key, Newest: true, Limit: 1})
+	if err != nil || len(p.Events) == 0 {
+		return false
+	}
+	e := p.Events[0]
+	return e.Type == EventRefused && e.Attempt == cur.Attempt && e.From == cur.Status && e.Actor != ActorWorker
 }
 
 // ValidateResolution checks r as Resolve would, without any I/O, and

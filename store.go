@@ -318,8 +318,43 @@ type Filter struct {
 	// Recovery keeps actions that recorded this recovery at their claim;
 	// RecoveryDefault keeps all.
 	Recovery Recovery
+	// ByStep lists in step order (then by key), for a run's steps, and
+	// AfterKey, when set, continues after the action at AfterStep with
+	// that key: the last one of the page before.
+	ByStep    bool
+	AfterStep int64
+	AfterKey  Key
+	// Brief leaves Payload and Result out (nil): a list shows neither,
+	// and a payload may be a mebibyte.
+	Brief bool
 	// Limit caps the number of rows; zero means 100.
 	Limit int
+}
+
+// EventQuery asks for one page of an action's trail.
+type EventQuery struct {
+	Key Key
+	// Newest pages from the newest event back, newest first; otherwise
+	// from the oldest on, oldest first.
+	Newest bool
+	// After, when positive, continues after the event with this ID:
+	// the page before's EventPage.Next.
+	After int64
+	// Limit caps the page's written events; zero means 100. The one or
+	// two events a store never writes, which the action's row tells (the
+	// first claim and the first attempt's outcome: sqlrows.WithHappyPath),
+	// come on top, in the page where they fall.
+	Limit int
+}
+
+// EventPage is one page of an action's trail.
+type EventPage struct {
+	// Events are in the order asked (EventQuery.Newest).
+	Events []Event
+	// Total is how many events the whole trail holds.
+	Total int64
+	// Next is the next page's EventQuery.After; zero on the last page.
+	Next int64
 }
 
 // Store is the database underneath a Client. It is only SQL: every rule
@@ -351,6 +386,10 @@ type Store interface {
 	AppendEvent(ctx context.Context, e Event) error
 	// Events returns an action's trail, oldest first.
 	Events(ctx context.Context, key Key) ([]Event, error)
+	// EventPage returns one page of an action's trail (see EventQuery),
+	// and how many events the whole trail holds: a trail may be long,
+	// and a reader holds one page of it at a time.
+	EventPage(ctx context.Context, q EventQuery) (EventPage, error)
 	// RecentEvents returns the newest events of the given types across
 	// all actions, newest first (every type when types is empty).
 	RecentEvents(ctx context.Context, types []EventType, limit int) ([]Event, error)
@@ -369,8 +408,12 @@ type Store interface {
 	Purge(ctx context.Context, req PurgeRequest) (int, error)
 	// Get returns one action, or an error matching ErrNotFound.
 	Get(ctx context.Context, key Key) (Action, error)
-	// List returns actions matching f, most recently updated first.
+	// List returns actions matching f, most recently updated first
+	// (f.OldestFirst, f.ByStep aside).
 	List(ctx context.Context, f Filter) ([]Action, error)
+	// Count returns how many actions match f, its limit, order and
+	// cursor aside.
+	Count(ctx context.Context, f Filter) (int64, error)
 	// Migrate creates or upgrades the schema. It is safe to run twice and
 	// from several processes at once.
 	Migrate(ctx context.Context) error

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/oncehq/once"
@@ -58,28 +59,97 @@ func (s *server) apiActions(w http.ResponseWriter, r *http.Request) {
 	}{view.Actions(acts)})
 }
 
-func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
-	key := once.Key(r.PathValue("key"))
-	// The key, or 8 or more of its first characters, as the command
-	// takes them.
-	a, err := s.client.Find(r.Context(), string(key))
+// apiFind finds the action the path's key names: the key, or 8 or
+// more of its first characters, as the command takes them. It answers
+// the request itself when there is none.
+func (s *server) apiFind(w http.ResponseWriter, r *http.Request) (once.Action, bool) {
+	key := r.PathValue("key")
+	a, err := s.client.Find(r.Context(), key)
 	switch {
 	case errors.Is(err, once.ErrNotFound), errors.Is(err, once.ErrNotAKey):
 		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("no action has the key %q; give the key, or at least 8 of its first characters", key))
-		return
+		return a, false
 	case errors.Is(err, once.ErrAmbiguousKey):
 		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("more than one key starts with %q; give more of it", key))
-		return
+		return a, false
 	case err != nil:
 		s.apiFail(w, r, "reading the action", err)
+		return a, false
+	}
+	return a, true
+}
+
+func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.apiFind(w, r)
+	if !ok {
 		return
 	}
-	events, err := s.client.Events(r.Context(), a.Key)
+	trail, err := s.client.EventPage(r.Context(), once.EventQuery{Key: a.Key, Limit: trailPage})
 	if err != nil {
 		s.apiFail(w, r, "reading the action's trail", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, view.FromAction(a, events))
+	writeJSON(w, http.StatusOK, view.CutPayload(view.FromActionPage(a, trail), a, maxAPIPayload))
+}
+
+// maxAPIPayload bounds the payload /api/actions/{key} shows: the default
+// Config.MaxPayloadBytes; a larger one is cut, and payload_cut says by
+// how much.
+const maxAPIPayload = once.DefaultMaxPayloadBytes
+
+// maxEventLimit is the most events /api/actions/{key}/events gives at
+// once.
+const maxEventLimit = 1000
+
+// apiEvents serves one page of an action's trail: limit events (100
+// unless it says, at most maxEventLimit), oldest first or, with
+// order=newest, newest first, after the event numbered after (the page
+// before's next).
+func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	a, ok := s.apiFind(w, r)
+	if !ok {
+		return
+	}
+	eq := once.EventQuery{Key: a.Key, Limit: trailPage}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		eq.Newest = true
+	default:
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("order %q is not oldest or newest", q.Get("order")))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxEventLimit {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be a whole number from 1 to %d", v, maxEventLimit))
+			return
+		}
+		eq.Limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("after %q is not an event's id; pass the next of the page before", v))
+			return
+		}
+		eq.After = n
+	}
+	p, err := s.client.EventPage(r.Context(), eq)
+	if err != nil {
+		s.apiFail(w, r, "reading the action's trail", err)
+		return
+	}
+	out := struct {
+		Events []view.Event `json:"events"`
+		Total  int64        `json:"total"`
+		Next   int64        `json:"next,omitempty"`
+	}{Events: []view.Event{}, Total: p.Total, Next: p.Next}
+	for _, e := range p.Events {
+		out.Events = append(out.Events, view.FromEvent(e))
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // apiResolve takes a decision as JSON. It insists on Content-Type
@@ -147,19 +217,29 @@ func (s *server) apiStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// apiRun serves one page of a run's steps, in step order: limit (100
+// unless it says, at most maxLimit) after the cursor the page before
+// gave as next, and how many steps the run has.
 func (s *server) apiRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("run")
-	steps, err := s.client.RunSteps(r.Context(), id)
+	rq, err := parseRunQuery(r.URL.Query())
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, err := s.client.RunPage(r.Context(), id, rq.afterStep, rq.afterKey, rq.limit)
 	if err != nil {
 		s.apiFail(w, r, "reading the run", err)
 		return
 	}
-	if len(steps) == 0 {
+	if p.Total == 0 {
 		writeJSONError(w, http.StatusNotFound, fmt.Sprintf("no actions belong to the run %q", id))
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Run   string        `json:"run"`
 		Steps []view.Action `json:"steps"`
-	}{id, view.Actions(steps)})
+		Total int64         `json:"total"`
+		Next  string        `json:"next,omitempty"`
+	}{id, view.Actions(p.Steps), p.Total, runCursor(p)})
 }

@@ -188,3 +188,38 @@ func read[T any](t *testing.T, ctx context.Context, what string, a chromedp.Acti
 	}
 	return v
 }
+
+// TestBrowserKindsPageFits loads the kinds page in headless Chromium in a
+// window 1280 pixels wide and checks that nothing is wider than it: no
+// sideways scrolling to read a kind's counts.
+func TestBrowserKindsPageFits(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		msg := "headless Chromium is not installed at " + chromiumPath + "; install it with `apt-get install -y chromium` to run the browser test"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	srv := httptest.NewServer(kindsLog(t))
+	defer srv.Close()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*stepTimeout)
+	defer cancel()
+	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(ctx)
+	defer cancelBrowser()
+	sctx, cancelStep := context.WithTimeout(ctx, stepTimeout)
+	defer cancelStep()
+	if err := chromedp.Do(sctx, chromedp.Navigate(srv.URL+"/kinds"), chromedp.WaitVisible(chromedp.CSS(`table`))); err != nil {
+		t.Fatalf("load the kinds page: %v", err)
+	}
+	width := read(t, ctx, "read the page's width", chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
+	window := read(t, ctx, "read the window's width", chromedp.Evaluate[int]("window.innerWidth"))
+	t.Logf("the kinds page is %d pixels wide in a window of %d", width, window)
+	if window > 1280 || width > window {
+		t.Errorf("the kinds page is %d pixels wide in a window of %d", width, window)
+	}
+}

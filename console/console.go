@@ -193,6 +193,7 @@ func New(cfg Config) (http.Handler, error) {
 
 	mux.HandleFunc("GET /api/actions", s.apiActions)
 	mux.HandleFunc("GET /api/actions/{key}", s.apiAction)
+	mux.HandleFunc("GET /api/actions/{key}/events", s.apiEvents)
 	mux.HandleFunc("POST /api/actions/{key}/resolve", s.apiResolve)
 	mux.HandleFunc("GET /api/stats", s.apiStats)
 	mux.HandleFunc("GET /api/kinds", s.apiKinds)

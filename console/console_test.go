@@ -1048,7 +1048,7 @@ func TestKindsPage(t *testing.T) {
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/kinds", nil))
 	body := rec.Body.String()
-	for _, s := range []string{"charge_card", "retry_with_provider_key", "verify_then_decide", "not here"} {
+	for _, s := range []string{"charge_card", "retry_with_provider_key", "verify_then_decide", "not configured here"} {
 		if !strings.Contains(body, s) {
 			t.Errorf("the kinds page lacks %q", s)
 		}

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"time"
@@ -17,10 +18,29 @@ type kindView struct {
 	Kind string `json:"kind"`
 	// Recorded are the recoveries its actions recorded at their claims;
 	// "" for rows from before recoveries were recorded.
-	Recorded []string              `json:"recorded_recovery"`
-	Counts   map[once.Status]int64 `json:"counts"`
-	Total    int64                 `json:"total"`
-	Policy   policyView            `json:"policy"`
+	Recorded []string `json:"recorded_recovery"`
+	// Latest is what its most recently updated action recorded at its
+	// claim: the policy that action's recovery and re-drive follow,
+	// whichever process hosts the console.
+	Latest recordedView          `json:"recorded"`
+	Counts map[once.Status]int64 `json:"counts"`
+	Total  int64                 `json:"total"`
+	// Configured says this process configures the kind; Policy is what
+	// it would give a new claim (its defaults, when not configured).
+	Configured bool       `json:"configured_here"`
+	Policy     policyView `json:"policy"`
+}
+
+// recordedView is the policy an action recorded at its claim.
+type recordedView struct {
+	Recovery string `json:"recovery"`
+	// Retention is zero for a row from before it was recorded.
+	Retention time.Duration `json:"retention_ns"`
+	// RedriveAfter is zero for a row from before it was recorded
+	// (once.DefaultRedriveAfter applies); Redrive says the claiming
+	// application had a re-drive hook for the kind.
+	RedriveAfter time.Duration `json:"redrive_after_ns"`
+	Redrive      bool          `json:"redrive"`
 }
 
 // policyView is a kind policy as this process has it.
@@ -37,15 +57,17 @@ type policyView struct {
 	Redrive  bool `json:"redrive"`
 }
 
-// kindViews groups the store's counts by kind.
-func (s *server) kindViews(st []once.StatusCount) []kindView {
+// kindViews groups the store's counts by kind, with what each kind's
+// most recently updated action recorded: one brief read per kind,
+// through the kind's index.
+func (s *server) kindViews(ctx context.Context, st []once.StatusCount) ([]kindView, error) {
 	byKind := map[string]*kindView{}
 	var kinds []string
 	for _, sc := range st {
 		k := byKind[sc.Kind]
 		if k == nil {
 			p := s.client.Policy(sc.Kind)
-			k = &kindView{Kind: sc.Kind, Counts: map[once.Status]int64{}, Policy: policyView{
+			k = &kindView{Kind: sc.Kind, Counts: map[once.Status]int64{}, Configured: s.client.Configured(sc.Kind), Policy: policyView{
 				Recovery: p.Recovery.String(), Lease: p.Lease, MaxExecution: p.MaxExecution, Retention: p.Retention,
 				RedriveAfter: p.RedriveAfter, Verifier: p.Verifier != nil, Redrive: p.Redrive != nil,
 			}}
@@ -67,8 +89,19 @@ func (s *server) kindViews(st []once.StatusCount) []kindView {
 	for i, kind := range kinds {
 		out[i] = *byKind[kind]
 		slices.Sort(out[i].Recorded)
+		latest, err := s.client.List(ctx, once.Filter{Kind: kind, Limit: 1, Brief: true})
+		if err != nil {
+			return nil, err
+		}
+		if len(latest) == 1 {
+			a := latest[0]
+			out[i].Latest = recordedView{Retention: a.Retention, RedriveAfter: a.RedriveAfter, Redrive: a.Redrive}
+			if a.Recovery != once.RecoveryDefault {
+				out[i].Latest.Recovery = a.Recovery.String()
+			}
+		}
 	}
-	return out
+	return out, nil
 }
 
 type kindsData struct {
@@ -85,7 +118,12 @@ func (s *server) kinds(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action counts failed: "+err.Error())
 		return
 	}
-	s.render(w, r, http.StatusOK, "kinds", page{Title: "Kinds", Nav: "kinds", Data: kindsData{Kinds: s.kindViews(st), Statuses: once.Statuses(), Counted: countedAsOf(st)}})
+	kinds, err := s.kindViews(r.Context(), st)
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the kinds' actions failed: "+err.Error())
+		return
+	}
+	s.render(w, r, http.StatusOK, "kinds", page{Title: "Kinds", Nav: "kinds", Data: kindsData{Kinds: kinds, Statuses: once.Statuses(), Counted: countedAsOf(st)}})
 }
 
 func (s *server) apiKinds(w http.ResponseWriter, r *http.Request) {
@@ -94,5 +132,10 @@ func (s *server) apiKinds(w http.ResponseWriter, r *http.Request) {
 		s.apiFail(w, r, "reading the counts", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.kindViews(st))
+	kinds, err := s.kindViews(r.Context(), st)
+	if err != nil {
+		s.apiFail(w, r, "reading the kinds' actions", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, kinds)
 }

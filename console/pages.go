@@ -24,8 +24,14 @@ var recoveryEvents = []once.EventType{
 }
 
 const (
+	// defaultLimit is how many actions a list shows unless its limit
+	// says otherwise; maxLimit is the most it may say (a larger one is
+	// refused, naming it). Lists read no payload or result.
 	defaultLimit = 100
-	maxLimit     = 10000
+	maxLimit     = 1000
+	// reviewRead bounds the reads a review page grows to, to step past
+	// the actions at its cursor's instant (reviewAfter).
+	reviewRead = 10000
 	// reviewPage is how many actions a review page shows, unless its
 	// limit says otherwise; reviewLimit is the most it may say.
 	reviewPage  = 100
@@ -75,7 +81,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading recent recoveries failed: "+err.Error())
 		return
 	}
-	waiting, err := s.client.Waiting(ctx, waitingLimit)
+	waiting, err := s.client.List(ctx, once.Filter{Waiting: true, OldestFirst: true, Limit: waitingLimit, Brief: true})
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading released actions failed: "+err.Error())
 		return
@@ -99,7 +105,7 @@ type listForm struct {
 // the page and the API so they accept exactly the same input.
 func parseFilter(q url.Values) (once.Filter, listForm, error) {
 	lf := listForm{Status: q.Get("status"), Kind: q.Get("kind"), Run: q.Get("run"), Limit: defaultLimit}
-	f := once.Filter{Status: once.Status(lf.Status), Kind: lf.Kind, Run: lf.Run, Limit: defaultLimit}
+	f := once.Filter{Status: once.Status(lf.Status), Kind: lf.Kind, Run: lf.Run, Limit: defaultLimit, Brief: true}
 	if lf.Status != "" && !f.Status.Valid() {
 		return f, lf, fmt.Errorf("status %q is not one of %s", lf.Status, view.StatusList())
 	}
@@ -154,7 +160,49 @@ type formView struct {
 type actionData struct {
 	Action once.Action
 	Events []once.Event
-	Form   formView
+	// Total is how many events the trail holds; Newest says the page
+	// lists them newest first. Next is the next page's URL, when there
+	// is one; First the first page's, on a later one; Flip the first
+	// page's in the other order.
+	Total             int64
+	Newest            bool
+	Next, First, Flip string
+	Form              formView
+}
+
+// trailPage is how many events of its trail an action's page shows.
+const trailPage = 100
+
+// trailQuery reads which page of a trail a request asks for: after the
+// event events_after names, newest first when events=newest.
+func trailQuery(key once.Key, q url.Values) (once.EventQuery, error) {
+	eq := once.EventQuery{Key: key, Limit: trailPage, Newest: q.Get("events") == "newest"}
+	if v := q.Get("events"); v != "" && v != "newest" && v != "oldest" {
+		return eq, fmt.Errorf("events %q is not newest or oldest", v)
+	}
+	if v := q.Get("events_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return eq, fmt.Errorf("events_after %q is not an event's number; follow the page's links", v)
+		}
+		eq.After = n
+	}
+	return eq, nil
+}
+
+// trailURL is the URL of a page of key's trail.
+func (s *server) trailURL(key once.Key, newest bool, after int64) string {
+	v := url.Values{}
+	if after > 0 {
+		v.Set("events_after", strconv.FormatInt(after, 10))
+	}
+	if newest {
+		v.Set("events", "newest")
+	}
+	if len(v) == 0 {
+		return s.actionURL(key)
+	}
+	return s.actionURL(key) + "?" + v.Encode()
 }
 
 func (s *server) action(w http.ResponseWriter, r *http.Request) {
@@ -166,50 +214,143 @@ func (s *server) action(w http.ResponseWriter, r *http.Request) {
 // resolution was refused.
 func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key, code int, msg string, form formView) {
 	ctx := r.Context()
-	a, err := s.client.Get(ctx, key)
-	if errors.Is(err, once.ErrNotFound) {
+	// The key, or 8 or more of its first characters, as `once show`
+	// takes them and every list prints them.
+	a, err := s.client.Find(ctx, string(key))
+	switch {
+	case errors.Is(err, once.ErrNotFound), errors.Is(err, once.ErrNotAKey):
 		s.notFound(w, r, key)
 		return
-	}
-	if err != nil {
+	case errors.Is(err, once.ErrAmbiguousKey):
+		s.renderError(w, r, http.StatusBadRequest, "More than one action",
+			fmt.Sprintf("More than one key starts with %q; give more of it, or the whole key.", key))
+		return
+	case err != nil:
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action failed: "+err.Error())
 		return
 	}
-	events, err := s.client.Events(ctx, key)
+	key = a.Key
+	eq, qerr := trailQuery(key, r.URL.Query())
+	if qerr != nil {
+		eq = once.EventQuery{Key: key, Limit: trailPage}
+		code, msg = http.StatusBadRequest, qerr.Error()
+	}
+	trail, err := s.client.EventPage(ctx, eq)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action's trail failed: "+err.Error())
 		return
+	}
+	d := actionData{Action: a, Events: trail.Events, Total: trail.Total, Newest: eq.Newest, Flip: s.trailURL(key, !eq.Newest, 0)}
+	if trail.Next != 0 {
+		d.Next = s.trailURL(key, eq.Newest, trail.Next)
+	}
+	if eq.After != 0 {
+		d.First = s.trailURL(key, eq.Newest, 0)
 	}
 	form.Key = key
 	if form.Attempt == 0 {
 		form.Attempt = a.Attempt
 	}
-	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg,
-		Data: actionData{Action: a, Events: events, Form: form}})
+	d.Form = form
+	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg, Data: d})
 }
 
 func (s *server) notFound(w http.ResponseWriter, r *http.Request, key once.Key) {
 	s.renderError(w, r, http.StatusNotFound, "No such action",
-		fmt.Sprintf("No action has the key %q. Check the key; a finished action may also have been purged after its kind's retention.", key))
+		fmt.Sprintf("No action has the key %q. Give the key, or at least 8 of its first characters; a finished action may also have been purged after its kind's retention.", key))
 }
 
 type runData struct {
 	Run   string
 	Steps []once.Action
+	// Total is how many steps the run has; Next is the next page's URL
+	// when there are more, First the first page's on a later one.
+	Total       int64
+	Next, First string
+}
+
+// runPage is how many steps a run's page shows unless its limit says
+// otherwise; the most it may say is maxLimit.
+const runPage = 100
+
+// runQuery is the page of a run a request asks for: limit steps after
+// the cursor (step.key) of the page before.
+type runQuery struct {
+	afterStep int64
+	afterKey  once.Key
+	limit     int
+}
+
+func parseRunQuery(q url.Values) (runQuery, error) {
+	rq := runQuery{limit: runPage}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			return rq, fmt.Errorf("limit %q must be a whole number from 1 to %d", v, maxLimit)
+		}
+		rq.limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		step, key, ok := strings.Cut(v, ".")
+		n, err := strconv.ParseInt(step, 10, 64)
+		if !ok || err != nil || key == "" || strings.Trim(key, "0123456789abcdef") != "" {
+			return rq, fmt.Errorf("after %q is not a run page's cursor; start again from the first page", v)
+		}
+		rq.afterStep, rq.afterKey = n, once.Key(key)
+	}
+	return rq, nil
+}
+
+// runCursor is where the page after p starts, "" on the last page.
+func runCursor(p once.RunPage) string {
+	if !p.More || len(p.Steps) == 0 {
+		return ""
+	}
+	last := p.Steps[len(p.Steps)-1]
+	return strconv.FormatInt(last.Step, 10) + "." + string(last.Key)
 }
 
 func (s *server) run(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("run")
-	steps, err := s.client.RunSteps(r.Context(), id)
+	rq, err := parseRunQuery(r.URL.Query())
+	if err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "Bad request", err.Error())
+		return
+	}
+	p, err := s.client.RunPage(r.Context(), id, rq.afterStep, rq.afterKey, rq.limit)
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the run failed: "+err.Error())
 		return
 	}
-	if len(steps) == 0 {
+	if p.Total == 0 {
 		s.renderError(w, r, http.StatusNotFound, "No such run", fmt.Sprintf("No actions belong to the run %q.", id))
 		return
 	}
-	s.render(w, r, http.StatusOK, "run", page{Title: "Run " + id, Nav: "actions", Data: runData{Run: id, Steps: steps}})
+	d := runData{Run: id, Steps: p.Steps, Total: p.Total}
+	link := func(after string) string {
+		v := url.Values{}
+		if after != "" {
+			v.Set("after", after)
+		}
+		if rq.limit != runPage {
+			v.Set("limit", strconv.Itoa(rq.limit))
+		}
+		u := s.runURL(id)
+		if len(v) == 0 {
+			return u
+		}
+		if strings.Contains(u, "?") {
+			return u + "&" + v.Encode()
+		}
+		return u + "?" + v.Encode()
+	}
+	if c := runCursor(p); c != "" {
+		d.Next = link(c)
+	}
+	if rq.afterKey != "" {
+		d.First = link("")
+	}
+	s.render(w, r, http.StatusOK, "run", page{Title: "Run " + id, Nav: "actions", Data: d})
 }
 
 type reviewData struct {
@@ -332,15 +473,15 @@ func (s *server) review(w http.ResponseWriter, r *http.Request) {
 // cursor, oldest first. The store filters by time only (Since is
 // inclusive), so the actions at the cursor's own instant up to its key
 // are read and dropped: the read grows until n remain or the store runs
-// out, up to maxLimit rows.
+// out, up to reviewRead rows.
 func (s *server) reviewAfter(ctx context.Context, status once.Status, after reviewCursor, n int) ([]once.Action, error) {
-	for limit := n; ; limit = min(limit*4, maxLimit) {
-		acts, err := s.client.List(ctx, once.Filter{Status: status, OldestFirst: true, Since: after.at, Limit: limit})
+	for limit := n; ; limit = min(limit*4, reviewRead) {
+		acts, err := s.client.List(ctx, once.Filter{Status: status, OldestFirst: true, Since: after.at, Limit: limit, Brief: true})
 		if err != nil {
 			return nil, err
 		}
 		out := slices.DeleteFunc(acts, func(a once.Action) bool { return !after.before(a) })
-		if len(out) >= n || len(acts) < limit || limit >= maxLimit {
+		if len(out) >= n || len(acts) < limit || limit >= reviewRead {
 			return out[:min(n, len(out))], nil
 		}
 	}

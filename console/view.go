@@ -101,7 +101,9 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, code int, name s
 		http.Error(w, "console: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	send(w, code, "text/html; charset=utf-8", buf.Bytes())
+	// Stored text may hold ESC, BEL and other control characters; the
+	// page shows them as Go escapes, as once show prints them.
+	send(w, code, "text/html; charset=utf-8", view.EscapeControls(buf.Bytes()))
 }
 
 // send writes a response rendered in full beforehand, so that a failure

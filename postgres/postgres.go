@@ -69,6 +69,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"slices"
@@ -471,6 +472,9 @@ type queries struct {
 	claims, transitions string
 	// claimInTx is the claim statement inside a caller's transaction.
 	claimInTx string
+	// trailInfo, eventsAfter and eventsBefore read a page of a trail
+	// (EventPage); listBrief and count head a brief list and a count.
+	trailInfo, eventsAfter, eventsBefore, listBrief, count string
 }
 
 // The purge's statements; $DUE is which finished actions are due: past
@@ -710,7 +714,21 @@ WHERE key = $1 AND $S IN ('in_flight', 'unknown') AND lease_until <= now()
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
-		eventsRow:   r.Replace(`SELECT $C, origin FROM $T WHERE key = $1`),
+		// What a page of a trail needs of the rest of it
+		// (sqlrows.TrailInfo): $2 is the row's status, $3 its
+		// completed_at. It reads the key's events through their index,
+		// and keeps none of them.
+		trailInfo: r.Replace(`
+SELECT count(*), coalesce(bool_or(attempt = 1 AND type = 'claimed'), false),
+    coalesce((SELECT origin FROM $E c WHERE c.key = $1 AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), ''),
+    coalesce(bool_or(attempt = 1 AND type <> 'refused' AND to_status = $2::text), false),
+    coalesce(min(id) FILTER (WHERE at > $3::timestamptz), 0)
+FROM $E WHERE key = $1`),
+		eventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3`),
+		eventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = $1 AND id < $2 ORDER BY id DESC LIMIT $3`),
+		listBrief:    `SELECT ` + sqlrows.BriefColumns(columns, "NULL::bytea", "NULL::json") + ` FROM ` + table,
+		count:        `SELECT count(*) FROM ` + table,
+		eventsRow:    r.Replace(`SELECT $C, origin FROM $T WHERE key = $1`),
 		// The worker's outcome of attempt 1, which the row describes and
 		// the trail does not hold (sqlrows.WithHappyPath), written out
 		// before a decision changes the row; nothing when the trail holds
@@ -1074,6 +1092,42 @@ func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) 
 	return sqlrows.WithHappyPath(a, origin, stored), nil
 }
 
+// EventPage implements once.Store.
+func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPage, error) {
+	var a once.Action
+	var origin string
+	err := scanAction(s.db.QueryRow(ctx, s.q.eventsRow, string(q.Key)), &a, &origin)
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return once.EventPage{}, s.wrap(err)
+	}
+	var info sqlrows.TrailInfo
+	var completed *time.Time
+	if !a.CompletedAt.IsZero() {
+		completed = &a.CompletedAt
+	}
+	if err := s.db.QueryRow(ctx, s.q.trailInfo, string(q.Key), string(a.Status), completed).Scan(
+		&info.Written, &info.Claimed, &info.ClaimOrigin, &info.Decided, &info.FirstAfter); err != nil {
+		return once.EventPage{}, s.wrap(err)
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	stmt, after := s.q.eventsAfter, max(q.After, 0)
+	if q.Newest {
+		stmt = s.q.eventsBefore
+		if after == 0 {
+			after = math.MaxInt64
+		}
+	}
+	rows, err := s.queryEvents(ctx, stmt, string(q.Key), after, limit+1)
+	if err != nil {
+		return once.EventPage{}, err
+	}
+	return sqlrows.Page(a, found, origin, info, rows, q, limit), nil
+}
+
 // RecentEvents implements once.Store.
 func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit int) ([]once.Event, error) {
 	ts := make([]string, len(types))
@@ -1177,7 +1231,19 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
 	clause, args := sqlrows.ListClause(f, listDialect)
-	return query(ctx, s, scanOne, s.q.list+clause, args...)
+	head := s.q.list
+	if f.Brief {
+		head = s.q.listBrief
+	}
+	return query(ctx, s, scanOne, head+clause, args...)
+}
+
+// Count implements once.Store.
+func (s *Store) Count(ctx context.Context, f once.Filter) (int64, error) {
+	clause, args := sqlrows.CountClause(f, listDialect)
+	var n int64
+	err := s.db.QueryRow(ctx, s.q.count+clause, args...).Scan(&n)
+	return n, s.wrap(err)
 }
 
 // listDialect is how List writes its filters.

@@ -201,12 +201,14 @@ func TestResolveFailedKeepsItsOutcome(t *testing.T) {
 		t.Fatal("a permanent failure reported no error")
 	}
 	k2, _, _ := once.KeyOf(in)
-	for _, note := range []string{"abandon it", "abandon it again"} {
-		if _, err := c.Resolve(ctx, k2, once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: note}); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := c.Resolve(ctx, k2, once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "abandon it"}); err != nil {
+		t.Fatal(err)
 	}
-	want = "claimed(1,->in_flight,worker,w:1) failed(1,in_flight->failed,worker,w:1) resolved(1,failed->failed,ada,w:1) resolved(1,failed->failed,ada,w:1)"
+	// Abandoned once, it is abandoned: a second Abandon is refused.
+	if _, err := c.Resolve(ctx, k2, once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "abandon it again"}); !errors.Is(err, once.ErrConflict) {
+		t.Fatalf("abandoning an abandoned action = %v, want a conflict", err)
+	}
+	want = "claimed(1,->in_flight,worker,w:1) failed(1,in_flight->failed,worker,w:1) resolved(1,failed->failed,ada,w:1) refused(1,failed->,ada,w:1)"
 	if got := trail(events(t, s, k2)); got != want {
 		t.Fatalf("trail %s, want %s", got, want)
 	}

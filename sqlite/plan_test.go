@@ -17,7 +17,7 @@ import (
 func TestPlans(t *testing.T) {
 	ctx := context.Background()
 	s := migrated(t)
-	list := func(f once.Filter) (string, []any) { return s.listQuery(f) }
+	list := func(f once.Filter) (string, []any) { return s.listQuery(f, false) }
 	// A statement's parameters, ?1 to ?n, all NULL.
 	stmt := func(id stmtID) func() (string, []any) {
 		return func() (string, []any) {

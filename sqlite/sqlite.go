@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -437,7 +438,9 @@ const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor,
 // clause.
 type queries struct {
 	text [nStmt]string
-	list string
+	// list, listBrief and count head a list, a brief list and a count,
+	// to which each call adds its own clause.
+	list, listBrief, count string
 }
 
 // transitionSet is the SET clause of a transition, whose WHERE clause
@@ -468,6 +471,8 @@ func buildQueries(table, events string) queries {
 	purgeOlder := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1`)
 	var q queries
 	q.list = r.Replace(`SELECT $C FROM $T`)
+	q.listBrief = `SELECT ` + sqlrows.BriefColumns(columns, "NULL", "NULL") + ` FROM ` + table
+	q.count = `SELECT count(*) FROM ` + table
 	q.text = [nStmt]string{
 		// A new key, in one statement that is its own transaction. A
 		// first claim writes no event: the row, with its origin, is the
@@ -525,6 +530,17 @@ WHERE key = ?1 AND attempt = ?2 AND attempt = 1 AND status IN ('succeeded', 'fai
 		stState:     r.Replace(`SELECT status, attempt FROM $T WHERE key = ?1`),
 		stEventsRow: r.Replace(`SELECT $C, origin FROM $T WHERE key = ?1`),
 		stEvents:    r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
+		// What a page of a trail needs of the rest of it
+		// (sqlrows.TrailInfo): ?2 is the row's status, ?3 its
+		// completed_at.
+		stTrailInfo: r.Replace(`
+SELECT count(*), coalesce(max(attempt = 1 AND type = 'claimed'), 0),
+    coalesce((SELECT origin FROM $E c WHERE c.key = ?1 AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), ''),
+    coalesce(max(attempt = 1 AND type <> 'refused' AND to_status = ?2), 0),
+    coalesce(min(CASE WHEN at > ?3 THEN id END), 0)
+FROM $E WHERE key = ?1`),
+		stEventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id > ?2 ORDER BY id LIMIT ?3`),
+		stEventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3`),
 		// The trail's events of the given types, newest first, with the
 		// happy path's that were not written (sqlrows.WithHappyPath) made
 		// from the action rows: a first claim for a row whose trail does
@@ -967,6 +983,43 @@ func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) 
 	return sqlrows.WithHappyPath(a, origin, stored), nil
 }
 
+// EventPage implements once.Store.
+func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPage, error) {
+	var a once.Action
+	var origin string
+	err := s.queryRow(ctx, stEventsRow, func(r *sql.Rows) error { return scanAction(r, &a, &origin) }, string(q.Key))
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return once.EventPage{}, s.wrap(err)
+	}
+	var info sqlrows.TrailInfo
+	var completed any
+	if !a.CompletedAt.IsZero() {
+		completed = a.CompletedAt.UnixMilli()
+	}
+	if err := s.queryRow(ctx, stTrailInfo, func(r *sql.Rows) error {
+		return r.Scan(&info.Written, &info.Claimed, &info.ClaimOrigin, &info.Decided, &info.FirstAfter)
+	}, string(q.Key), string(a.Status), completed); err != nil {
+		return once.EventPage{}, s.wrap(err)
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	stmt, after := stEventsAfter, max(q.After, 0)
+	if q.Newest {
+		stmt = stEventsBefore
+		if after == 0 {
+			after = math.MaxInt64
+		}
+	}
+	rows, err := s.queryEvents(ctx, stmt, string(q.Key), after, limit+1)
+	if err != nil {
+		return once.EventPage{}, err
+	}
+	return sqlrows.Page(a, found, origin, info, rows, q, limit), nil
+}
+
 // RecentEvents implements once.Store.
 func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit int) ([]once.Event, error) {
 	ts := make([]string, len(types))
@@ -1126,14 +1179,26 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	q, args := s.listQuery(f)
+	q, args := s.listQuery(f, false)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	return collect(s, rows, err, scanOne)
 }
 
-// listQuery is List's statement for f, and its arguments.
-func (s *Store) listQuery(f once.Filter) (string, []any) {
-	clause, args := sqlrows.ListClause(f, sqlrows.Dialect{
+// Count implements once.Store.
+func (s *Store) Count(ctx context.Context, f once.Filter) (int64, error) {
+	q, args := s.listQuery(f, true)
+	var n int64
+	err := s.db.QueryRowContext(ctx, q, args...).Scan(&n)
+	return n, s.wrap(err)
+}
+
+// listQuery is List's statement for f (or Count's), and its arguments.
+func (s *Store) listQuery(f once.Filter, count bool) (string, []any) {
+	clauseOf := sqlrows.ListClause
+	if count {
+		clauseOf = sqlrows.CountClause
+	}
+	clause, args := clauseOf(f, sqlrows.Dialect{
 		Placeholder: func(int) string { return "?" },
 		Time: func(t time.Time) any {
 			// Rows hold whole milliseconds: one at or after Since is at
@@ -1157,7 +1222,14 @@ func (s *Store) listQuery(f once.Filter) (string, []any) {
 		// not show it.
 		clause = strings.Replace(clause, " WHERE ", " WHERE run_id <> '' AND ", 1)
 	}
-	return s.q.list + clause, args
+	head := s.q.list
+	switch {
+	case count:
+		head = s.q.count
+	case f.Brief:
+		head = s.q.listBrief
+	}
+	return head + clause, args
 }
 
 // Migrations returns the schema migrations rendered for this store's

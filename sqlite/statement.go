@@ -23,6 +23,9 @@ const (
 	stState
 	stEventsRow
 	stEvents
+	stTrailInfo
+	stEventsAfter
+	stEventsBefore
 	stRecent
 	stRecoverable
 	stRecoverKey

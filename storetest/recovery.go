@@ -31,6 +31,7 @@ func recoveryTests() []namedTest {
 		{name: "ZombieAcceptedAfterReview", fn: testZombieReview, needs: needProcesses},
 		{name: "ResolveRacesLateCompletion", fn: testResolveRace},
 		{name: "Resolve", fn: testResolve},
+		{name: "RefusedResolutionsDoNotGrowTheTrail", fn: testRefusalsBounded},
 		{name: "ResumeRunAfterKill", fn: testResumeRun, needs: needProcesses},
 		{name: "PurgeKeepsOpenActions", fn: testPurge},
 		{name: "UnknownOutcomeVerified", fn: testUnknownVerified},
@@ -1117,5 +1118,90 @@ func testReleasedAfterNoTraceVerifierOutlivesLease(t *testing.T, h Harness) {
 	}
 	if a := mustGet(t, s, k); a.Status != once.StatusReleased || a.Attempt != 2 {
 		t.Fatalf("stored %s attempt %d; want attempt 2 released by the reaper", a.Status, a.Attempt)
+	}
+}
+
+// testRefusalsBounded resolves a succeeded action 200 times, each with a
+// note of 4 KB, and a review action 50 times for an attempt it is not
+// at: each is refused, and the trail holds one refusal for each run of
+// them, not 250. A refusal after the action moved on is written again.
+func testRefusalsBounded(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	if _, err := once.Do(ctx(t), c, intent(1), (&counter{}).fn("sent")); err != nil {
+		t.Fatal(err)
+	}
+	k := keyOf(t, intent(1))
+	count := func(k once.Key) (refused, total int64) {
+		t.Helper()
+		p, err := s.EventPage(ctx(t), once.EventQuery{Key: k, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.Events {
+			if e.Type == once.EventRefused {
+				refused++
+			}
+		}
+		return refused, p.Total
+	}
+	_, before := count(k)
+	for i := range 200 {
+		note := fmt.Sprintf("%d %s", i, strings.Repeat("n", 4000))
+		if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionAbandon, By: "mallory", Note: note}); !errors.Is(err, once.ErrConflict) {
+			t.Fatalf("resolution %d of a succeeded action = %v, want a conflict", i, err)
+		}
+	}
+	if refused, total := count(k); refused != 1 || total != before+1 {
+		t.Errorf("after 200 refused resolutions the trail holds %d refusals and %d events (%d before); want 1 and %d", refused, total, before, before+1)
+	}
+
+	in := intent(2)
+	once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") })
+	r := keyOf(t, in)
+	if a, _ := s.Get(ctx(t), r); a.Status != once.StatusReview && a.Status != once.StatusUnknown {
+		t.Fatalf("action is %s, want review", a.Status)
+	}
+	for i := range 50 {
+		if _, err := c.Resolve(ctx(t), r, once.Resolution{Decision: once.DecisionRetry, By: "ops", Note: fmt.Sprint("stale page ", i), Attempt: 7}); !errors.Is(err, once.ErrConflict) {
+			t.Fatalf("stale resolution %d = %v, want a conflict", i, err)
+		}
+	}
+	if refused, _ := count(r); refused != 1 {
+		t.Errorf("after 50 stale resolutions the trail holds %d refusals, want 1", refused)
+	}
+	// Decided, the action has moved on: the next refusal is news, and is
+	// written.
+	if _, err := c.Resolve(ctx(t), r, once.Resolution{Decision: once.DecisionDone, By: "ops", Note: "found it"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Resolve(ctx(t), r, once.Resolution{Decision: once.DecisionDone, By: "ops", Note: "again"}); !errors.Is(err, once.ErrConflict) {
+		t.Fatalf("resolving a resolved action = %v, want a conflict", err)
+	}
+	if refused, _ := count(r); refused != 2 {
+		t.Errorf("a refusal after the action moved on: %d refusals in the trail, want 2", refused)
+	}
+
+	// A failed action abandoned once is abandoned: abandoning it again
+	// changes nothing, and is refused as a repeat, not written 50 times.
+	in = intent(3)
+	once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+		return "", once.Permanent(errors.New("550 no such user"))
+	})
+	f := keyOf(t, in)
+	if _, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionAbandon, By: "ops", Note: "bounced for good"}); err != nil {
+		t.Fatalf("abandoning a failed action: %v", err)
+	}
+	_, before = count(f)
+	for i := range 50 {
+		if _, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionAbandon, By: "mallory", Note: fmt.Sprint("again ", i)}); !errors.Is(err, once.ErrConflict) {
+			t.Fatalf("abandoning an abandoned action (%d) = %v, want a conflict", i, err)
+		}
+	}
+	if refused, total := count(f); refused != 1 || total != before+1 {
+		t.Errorf("after 50 abandons of an abandoned action the trail holds %d refusals and %d events (%d before); want 1 and %d", refused, total, before, before+1)
+	}
+	// Done and Retry still apply: a person may find the effect happened.
+	if a, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionDone, By: "ops", Note: "it went out after all"}); err != nil || a.Status != once.StatusSucceeded {
+		t.Errorf("Done on an abandoned action = %s, %v", a.Status, err)
 	}
 }

@@ -34,6 +34,8 @@ func storeTests() []namedTest {
 		{name: "Purge", fn: testStorePurge},
 		{name: "GetNotFound", fn: testGetNotFound},
 		{name: "List", fn: testList},
+		{name: "ListPages", fn: testListPages},
+		{name: "EventPage", fn: testEventPage},
 		{name: "RejectedIsNotAnOutage", fn: testRejectedIsNotAnOutage},
 		{name: "Wait", fn: testStoreWait},
 	}

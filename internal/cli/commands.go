@@ -219,10 +219,23 @@ func findKey(ctx context.Context, c *once.Client, k string) (once.Action, error)
 	return a, err
 }
 
+// maxShowEvents bounds --events: a page of a trail that a terminal, or
+// a script reading --json, takes in one go.
+const maxShowEvents = 1000
+
 func defineShow(fs *flagSet) func(env, []string) error {
 	db := fs.db()
 	asJSON := fs.Bool("json", false, "print JSON")
+	limit := fs.Int("events", 100, "print `N` events of the trail (at most 1000); the rest come a page at a time")
+	after := fs.Int64("events-after", 0, "print the trail after the event numbered `ID`: the next page, as the page before says")
+	newest := fs.Bool("newest", false, "print the trail newest first")
 	return func(e env, args []string) error {
+		if *limit < 1 || *limit > maxShowEvents {
+			return usagef("--events %d must be from 1 to %d", *limit, maxShowEvents)
+		}
+		if *after < 0 {
+			return usagef("--events-after %d is not an event's number", *after)
+		}
 		d, err := openReadOnly(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
 			return err
@@ -232,12 +245,13 @@ func defineShow(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			return err
 		}
-		evs, err := d.client.Events(e.ctx, a.Key)
+		page, err := d.client.EventPage(e.ctx, once.EventQuery{Key: a.Key, Newest: *newest, After: *after, Limit: *limit})
 		if err != nil {
 			return err
 		}
+		evs := page.Events
 		if *asJSON {
-			return view.Encode(e.stdout, view.FromAction(a, evs))
+			return view.Encode(e.stdout, view.FromActionPage(a, page))
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		row := func(k, v string) {
@@ -275,7 +289,21 @@ func defineShow(fs *flagSet) func(env, []string) error {
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t#%d\t%s\t%s\t%s\n", view.Time(ev.At), safe(string(ev.Type)), ev.Attempt, safe(move), actor, safe(ev.Note))
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if page.Next == 0 && *after == 0 {
+			return nil
+		}
+		order := ""
+		if *newest {
+			order = " --newest"
+		}
+		fmt.Fprintf(e.stdout, "(%d events in all; %d printed)\n", page.Total, len(evs))
+		if page.Next != 0 {
+			fmt.Fprintf(e.stdout, "next page: once show %s%s --events-after %d\n", a.Key, order, page.Next)
+		}
+		return nil
 	}
 }
 

@@ -89,6 +89,28 @@ type Dialect struct {
 // ListClause renders f as the WHERE, ORDER BY and LIMIT that follow the
 // list query, with its arguments.
 func ListClause(f once.Filter, d Dialect) (string, []any) {
+	where, args := whereClause(f, d, true)
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	order := " ORDER BY updated_at DESC, key"
+	switch {
+	case f.ByStep:
+		order = " ORDER BY step, key"
+	case f.OldestFirst:
+		order = " ORDER BY updated_at, key"
+	}
+	return where + order + " LIMIT " + strconv.Itoa(limit), args
+}
+
+// CountClause renders f as the WHERE clause that follows a count of the
+// action table: List's, its cursor, order and limit aside.
+func CountClause(f once.Filter, d Dialect) (string, []any) {
+	return whereClause(f, d, false)
+}
+
+func whereClause(f once.Filter, d Dialect, cursor bool) (string, []any) {
 	placeholder, since := d.Placeholder, d.Time
 	var where []string
 	var args []any
@@ -134,20 +156,99 @@ func ListClause(f once.Filter, d Dialect) (string, []any) {
 		args = append(args, f.KeyPrefix, f.KeyPrefix+"g")
 		where = append(where, "key >= "+placeholder(len(args)-1)+" AND key < "+placeholder(len(args)))
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+	if cursor && f.ByStep && f.AfterKey != "" {
+		args = append(args, f.AfterStep, f.AfterStep, string(f.AfterKey))
+		n := len(args)
+		where = append(where, "(step > "+placeholder(n-2)+" OR step = "+placeholder(n-1)+" AND key > "+placeholder(n)+")")
 	}
-	var b strings.Builder
-	if len(where) > 0 {
-		b.WriteString(" WHERE " + strings.Join(where, " AND "))
+	if len(where) == 0 {
+		return "", args
 	}
-	order := " ORDER BY updated_at DESC, key"
-	if f.OldestFirst {
-		order = " ORDER BY updated_at, key"
+	return " WHERE " + strings.Join(where, " AND "), args
+}
+
+// BriefColumns is a store's column list with the payload and the result
+// read as NULL of their types, for Filter.Brief: a list carries neither.
+func BriefColumns(columns, payloadNull, resultNull string) string {
+	fields := strings.Split(columns, ", ")
+	for i, f := range fields {
+		switch f {
+		case "payload":
+			fields[i] = payloadNull + " AS payload"
+		case "result":
+			fields[i] = resultNull + " AS result"
+		case "payload IS NULL":
+			fields[i] = "true"
+		}
 	}
-	b.WriteString(order + " LIMIT " + strconv.Itoa(limit))
-	return b.String(), args
+	return strings.Join(fields, ", ")
+}
+
+// TrailInfo is what a store reads of an action's written trail, beside
+// one page of it, to tell the events it never wrote (WithHappyPath).
+type TrailInfo struct {
+	// Written is how many events the trail holds.
+	Written int64
+	// Claimed says a claim of attempt 1 is written; ClaimOrigin is the
+	// first one's origin.
+	Claimed     bool
+	ClaimOrigin string
+	// Decided says an event of attempt 1 other than a refusal took the
+	// row where it stands.
+	Decided bool
+	// FirstAfter is the ID of the first written event later than the
+	// row's completed_at, zero if none: the unwritten outcome goes
+	// before it.
+	FirstAfter int64
+}
+
+// Page makes one page of an action's trail: rows are up to limit+1
+// written events in the order q asks, after its cursor; a is the row
+// (found false if there is none), origin its first claimer's. The
+// events the stores never write come in the page where
+// WithHappyPath would put them: the first claim in the oldest page, the
+// first attempt's outcome in the page of the first written event after
+// it (the newest page if none).
+func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.Event, q once.EventQuery, limit int) once.EventPage {
+	p := once.EventPage{Total: info.Written}
+	more := len(rows) > limit
+	if more {
+		rows = rows[:limit]
+		p.Next = rows[len(rows)-1].ID
+	}
+	asc := slices.Clone(rows)
+	if q.Newest {
+		slices.Reverse(asc)
+	}
+	addClaim, addOutcome := false, false
+	if found {
+		if origin == "" {
+			origin = info.ClaimOrigin
+		}
+		claim := !info.Claimed
+		outcome := a.Attempt == 1 && !info.Decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed)
+		oldest := q.Newest && !more || !q.Newest && q.After <= 0
+		newest := !q.Newest && !more || q.Newest && q.After <= 0
+		addClaim = claim && oldest
+		switch {
+		case !outcome:
+		case info.FirstAfter == 0:
+			addOutcome = newest
+		case len(asc) > 0:
+			addOutcome = asc[0].ID <= info.FirstAfter && info.FirstAfter <= asc[len(asc)-1].ID
+		}
+		if claim {
+			p.Total++
+		}
+		if outcome {
+			p.Total++
+		}
+	}
+	p.Events = happyPath(a, origin, asc, addClaim, addOutcome)
+	if q.Newest {
+		slices.Reverse(p.Events)
+	}
+	return p
 }
 
 // RecoveryText is a recovery mode as the schemas store it: its name, or
@@ -211,8 +312,17 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 			decided = true
 		}
 	}
+	return happyPath(a, origin, stored, !claimed,
+		a.Attempt == 1 && !decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed))
+}
+
+// happyPath is stored, in order, with the first claim added at the front
+// (addClaim) and the first attempt's outcome where it happened
+// (addOutcome); written outcomes of the happy path are put where they
+// happened too.
+func happyPath(a once.Action, origin string, stored []once.Event, addClaim, addOutcome bool) []once.Event {
 	out := make([]once.Event, 0, len(stored)+2)
-	if !claimed {
+	if addClaim {
 		out = append(out, once.Event{Key: a.Key, At: a.CreatedAt, Type: once.EventClaimed, Attempt: 1,
 			To: once.StatusInFlight, Actor: once.ActorWorker, Origin: origin})
 	}
@@ -225,7 +335,7 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 			out = append(out, e)
 		}
 	}
-	if a.Attempt == 1 && !decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed) {
+	if addOutcome {
 		typ := once.EventSucceeded
 		if a.Status == once.StatusFailed {
 			typ = once.EventFailed

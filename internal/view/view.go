@@ -40,6 +40,47 @@ type Action struct {
 	ResolvedAt     *time.Time      `json:"resolved_at,omitempty"`
 	ResolveNote    string          `json:"resolve_note,omitempty"`
 	Events         []Event         `json:"events,omitempty"`
+	// EventsTotal is how many events the whole trail holds, and
+	// EventsNext the cursor of the page after Events, when Events is one
+	// page of the trail; both absent otherwise.
+	EventsTotal int64 `json:"events_total,omitempty"`
+	EventsNext  int64 `json:"events_next,omitempty"`
+	// PayloadCut is how many bytes of the payload were left out, when
+	// it was cut to a bound; what is left is shown as text or base64.
+	PayloadCut int `json:"payload_cut,omitempty"`
+}
+
+// FromActionPage converts an action with one page of its trail.
+func FromActionPage(a once.Action, p once.EventPage) Action {
+	v := FromAction(a, p.Events)
+	v.EventsTotal, v.EventsNext = p.Total, p.Next
+	return v
+}
+
+// CutPayload converts an action whose payload is cut to at most max
+// bytes: a cut payload is no longer JSON, so it is shown as text, or
+// base64 if the cut part is not UTF-8, and PayloadCut says how much is
+// missing.
+func CutPayload(v Action, a once.Action, max int) Action {
+	if len(a.Payload) <= max {
+		return v
+	}
+	head := a.Payload[:max]
+	v.Payload, v.PayloadText, v.PayloadBase64, v.PayloadCut = nil, "", nil, len(a.Payload)-max
+	if text := trimRune(head); utf8.Valid(text) {
+		v.PayloadText, v.PayloadCut = string(text), len(a.Payload)-len(text)
+	} else {
+		v.PayloadBase64 = head
+	}
+	return v
+}
+
+// trimRune drops a rune the cut split in two from the end of b.
+func trimRune(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // Event is an event as JSON.

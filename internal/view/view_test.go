@@ -103,3 +103,16 @@ func TestTerminal(t *testing.T) {
 		}
 	}
 }
+
+func TestEscapeControls(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain\nline\ttab":         "plain\nline\ttab",
+		"a\x1b[2Jb\x07c\rd\x00":    `a\x1b[2Jb\ac\rd\x00`,
+		"\u0085 \u202egnp \u2066x": `\u0085 \u202egnp \u2066x`,
+		"bad \xff utf8 \x1b":       "bad \xff utf8 \\x1b",
+	} {
+		if got := string(view.EscapeControls([]byte(in))); got != want {
+			t.Errorf("EscapeControls(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
