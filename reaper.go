@@ -133,14 +133,16 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 		return rep, fmt.Errorf("once: reaper: %w", err)
 	}
 	var firstErr error
-	hold := r.c.longestHold()
+	// Each action is held for its own kind's decision: a duplicate that
+	// meets the hold is told to come back when it runs out.
+	hold, kindHolds := r.c.holds()
 	// The pass takes what was due when it began: an action whose
 	// verifier it deferred a moment ago waits for the next pass.
 	var dueBy time.Time
 	for taken := 0; taken < r.cfg.MaxPerPass; taken++ {
 		token := newToken()
 		cctx, cancel := r.c.call(ctx)
-		got, now, err := r.c.store.Recoverable(cctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
+		got, now, err := r.c.store.Recoverable(cctx, RecoverRequest{Limit: 1, Hold: hold, KindHolds: kindHolds, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
 		cancel()
 		if err != nil {
 			return rep, cmp.Or(firstErr, fmt.Errorf("once: reaper: %w", err))
@@ -295,10 +297,12 @@ func (r *Reaper) Stop() {
 	<-done
 }
 
-func (c *Client) longestHold() time.Duration {
-	h := c.def.hold()
-	for _, p := range c.kinds {
-		h = max(h, p.hold())
+// holds are the holds a reaper takes: each configured kind's own, and
+// Config.Default's for the kinds this process was told nothing about.
+func (c *Client) holds() (time.Duration, map[string]time.Duration) {
+	kinds := make(map[string]time.Duration, len(c.kinds))
+	for kind, p := range c.kinds {
+		kinds[kind] = p.hold()
 	}
-	return h
+	return c.def.hold(), kinds
 }

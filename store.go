@@ -243,6 +243,11 @@ type RecoverRequest struct {
 	// database's now, so no other reaper or worker takes it while this one
 	// decides.
 	Hold time.Duration
+	// KindHolds, for an action whose kind it names, is that action's
+	// hold instead of Hold: a reaper holds each action for what its own
+	// kind's decision needs, so a duplicate that meets the hold is not
+	// sent away for the longest of every kind's.
+	KindHolds map[string]time.Duration
 	// DueBy, when set, takes only actions that were due by then (by the
 	// database's clock): a reaper's pass takes what was due when it
 	// began, not an action it deferred a moment ago.

@@ -685,7 +685,9 @@ WITH u AS (
 )
 SELECT count(*), (SELECT count(*) FROM n) FROM u`),
 		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
-		// concurrent reapers on disjoint batches.
+		// concurrent reapers on disjoint batches. $8 maps kinds to their
+		// holds in microseconds (RecoverRequest.KindHolds); $2 holds the
+		// others.
 		recoverable: r.Replace(`
 WITH due AS (
     SELECT key FROM $T
@@ -696,14 +698,14 @@ WITH due AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
+UPDATE $T SET lease_until = now() + coalesce(($8::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
 WHERE key IN (SELECT key FROM due)
 RETURNING $C, now()`),
 		// One key, for inline recovery: found by its primary key, so no
 		// cached plan scans the due actions to find it. The UPDATE's own
 		// row lock and re-check keep two recoverers from both taking it.
 		recoverKey: r.Replace(`
-UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
+UPDATE $T SET lease_until = now() + coalesce(($7::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
 WHERE key = $1 AND $S IN ('in_flight', 'unknown') AND lease_until <= now()
   AND (recovery <> 'verify_then_decide' OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
 RETURNING $C, now()`),
@@ -1020,14 +1022,18 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var err error
 	v := req.Verifiable
 	vk, ve := nonNil(v.Kinds), nonNil(v.Except)
+	holds, err := sqlrows.KindHolds(req.KindHolds, time.Duration.Microseconds)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	if req.Key != "" {
-		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve)
+		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve, holds)
 	} else {
 		var dueBy any
 		if !req.DueBy.IsZero() {
 			dueBy = req.DueBy
 		}
-		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve)
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve, holds)
 	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)

@@ -457,6 +457,10 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     hold_token = NULL,
     token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
 
+// kindHold is a taken action's hold in milliseconds: its kind's in the
+// JSON object ?8 (RecoverRequest.KindHolds), else ?2.
+const kindHold = `coalesce((SELECT h.value FROM json_each(?8) AS h WHERE h.key = kind), ?2)`
+
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
 		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
@@ -550,7 +554,7 @@ SELECT $V FROM (
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		stRecoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
+UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
     WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
@@ -561,7 +565,7 @@ WHERE key IN (
 RETURNING $C, $NOW`),
 		// One key, for inline recovery, by its primary key.
 		stRecoverKey: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
+UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
 WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
   AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
        OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
@@ -912,7 +916,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		}
 		// Both statements number their parameters alike, so one list
 		// serves: ?1 is the key or the limit.
-		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve}
+		holds, err := sqlrows.KindHolds(req.KindHolds, leaseMS)
+		if err != nil {
+			return err
+		}
+		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve, holds}
 		if req.Key != "" {
 			id, args[0] = stRecoverKey, string(req.Key)
 		}
