@@ -167,6 +167,12 @@ type Transition struct {
 	// token, so a worker that came back or a second recoverer wins
 	// instead.
 	Hold string
+	// Waiting, when set, additionally requires the action to be still
+	// waiting for a delivery, as Filter.Waiting finds it: released, and
+	// not updated for its RedriveAfter. Of two reapers that found it
+	// waiting, only the first to mark it re-driven does, since the mark
+	// updates it.
+	Waiting bool
 	// Result is stored when To is StatusSucceeded.
 	Result json.RawMessage
 	// Error is stored as the action's error message (cleared if empty).

@@ -554,9 +554,10 @@ SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.
 		transitions: r.Replace(`
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[],
-        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[])
+        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[],
+        $20::boolean[])
         WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
-            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, i)
+            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, waiting, i)
 ), u AS (
     UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
         attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
@@ -574,6 +575,7 @@ WITH b AS (
     FROM b
     WHERE t.key = b.key AND t.key = ANY($1::text[]) AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
       AND (b.hold = '' OR t.hold_token = b.hold)
+      AND (NOT b.waiting OR t.updated_at < now() - coalesce(t.redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
     RETURNING b.i, t.key, t.attempt, t.status, t.waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
@@ -676,6 +678,7 @@ WITH u AS (
         hold_token = NULL,
         token = CASE WHEN $17 <> '' THEN $17 ELSE token END
     WHERE key = $1 AND attempt = $2 AND $S = ANY($11) AND ($12 = '' OR hold_token = $12)
+      AND (NOT $20::boolean OR updated_at < now() - coalesce(redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
     RETURNING key, attempt, status, waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)

@@ -503,6 +503,7 @@ RETURNING lease_until`),
 		// text is the same whatever their number.
 		stTransition: r.Replace(transitionSet + `
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
+  AND (NOT ?15 OR updated_at < $NOW - coalesce(redrive_after_ms, ?16))
 RETURNING attempt, status`),
 		// The worker's outcome, and any transition from one status that
 		// writes no event: the same, with one status to match and
@@ -827,7 +828,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
 		once.DefaultRetention.Milliseconds()}
-	if event == "" && !backfill && len(t.From) == 1 {
+	if event == "" && !backfill && len(t.From) == 1 && !t.Waiting {
 		args[10] = string(t.From[0])
 		var n int64
 		err := s.grouped(ctx, size, func(ctx context.Context, w *Store) error {
@@ -847,6 +848,9 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return false, s.wrap(err)
 	}
 	args[10] = from
+	// ?15 and ?16: Transition.Waiting, and the RedriveAfter of a row
+	// that recorded none.
+	args = append(args, t.Waiting, once.DefaultRedriveAfter.Milliseconds())
 	var attempt int
 	var status string
 	update := func(ctx context.Context, s *Store) error {
