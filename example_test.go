@@ -481,3 +481,54 @@ func ExampleAttempt_Note() {
 	// while it runs: in_flight - charging cus_42 with Idempotency-Key 53f2da502649…
 	// after: succeeded, note ""
 }
+
+// A Redrive hook may run a released action itself with a Do of its own,
+// for a job with no queue to publish it to again. The reaper marks the
+// action re-driven before it calls the hook, so the trail says so before
+// the hook's claim, and of several reapers only the one whose mark
+// applied calls the hook and counts it.
+func ExampleKindPolicy_redrive() {
+	reminder := func(step int64) once.Intent {
+		return once.Intent{Run: "invoice-88", Step: step, Kind: "send_email", Target: "ada@example.com", Payload: "your invoice is due"}
+	}
+	send := func(ctx context.Context, a once.Attempt) (string, error) {
+		if a.Number == 1 {
+			return "", once.RetryLater(errors.New("421 try again later"))
+		}
+		fmt.Println("sending, attempt", a.Number)
+		return "msg-7", nil
+	}
+	var c *once.Client
+	pol := once.KindPolicy{RedriveAfter: 50 * time.Millisecond, Redrive: func(ctx context.Context, a once.Action) error {
+		_, err := once.Do(ctx, c, reminder(a.Step), send)
+		return err // an error counts the action as waiting, and it is re-driven again later
+	}}
+	c, _, done := clientWith(once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol}})
+	defer done()
+	ctx := context.Background()
+
+	res, err := once.Do(ctx, c, reminder(0), send)
+	fmt.Println(errors.Is(err, once.ErrRetryLater))
+	time.Sleep(60 * time.Millisecond) // nobody delivers the job again within RedriveAfter
+
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		panic(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("re-driven:", rep.Redriven)
+	events, _ := c.Events(ctx, res.Key)
+	var trail []any
+	for _, e := range events {
+		trail = append(trail, e.Type)
+	}
+	fmt.Println(trail...)
+	// Output:
+	// true
+	// sending, attempt 2
+	// re-driven: 1
+	// claimed released redriven claimed succeeded
+}

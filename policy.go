@@ -105,6 +105,21 @@ type KindPolicy struct {
 	// RedriveAfter, and again every RedriveAfter until one does. Nil
 	// takes Config.Default's; with none, such actions are only counted
 	// (ReapReport.Waiting, the console's overview).
+	//
+	// Before it calls Redrive, the reaper marks the action re-driven
+	// (event redriven in its trail), fenced so that of several reapers,
+	// in one process or many, only the one whose mark applied calls the
+	// hook and counts it (ReapReport.Redriven). A hook that fails is
+	// called again after another RedriveAfter.
+	//
+	// Redrive may run the action itself, calling once.Do with the
+	// intent rebuilt from a (for a job with no queue to go back to):
+	// the Do claims the released action as the next attempt, and a
+	// delivery that arrives meanwhile replays or meets its claim. It
+	// runs on the reaper's goroutine, one action after another, under a
+	// context bounded by MaxExecution, so a slow effect holds up the
+	// pass; return Do's error, so a Do that did not settle the action
+	// counts as waiting. Publishing the job again is the usual hook.
 	Redrive func(ctx context.Context, a Action) error
 	// RedriveAfter is how long a released action waits for a delivery
 	// before Redrive is called. Zero means DefaultRedriveAfter (5

@@ -44,11 +44,14 @@ type ReapReport struct {
 	// while the reaper decided.
 	Changed int `json:"changed"`
 	// Redriven counts released actions handed to their kind's Redrive
-	// hook because no delivery claimed them within RedriveAfter.
+	// hook because no delivery claimed them within RedriveAfter, and
+	// which the hook took (it returned nil). Of several reapers, only
+	// the one that marked an action re-driven hands it on and counts it.
 	Redriven int `json:"redriven"`
 	// Waiting counts released actions past RedriveAfter that could not be
 	// re-driven (no Redrive hook, or it failed): they run only if their
-	// job is delivered again.
+	// job is delivered again, or a hook that failed is called again
+	// after another RedriveAfter.
 	Waiting int `json:"waiting"`
 	// AwaitingVerifier counts actions due for recovery under
 	// VerifyThenDecide that this reaper left alone because it does not
@@ -133,14 +136,16 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 		return rep, fmt.Errorf("once: reaper: %w", err)
 	}
 	var firstErr error
-	hold := r.c.longestHold()
+	// Each action is held for its own kind's decision: a duplicate that
+	// meets the hold is told to come back when it runs out.
+	hold, kindHolds := r.c.holds()
 	// The pass takes what was due when it began: an action whose
 	// verifier it deferred a moment ago waits for the next pass.
 	var dueBy time.Time
 	for taken := 0; taken < r.cfg.MaxPerPass; taken++ {
 		token := newToken()
 		cctx, cancel := r.c.call(ctx)
-		got, now, err := r.c.store.Recoverable(cctx, RecoverRequest{Limit: 1, Hold: hold, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
+		got, now, err := r.c.store.Recoverable(cctx, RecoverRequest{Limit: 1, Hold: hold, KindHolds: kindHolds, Token: token, DueBy: dueBy, Verifiable: r.c.verifiable})
 		cancel()
 		if err != nil {
 			return rep, cmp.Or(firstErr, fmt.Errorf("once: reaper: %w", err))
@@ -175,10 +180,13 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 }
 
 // redrive hands released actions that waited too long for a delivery to
-// their kind's Redrive hook, and counts the ones it cannot. A re-driven
-// action is marked (event redriven, updated now), so it waits another
-// RedriveAfter before it is re-driven again; the mark is fenced by the
-// attempt and the status, so an action claimed meanwhile is left alone.
+// their kind's Redrive hook, and counts the ones it cannot. It marks each
+// one first (event redriven, updated now), fenced by the attempt, the
+// status and the wait itself (Transition.Waiting), and calls the hook only
+// if the mark applied: of several reapers that found the action waiting,
+// one hands it on and counts it, and the trail says so before whatever
+// the hook does (a publish, or a Do of its own) claims it. The mark makes
+// the action wait another RedriveAfter, also when the hook fails.
 func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 	cctx, cancel := r.c.call(ctx)
 	acts, err := r.c.Waiting(cctx, r.cfg.MaxPerPass)
@@ -198,19 +206,26 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 			// Otherwise its application's reaper re-drives it.
 			continue
 		}
+		t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusReleased}, To: StatusReleased, Error: a.Error, Waiting: true,
+			Event: Event{Key: a.Key, Type: EventRedriven, Attempt: a.Attempt, From: StatusReleased, To: StatusReleased, Actor: ActorReaper,
+				Note: fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))}}
+		ok, err := r.c.transition(ctx, t)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))
+			continue
+		}
+		if !ok {
+			// Claimed meanwhile, or another reaper marked it first
+			// and hands it on.
+			continue
+		}
+		r.c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
 		if err := safeRedrive(ctx, pol, a); err != nil {
-			r.log.Warn("once: re-drive failed; the action waits for a delivery", "key", a.Key, "kind", a.Kind, "err", err)
+			r.log.Warn("once: re-drive failed; the action waits for a delivery, and is re-driven again after RedriveAfter", "key", a.Key, "kind", a.Kind, "err", err)
 			rep.Waiting++
 			firstErr = cmp.Or(firstErr, fmt.Errorf("once: re-driving action %s: %w", a.Key, err))
 			continue
 		}
-		t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusReleased}, To: StatusReleased, Error: a.Error,
-			Event: Event{Key: a.Key, Type: EventRedriven, Attempt: a.Attempt, From: StatusReleased, To: StatusReleased, Actor: ActorReaper,
-				Note: fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))}}
-		if _, err := r.c.transition(ctx, t); err != nil {
-			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))
-		}
-		r.c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery})
 		rep.Redriven++
 	}
 	return firstErr
@@ -295,10 +310,12 @@ func (r *Reaper) Stop() {
 	<-done
 }
 
-func (c *Client) longestHold() time.Duration {
-	h := c.def.hold()
-	for _, p := range c.kinds {
-		h = max(h, p.hold())
+// holds are the holds a reaper takes: each configured kind's own, and
+// Config.Default's for the kinds this process was told nothing about.
+func (c *Client) holds() (time.Duration, map[string]time.Duration) {
+	kinds := make(map[string]time.Duration, len(c.kinds))
+	for kind, p := range c.kinds {
+		kinds[kind] = p.hold()
 	}
-	return h
+	return c.def.hold(), kinds
 }

@@ -28,7 +28,9 @@ func (d decision) String() string {
 // hold is how long recovery keeps an action to itself while it decides.
 // Deciding is a write or two, so a lease's length is plenty, except when a
 // verifier is asked (bounded by MaxExecution). If the recovering process
-// dies, the action comes back after this long.
+// dies, the action comes back after this long; a duplicate that meets the
+// hold is told to come back then. Each action is held for its own kind's,
+// by inline recovery and the reaper alike.
 func (p KindPolicy) hold() time.Duration {
 	if p.Recovery == VerifyThenDecide {
 		return p.MaxExecution + p.Lease

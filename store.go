@@ -167,6 +167,12 @@ type Transition struct {
 	// token, so a worker that came back or a second recoverer wins
 	// instead.
 	Hold string
+	// Waiting, when set, additionally requires the action to be still
+	// waiting for a delivery, as Filter.Waiting finds it: released, and
+	// not updated for its RedriveAfter. Of two reapers that found it
+	// waiting, only the first to mark it re-driven does, since the mark
+	// updates it.
+	Waiting bool
 	// Result is stored when To is StatusSucceeded.
 	Result json.RawMessage
 	// Error is stored as the action's error message (cleared if empty).
@@ -243,6 +249,11 @@ type RecoverRequest struct {
 	// database's now, so no other reaper or worker takes it while this one
 	// decides.
 	Hold time.Duration
+	// KindHolds, for an action whose kind it names, is that action's
+	// hold instead of Hold: a reaper holds each action for what its own
+	// kind's decision needs, so a duplicate that meets the hold is not
+	// sent away for the longest of every kind's.
+	KindHolds map[string]time.Duration
 	// DueBy, when set, takes only actions that were due by then (by the
 	// database's clock): a reaper's pass takes what was due when it
 	// began, not an action it deferred a moment ago.

@@ -325,7 +325,7 @@ func transitionsArgs(reqs []*request) []any {
 			make([]string, n), make([]string, n), make([]string, n)
 		attempts, leases, failures = make([]int64, n), make([]int64, n), make([]int64, n)
 		results                    = make([]*string, n)
-		newAttempts                = make([]bool, n)
+		newAttempts, waiting       = make([]bool, n), make([]bool, n)
 	)
 	for i, r := range reqs {
 		t := r.transition
@@ -338,10 +338,11 @@ func transitionsArgs(reqs []*request) []any {
 		leases[i], failures[i], resolvedBy[i], notes[i] = t.Lease.Microseconds(), int64(t.VerifyFailures), t.ResolvedBy, t.ResolveNote
 		froms[i], holds[i] = strings.Join(statuses(t.From), ","), t.Hold
 		evTypes[i], evFroms[i], actors[i], evNotes[i] = event, string(t.Event.From), t.Event.Actor, t.Event.Note
-		tokens[i], origins[i] = t.Token, t.Event.Origin
+		tokens[i], origins[i], waiting[i] = t.Token, t.Event.Origin, t.Waiting
 	}
 	return []any{keys, attempts, tos, results, errs, newAttempts, leases, failures, resolvedBy, notes, froms, holds,
-		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins}
+		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins,
+		waiting, once.DefaultRedriveAfter.Microseconds()}
 }
 
 // optMicrosPtr is a duration in microseconds, zero as NULL.
@@ -369,5 +370,5 @@ func transitionArgs(t once.Transition) []any {
 	return []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
 		statuses(t.From), t.Hold, event, string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
-		once.DefaultRetention.Microseconds(), t.Event.Origin}
+		once.DefaultRetention.Microseconds(), t.Event.Origin, t.Waiting, once.DefaultRedriveAfter.Microseconds()}
 }

@@ -559,9 +559,10 @@ SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.
 		transitions: r.Replace(`
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[],
-        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[])
+        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[],
+        $20::boolean[])
         WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
-            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, i)
+            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, waiting, i)
 ), u AS (
     UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
         attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
@@ -579,6 +580,7 @@ WITH b AS (
     FROM b
     WHERE t.key = b.key AND t.key = ANY($1::text[]) AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
       AND (b.hold = '' OR t.hold_token = b.hold)
+      AND (NOT b.waiting OR t.updated_at < now() - coalesce(t.redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
     RETURNING b.i, t.key, t.attempt, t.status, t.waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
@@ -681,6 +683,7 @@ WITH u AS (
         hold_token = NULL,
         token = CASE WHEN $17 <> '' THEN $17 ELSE token END
     WHERE key = $1 AND attempt = $2 AND $S = ANY($11) AND ($12 = '' OR hold_token = $12)
+      AND (NOT $20::boolean OR updated_at < now() - coalesce(redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
     RETURNING key, attempt, status, waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
@@ -690,7 +693,9 @@ WITH u AS (
 )
 SELECT count(*), (SELECT count(*) FROM n) FROM u`),
 		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
-		// concurrent reapers on disjoint batches.
+		// concurrent reapers on disjoint batches. $8 maps kinds to their
+		// holds in microseconds (RecoverRequest.KindHolds); $2 holds the
+		// others.
 		recoverable: r.Replace(`
 WITH due AS (
     SELECT key FROM $T
@@ -701,14 +706,14 @@ WITH due AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
+UPDATE $T SET lease_until = now() + coalesce(($8::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
 WHERE key IN (SELECT key FROM due)
 RETURNING $C, now()`),
 		// One key, for inline recovery: found by its primary key, so no
 		// cached plan scans the due actions to find it. The UPDATE's own
 		// row lock and re-check keep two recoverers from both taking it.
 		recoverKey: r.Replace(`
-UPDATE $T SET lease_until = now() + $2::float8 * interval '1 microsecond', hold_token = $3
+UPDATE $T SET lease_until = now() + coalesce(($7::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
 WHERE key = $1 AND $S IN ('in_flight', 'unknown') AND lease_until <= now()
   AND (recovery <> 'verify_then_decide' OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
 RETURNING $C, now()`),
@@ -1039,14 +1044,18 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var err error
 	v := req.Verifiable
 	vk, ve := nonNil(v.Kinds), nonNil(v.Except)
+	holds, err := sqlrows.KindHolds(req.KindHolds, time.Duration.Microseconds)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	if req.Key != "" {
-		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve)
+		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve, holds)
 	} else {
 		var dueBy any
 		if !req.DueBy.IsZero() {
 			dueBy = req.DueBy
 		}
-		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve)
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve, holds)
 	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)

@@ -460,6 +460,10 @@ UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
     hold_token = NULL,
     token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
 
+// kindHold is a taken action's hold in milliseconds: its kind's in the
+// JSON object ?8 (RecoverRequest.KindHolds), else ?2.
+const kindHold = `coalesce((SELECT h.value FROM json_each(?8) AS h WHERE h.key = kind), ?2)`
+
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
 		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
@@ -504,6 +508,7 @@ RETURNING lease_until`),
 		// text is the same whatever their number.
 		stTransition: r.Replace(transitionSet + `
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
+  AND (NOT ?15 OR updated_at < $NOW - coalesce(redrive_after_ms, ?16))
 RETURNING attempt, status`),
 		// The worker's outcome, and any transition from one status that
 		// writes no event: the same, with one status to match and
@@ -566,7 +571,7 @@ SELECT $V FROM (
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
 		stRecoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
+UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
     WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
@@ -577,7 +582,7 @@ WHERE key IN (
 RETURNING $C, $NOW`),
 		// One key, for inline recovery, by its primary key.
 		stRecoverKey: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?2, hold_token = ?3
+UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
 WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
   AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
        OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
@@ -839,7 +844,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
 		once.DefaultRetention.Milliseconds()}
-	if event == "" && !backfill && len(t.From) == 1 {
+	if event == "" && !backfill && len(t.From) == 1 && !t.Waiting {
 		args[10] = string(t.From[0])
 		var n int64
 		err := s.grouped(ctx, size, func(ctx context.Context, w *Store) error {
@@ -859,6 +864,9 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 		return false, s.wrap(err)
 	}
 	args[10] = from
+	// ?15 and ?16: Transition.Waiting, and the RedriveAfter of a row
+	// that recorded none.
+	args = append(args, t.Waiting, once.DefaultRedriveAfter.Milliseconds())
 	var attempt int
 	var status string
 	update := func(ctx context.Context, s *Store) error {
@@ -928,7 +936,11 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		}
 		// Both statements number their parameters alike, so one list
 		// serves: ?1 is the key or the limit.
-		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve}
+		holds, err := sqlrows.KindHolds(req.KindHolds, leaseMS)
+		if err != nil {
+			return err
+		}
+		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve, holds}
 		if req.Key != "" {
 			id, args[0] = stRecoverKey, string(req.Key)
 		}

@@ -22,6 +22,8 @@ func edgeTests() []namedTest {
 		{name: "LateSuccessAfterAbandon", fn: testLateSuccessAfterAbandon, needs: needProcesses},
 		{name: "SlowVerifierOneReaperPerAction", fn: testSlowVerifierOneReaperPerAction},
 		{name: "ReleasedActionIsRedriven", fn: testReleasedActionIsRedriven},
+		{name: "RedriveHookRunsDo", fn: testRedriveHookRunsDo},
+		{name: "ReaperHoldsForTheKind", fn: testReaperHoldsForTheKind},
 		{name: "UnstorableErrorText", fn: testUnstorableErrorText},
 		{name: "DeeplyNestedResult", fn: testDeeplyNestedResult},
 		{name: "UnstorableVerifierError", fn: testUnstorableVerifierError},

@@ -29,6 +29,8 @@ func storeTests() []namedTest {
 		{name: "TransitionFields", fn: testTransitionFields},
 		{name: "RecoverableDue", fn: testRecoverableDue},
 		{name: "RecoverableDisjoint", fn: testRecoverableDisjoint},
+		{name: "RecoverableKindHolds", fn: testRecoverableKindHolds},
+		{name: "TransitionWaiting", fn: testTransitionWaiting},
 		{name: "Events", fn: testEvents},
 		{name: "Stats", fn: testStats},
 		{name: "Purge", fn: testStorePurge},

@@ -4,6 +4,7 @@
 package sqlrows
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -249,6 +250,18 @@ func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.
 		slices.Reverse(p.Events)
 	}
 	return p
+}
+
+// KindHolds is RecoverRequest.KindHolds as a JSON object from kind to
+// hold, in the unit the store counts durations in (in, from a
+// duration), for a statement to look each taken action's kind up in.
+func KindHolds(holds map[string]time.Duration, in func(time.Duration) int64) (string, error) {
+	m := make(map[string]int64, len(holds))
+	for kind, d := range holds {
+		m[kind] = in(d)
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
 }
 
 // RecoveryText is a recovery mode as the schemas store it: its name, or
