@@ -204,10 +204,8 @@ func TestListsLeaveOutPayloads(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 	big := []byte(`{"blob":"` + strings.Repeat("x", 1<<20) + `"}`)
-	var keys []once.Key
 	for i := range 30 {
 		k := once.Key(fmt.Sprintf("%064x", i+1))
-		keys = append(keys, k)
 		if _, err := b.store.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: "f", Run: "big", Step: int64(i), Kind: "upload", Payload: big, Lease: time.Minute, Token: "t"}); err != nil {
 			t.Fatal(err)
 		}
