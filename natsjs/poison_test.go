@@ -76,7 +76,7 @@ func TestPanicIsTerminatedAfterBound(t *testing.T) {
 		t.Fatalf("the poison was terminated on delivery %d; want 3 (MaxPanics)", last.delivered)
 	}
 	var pe *natsjs.PanicError
-	if !errors.As(last.err, &pe) || !errors.Is(last.err, natsjs.ErrPanicked) || !strings.Contains(last.d.Reason, "nil map") || !strings.Contains(last.d.Reason, "MaxPanics") {
+	if !errors.As(last.err, &pe) || !errors.Is(last.err, natsjs.ErrPanicked) || !strings.Contains(last.d.Reason, "index out of range") || !strings.Contains(last.d.Reason, "MaxPanics") {
 		t.Fatalf("the poison's settlement: %q (%v); want a *PanicError, and the panic and MaxPanics in the reason", last.d.Reason, last.err)
 	}
 	settles, _, _ := b.log.snapshot()
