@@ -65,11 +65,36 @@ func (b *bucket) refill(now time.Time) {
 	b.at = now
 }
 
+// attempt counts a token from addr, right or not (compared before, in
+// constant time), and says how long addr must wait before a token from
+// it is checked; zero means this one was: a wrong one spent an attempt.
+// The wait is read and the attempt spent under one lock: read and spent
+// in two steps, requests in flight together all passed the read before
+// any spent, and one address guessed past its burst
+// (TestConcurrentGuessesKeepTheBurst).
+func (g *guessLimit) attempt(log *slog.Logger, addr, via string, right bool, now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d := g.waitLocked(addr, now); d > 0 {
+		g.failLocked(log, addr, via, true, now)
+		return d
+	}
+	if !right {
+		g.failLocked(log, addr, via, false, now)
+	}
+	return 0
+}
+
 // wait says how long addr must wait before a token from it is checked
 // again; zero means now.
 func (g *guessLimit) wait(addr string, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.waitLocked(addr, now)
+}
+
+// waitLocked is wait with g.mu held.
+func (g *guessLimit) waitLocked(addr string, now time.Time) time.Duration {
 	b := g.addrs[addr]
 	if b == nil {
 		if len(g.addrs) < guessAddrs || g.over == nil {
@@ -89,6 +114,11 @@ func (g *guessLimit) wait(addr string, now time.Time) time.Duration {
 func (g *guessLimit) fail(log *slog.Logger, addr, via string, refused bool, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.failLocked(log, addr, via, refused, now)
+}
+
+// failLocked is fail with g.mu held.
+func (g *guessLimit) failLocked(log *slog.Logger, addr, via string, refused bool, now time.Time) {
 	b := g.bucketFor(addr, now)
 	b.refill(now)
 	if !refused {
