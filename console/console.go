@@ -92,7 +92,11 @@ type Config struct {
 	// Wrong tokens are limited per client address (an IPv6 address by
 	// its /64): after 10, one more every 6 s. Past that, every request
 	// from the address that carries a token gets 429 with Retry-After,
-	// right token or wrong, until its attempts refill. Behind a proxy
+	// right token or wrong, until its attempts refill; under `once
+	// serve`, a connection that showed the right token before is
+	// answered still, so a guesser beside the operator (any local
+	// process, for a console on loopback) does not cut off the
+	// operator's open connection, though a new one waits. Behind a proxy
 	// the address is the proxy's, so a guesser there slows everyone
 	// down. Wrong tokens are logged (Warn, at most one line a minute per
 	// address and 60 a minute in all), and so is each ?token= login

@@ -344,6 +344,19 @@ func Authorized(w http.ResponseWriter, r *http.Request) {
 	c.l.forget(c)
 }
 
+// Shown reports whether the connection that carried r has been
+// Authorized by an earlier request: it showed the credential before.
+// Outside a Listener it reports false.
+func Shown(r *http.Request) bool {
+	c, ok := r.Context().Value(ctxKey{}).(*conn)
+	if !ok {
+		return false
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.authorized
+}
+
 // closeReserve makes every answer on a guest from the reserve close its
 // connection, unless the handler calls Authorized first: the reserve is
 // for requests that carry the credential, and a guest there gets one
