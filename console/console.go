@@ -29,7 +29,9 @@
 // "unavailable".
 //
 // Connections are the server's to bound, not the handler's. `once serve`
-// holds at most 256 open; a connection that has not yet carried the
+// holds at most 256 open (and one it accepted while it makes room: when
+// all are taken, a connection that has sent no request for a second is
+// closed for the next one); a connection that has not yet carried the
 // token (a /healthz probe, a 401) is a guest: one client address may
 // hold 16 guests, guests may fill only 224 of the 256 slots, so 32 stay
 // for requests with the token, and a guest idle for 5 s is closed. Each

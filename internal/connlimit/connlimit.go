@@ -3,10 +3,12 @@
 // cannot keep out a request that has it.
 //
 // A connection counts as a guest until a handler calls Authorized for a
-// request it carried. The listener bounds connections in three ways:
+// request it carried. The listener bounds connections in four ways:
 //
 //   - at most Max are open at once; the next waits in the kernel's
-//     backlog until one closes, so the process's file descriptors last;
+//     backlog until one closes, so the process's file descriptors last
+//     (with a reserve, the next is accepted, and waits for room: one
+//     more);
 //   - one client address may hold at most PerAddr guests; the next is
 //     answered 503 and closed at once;
 //   - guests may fill only Max-Reserved slots. A guest accepted into the
@@ -17,8 +19,7 @@
 //     longest, over a second, for its first request to come in (it
 //     sent nothing, or sends its headers slowly), so connections that
 //     send nothing cannot hold the reserve against one that shows the
-//     credential. A connection waiting for room is held accepted, so
-//     Max+1 may be open.
+//     credential.
 //
 // A guest left idle after a request is closed after GuestIdle, not the
 // server's IdleTimeout, so a /healthz on a keep-alive connection holds
