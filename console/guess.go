@@ -51,8 +51,12 @@ type bucket struct {
 	tokens   float64
 	at       time.Time // when tokens was counted
 	limited  bool      // the last log line said the bucket was spent
-	unlogged int       // failures not yet in a log line
-	loggedAt time.Time
+	unlogged int       // wrong tokens not yet in a log line
+	// unchecked counts the tokens refused 429 without being checked,
+	// not yet in a log line: right or wrong, no one knows, so they are
+	// not counted as wrong (TestGuessLogCountsOnlyWrongTokens).
+	unchecked int
+	loggedAt  time.Time
 }
 
 func newGuessLimit() *guessLimit {
@@ -121,10 +125,12 @@ func (g *guessLimit) fail(log *slog.Logger, addr, via string, refused bool, now 
 func (g *guessLimit) failLocked(log *slog.Logger, addr, via string, refused bool, now time.Time) {
 	b := g.bucketFor(addr, now)
 	b.refill(now)
-	if !refused {
+	if refused {
+		b.unchecked++
+	} else {
 		b.tokens = math.Max(0, b.tokens-1)
+		b.unlogged++
 	}
-	b.unlogged++
 	first := b.loggedAt.IsZero()
 	newlyLimited := b.tokens < 1 && !b.limited
 	if !first && !newlyLimited && now.Sub(b.loggedAt) < logEvery {
@@ -141,6 +147,9 @@ func (g *guessLimit) failLocked(log *slog.Logger, addr, via string, refused bool
 		addr = "(addresses beyond the table)"
 	}
 	attrs := []any{"remote", addr, "via", via, "failures", b.unlogged}
+	if b.unchecked > 0 {
+		attrs = append(attrs, "unchecked", b.unchecked)
+	}
 	if b.tokens < 1 {
 		attrs = append(attrs, "limited", true)
 	}
@@ -148,8 +157,12 @@ func (g *guessLimit) failLocked(log *slog.Logger, addr, via string, refused bool
 		attrs = append(attrs, "lines_dropped", g.dropped)
 		g.dropped = 0
 	}
-	log.Warn("console: wrong token", attrs...)
-	b.unlogged, b.loggedAt = 0, now
+	msg := "console: wrong token"
+	if b.unlogged == 0 {
+		msg = "console: tokens refused unchecked"
+	}
+	log.Warn(msg, attrs...)
+	b.unlogged, b.unchecked, b.loggedAt = 0, 0, now
 	b.limited = b.tokens < 1
 }
 
