@@ -57,14 +57,21 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			s.unauthorized(w, r)
 			return
 		}
-		addr, now := connlimit.AddrKey(r.RemoteAddr), time.Now()
-		if d := s.guesses.wait(addr, now); d > 0 {
-			s.guesses.fail(s.log, addr, via, true, now)
-			s.tooManyGuesses(w, r, d)
-			return
+		// The token is compared first, in constant time, and its
+		// answer told only if the address may still be answered. A
+		// right token on a connection that showed it before is
+		// answered even so: a guesser holds no such connection, and
+		// one beside the operator (any local process, for a console on
+		// loopback) must not lock it out of the connection it has
+		// (TestGuesserBesideTheOperatorLeavesItsConnection).
+		addr, right := connlimit.AddrKey(r.RemoteAddr), s.tokenOK(tok)
+		if !right || !connlimit.Shown(r) {
+			if d := s.guesses.attempt(s.log, addr, via, right, time.Now()); d > 0 {
+				s.tooManyGuesses(w, r, d)
+				return
+			}
 		}
-		if !s.tokenOK(tok) {
-			s.guesses.fail(s.log, addr, via, false, now)
+		if !right {
 			s.unauthorized(w, r)
 			return
 		}

@@ -29,7 +29,9 @@
 // "unavailable".
 //
 // Connections are the server's to bound, not the handler's. `once serve`
-// holds at most 256 open; a connection that has not yet carried the
+// holds at most 256 open (and one it accepted while it makes room: when
+// all are taken, a connection that has sent no request for a second is
+// closed for the next one); a connection that has not yet carried the
 // token (a /healthz probe, a 401) is a guest: one client address may
 // hold 16 guests, guests may fill only 224 of the 256 slots, so 32 stay
 // for requests with the token, and a guest idle for 5 s is closed. Each
@@ -92,7 +94,11 @@ type Config struct {
 	// Wrong tokens are limited per client address (an IPv6 address by
 	// its /64): after 10, one more every 6 s. Past that, every request
 	// from the address that carries a token gets 429 with Retry-After,
-	// right token or wrong, until its attempts refill. Behind a proxy
+	// right token or wrong, until its attempts refill; under `once
+	// serve`, a connection that showed the right token before is
+	// answered still, so a guesser beside the operator (any local
+	// process, for a console on loopback) does not cut off the
+	// operator's open connection, though a new one waits. Behind a proxy
 	// the address is the proxy's, so a guesser there slows everyone
 	// down. Wrong tokens are logged (Warn, at most one line a minute per
 	// address and 60 a minute in all), and so is each ?token= login

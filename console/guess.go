@@ -51,8 +51,12 @@ type bucket struct {
 	tokens   float64
 	at       time.Time // when tokens was counted
 	limited  bool      // the last log line said the bucket was spent
-	unlogged int       // failures not yet in a log line
-	loggedAt time.Time
+	unlogged int       // wrong tokens not yet in a log line
+	// unchecked counts the tokens refused 429 without being checked,
+	// not yet in a log line: right or wrong, no one knows, so they are
+	// not counted as wrong (TestGuessLogCountsOnlyWrongTokens).
+	unchecked int
+	loggedAt  time.Time
 }
 
 func newGuessLimit() *guessLimit {
@@ -65,11 +69,36 @@ func (b *bucket) refill(now time.Time) {
 	b.at = now
 }
 
+// attempt counts a token from addr, right or not (compared before, in
+// constant time), and says how long addr must wait before a token from
+// it is checked; zero means this one was: a wrong one spent an attempt.
+// The wait is read and the attempt spent under one lock: read and spent
+// in two steps, requests in flight together all passed the read before
+// any spent, and one address guessed past its burst
+// (TestConcurrentGuessesKeepTheBurst).
+func (g *guessLimit) attempt(log *slog.Logger, addr, via string, right bool, now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d := g.waitLocked(addr, now); d > 0 {
+		g.failLocked(log, addr, via, true, now)
+		return d
+	}
+	if !right {
+		g.failLocked(log, addr, via, false, now)
+	}
+	return 0
+}
+
 // wait says how long addr must wait before a token from it is checked
 // again; zero means now.
 func (g *guessLimit) wait(addr string, now time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.waitLocked(addr, now)
+}
+
+// waitLocked is wait with g.mu held.
+func (g *guessLimit) waitLocked(addr string, now time.Time) time.Duration {
 	b := g.addrs[addr]
 	if b == nil {
 		if len(g.addrs) < guessAddrs || g.over == nil {
@@ -89,12 +118,19 @@ func (g *guessLimit) wait(addr string, now time.Time) time.Duration {
 func (g *guessLimit) fail(log *slog.Logger, addr, via string, refused bool, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.failLocked(log, addr, via, refused, now)
+}
+
+// failLocked is fail with g.mu held.
+func (g *guessLimit) failLocked(log *slog.Logger, addr, via string, refused bool, now time.Time) {
 	b := g.bucketFor(addr, now)
 	b.refill(now)
-	if !refused {
+	if refused {
+		b.unchecked++
+	} else {
 		b.tokens = math.Max(0, b.tokens-1)
+		b.unlogged++
 	}
-	b.unlogged++
 	first := b.loggedAt.IsZero()
 	newlyLimited := b.tokens < 1 && !b.limited
 	if !first && !newlyLimited && now.Sub(b.loggedAt) < logEvery {
@@ -111,6 +147,9 @@ func (g *guessLimit) fail(log *slog.Logger, addr, via string, refused bool, now 
 		addr = "(addresses beyond the table)"
 	}
 	attrs := []any{"remote", addr, "via", via, "failures", b.unlogged}
+	if b.unchecked > 0 {
+		attrs = append(attrs, "unchecked", b.unchecked)
+	}
 	if b.tokens < 1 {
 		attrs = append(attrs, "limited", true)
 	}
@@ -118,8 +157,12 @@ func (g *guessLimit) fail(log *slog.Logger, addr, via string, refused bool, now 
 		attrs = append(attrs, "lines_dropped", g.dropped)
 		g.dropped = 0
 	}
-	log.Warn("console: wrong token", attrs...)
-	b.unlogged, b.loggedAt = 0, now
+	msg := "console: wrong token"
+	if b.unlogged == 0 {
+		msg = "console: tokens refused unchecked"
+	}
+	log.Warn(msg, attrs...)
+	b.unlogged, b.unchecked, b.loggedAt = 0, 0, now
 	b.limited = b.tokens < 1
 }
 

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -159,8 +160,9 @@ type Response struct {
 //   - a repeat with a different fingerprint (another body, say): 422;
 //   - a repeat while the first is still running: 409, or, with
 //     Config.Wait, the first's response once it is stored;
-//   - a request a wrapped *http.ServeMux routes nowhere: passed to the
-//     mux unkeyed, which answers 404 or 405 (see Config.Kind);
+//   - a request a wrapped *http.ServeMux routes nowhere, or redirects
+//     (to add a trailing slash, or to clean the path): passed to the mux
+//     unkeyed, which answers 404, 405 or the redirect (see Config.Kind);
 //   - no key on a route that requires one, or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
 //   - a response Keep refuses (a 5xx, 408, 425 or 429 by default)
@@ -322,12 +324,21 @@ func defaultKeep(status int) bool {
 // nowhere. The kind is never made of the path a client sent: that
 // would make a kind, a policy lookup and a set of metric series per
 // distinct path (TestKindComesFromABoundedSet).
+// redirectType is the type of the handler a mux returns for a request
+// it redirects.
+var redirectType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
+
 func kindOf(r *http.Request, next http.Handler) (kind string, routed bool) {
 	p := r.Pattern
 	if mux, ok := next.(*http.ServeMux); ok && p == "" && r.Method != http.MethodConnect {
 		// Wrapping a whole mux: the pattern is the one it would route
-		// r to. (A CONNECT's is its raw path, so it is not asked.)
-		if _, p = mux.Handler(r); p == "" {
+		// r to. (A CONNECT's is its raw path, so it is not asked.) A
+		// redirect (to a path with a trailing slash, or a cleaned one)
+		// is the mux's answer, not the route's: keyed, it would take
+		// the key, and the client that follows it with the key would
+		// be refused 422 for another path (TestMuxRedirectIsNotKeyed).
+		var h http.Handler
+		if h, p = mux.Handler(r); p == "" || reflect.TypeOf(h) == redirectType {
 			return "", false
 		}
 	}

@@ -3,15 +3,23 @@
 // cannot keep out a request that has it.
 //
 // A connection counts as a guest until a handler calls Authorized for a
-// request it carried. The listener bounds connections in three ways:
+// request it carried. The listener bounds connections in four ways:
 //
 //   - at most Max are open at once; the next waits in the kernel's
-//     backlog until one closes, so the process's file descriptors last;
+//     backlog until one closes, so the process's file descriptors last
+//     (with a reserve, the next is accepted, and waits for room: one
+//     more);
 //   - one client address may hold at most PerAddr guests; the next is
 //     answered 503 and closed at once;
 //   - guests may fill only Max-Reserved slots. A guest accepted into the
 //     reserve is served one request: unless the handler calls Authorized
-//     for it, the answer closes the connection.
+//     for it, the answer closes the connection;
+//   - with a reserve, when every slot is taken the listener makes room
+//     for the next connection by closing the guest that has waited
+//     longest, over a second, for its first request to come in (it
+//     sent nothing, or sends its headers slowly), so connections that
+//     send nothing cannot hold the reserve against one that shows the
+//     credential.
 //
 // A guest left idle after a request is closed after GuestIdle, not the
 // server's IdleTimeout, so a /healthz on a keep-alive connection holds
@@ -54,11 +62,12 @@ type Listener struct {
 	mu      sync.Mutex
 	guests  int
 	perAddr map[string]int
+	open    map[*conn]struct{} // the guests, for evict
 }
 
 // Listen wraps ln so that it keeps lim.
 func Listen(ln net.Listener, lim Limits) *Listener {
-	l := &Listener{Listener: ln, lim: lim, done: make(chan struct{}), perAddr: map[string]int{}}
+	l := &Listener{Listener: ln, lim: lim, done: make(chan struct{}), perAddr: map[string]int{}, open: map[*conn]struct{}{}}
 	if lim.Max > 0 {
 		l.slots = make(chan struct{}, lim.Max)
 	}
@@ -82,8 +91,12 @@ func (l *Listener) Serve(srv *http.Server) error {
 // address's cap is answered 503 and closed here, and never reaches the
 // server.
 func (l *Listener) Accept() (net.Conn, error) {
+	// With a reserve, a connection is taken from the backlog first and
+	// then given a slot, one a guest that sent nothing may have to
+	// give up (makeRoom); so one more than Max may be open, waiting.
+	evicts := l.slots != nil && l.lim.Reserved > 0
 	for {
-		if l.slots != nil {
+		if l.slots != nil && !evicts {
 			select {
 			case l.slots <- struct{}{}:
 			case <-l.done:
@@ -92,25 +105,65 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		nc, err := l.Listener.Accept()
 		if err != nil {
-			l.release()
+			if l.slots != nil && !evicts {
+				l.release()
+			}
 			return nil, err
 		}
-		c := &conn{Conn: nc, l: l, addr: addrKey(nc.RemoteAddr())}
+		c := &conn{Conn: nc, l: l, addr: addrKey(nc.RemoteAddr()), state: http.StateNew, since: time.Now()}
 		l.mu.Lock()
 		over := l.lim.PerAddr > 0 && l.perAddr[c.addr] >= l.lim.PerAddr
-		if !over {
-			c.reserve = l.lim.Reserved > 0 && l.guests >= l.lim.Max-l.lim.Reserved
-			l.guests++
-			l.perAddr[c.addr]++
-		}
 		l.mu.Unlock()
 		if over {
 			refuse(nc, fmt.Sprintf("this address already holds %d connections that have not shown the token; "+
 				"close some, or send the token (Authorization: Bearer TOKEN)", l.lim.PerAddr))
-			l.release()
+			if l.slots != nil && !evicts {
+				l.release()
+			}
 			continue
 		}
+		if evicts && !l.makeRoom() {
+			nc.Close()
+			return nil, net.ErrClosed
+		}
+		// Only Accept adds guests, so the count checked above still
+		// holds (it can only have fallen).
+		l.mu.Lock()
+		c.reserve = l.lim.Reserved > 0 && l.guests >= l.lim.Max-l.lim.Reserved
+		l.guests++
+		l.perAddr[c.addr]++
+		l.open[c] = struct{}{}
+		l.mu.Unlock()
 		return c, nil
+	}
+}
+
+// newGrace is how long a new connection may wait for its first request
+// before a newcomer may take its slot: more than a client takes to send
+// one after connecting.
+const newGrace = time.Second
+
+// makeRoom takes a slot for a connection just accepted. When every slot
+// is taken, the guest that has waited longest without a request in,
+// past newGrace, gives up its own: connections that send nothing must
+// not hold the reserve against one that brings the credential
+// (TestServeSilentGuestsLeaveRoomForToken). It reports false if the
+// listener closed.
+func (l *Listener) makeRoom() bool {
+	for {
+		select {
+		case l.slots <- struct{}{}:
+			return true
+		default:
+		}
+		l.evict(time.Now().Add(-newGrace))
+		select {
+		case l.slots <- struct{}{}:
+			return true
+		case <-l.done:
+			return false
+		case <-time.After(newGrace / 4):
+		}
 	}
 }
 
@@ -120,6 +173,26 @@ func (l *Listener) Close() error {
 	err := l.Listener.Close()
 	l.close.Do(func() { close(l.done) })
 	return err
+}
+
+// evict closes the guest that has waited longest for its first request
+// to come in, if it came before before: http.Server marks a connection
+// active only once it has read a request's headers, so until then it
+// is new. An idle guest is left to GuestIdle; it holds no slot of the
+// reserve, whose guests are closed after one answer.
+func (l *Listener) evict(before time.Time) {
+	var oldest *conn
+	l.mu.Lock()
+	for c := range l.open {
+		if !c.closed && c.state == http.StateNew && c.since.Before(before) &&
+			(oldest == nil || c.since.Before(oldest.since)) {
+			oldest = c
+		}
+	}
+	l.mu.Unlock()
+	if oldest != nil {
+		oldest.Close()
+	}
 }
 
 func (l *Listener) release() {
@@ -177,6 +250,8 @@ type conn struct {
 	reserve    bool
 	closed     bool
 	idle       *time.Timer
+	state      http.ConnState // as the server last set it
+	since      time.Time      // when it took state
 }
 
 // Close releases the connection's slot once, however often it is called.
@@ -207,6 +282,7 @@ func (l *Listener) forget(c *conn) {
 	if l.perAddr[c.addr]--; l.perAddr[c.addr] <= 0 {
 		delete(l.perAddr, c.addr)
 	}
+	delete(l.open, c)
 }
 
 // connState closes a guest that stays idle past GuestIdle. An active
@@ -222,6 +298,7 @@ func (l *Listener) connState(nc net.Conn, st http.ConnState) {
 		c.idle.Stop()
 		c.idle = nil
 	}
+	c.state, c.since = st, time.Now()
 	if st != http.StateIdle || c.authorized || c.closed || l.lim.GuestIdle <= 0 {
 		return
 	}
@@ -266,6 +343,19 @@ func Authorized(w http.ResponseWriter, r *http.Request) {
 	}
 	c.authorized, c.reserve = true, false
 	c.l.forget(c)
+}
+
+// Shown reports whether the connection that carried r has been
+// Authorized by an earlier request: it showed the credential before.
+// Outside a Listener it reports false.
+func Shown(r *http.Request) bool {
+	c, ok := r.Context().Value(ctxKey{}).(*conn)
+	if !ok {
+		return false
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.authorized
 }
 
 // closeReserve makes every answer on a guest from the reserve close its
