@@ -385,6 +385,23 @@ func TestSendCapsRecipients(t *testing.T) {
 		}
 	})
 
+	// A 452 with an enhanced code other than 4.5.3 is not the
+	// recipient limit: a full mailbox (4.2.2) or a server short of
+	// storage (4.3.1) may take the message later.
+	for _, code := range []smtp.EnhancedCode{{4, 2, 2}, {4, 3, 1}} {
+		t.Run(fmt.Sprintf("452 %d.%d.%d after other recipients is a retry", code[0], code[1], code[2]), func(t *testing.T) {
+			srv := startServer(t)
+			srv.setFailure(failure{rcptLimit: 1, rcptLimitReply: &smtp.SMTPError{Code: 452, EnhancedCode: code, Message: "try again later"}})
+			s := &smtpsend.Sender{Addr: srv.addr(), Timeout: 10 * time.Second}
+			m := message()
+			m.To = addrs("to", 2)
+			_, err := s.Send(context.Background(), attempt(t, 1), m)
+			if c := class(err); c != "retry-later" {
+				t.Fatalf("class %s (%v), want retry-later", c, err)
+			}
+		})
+	}
+
 	t.Run("452 on the first recipient is a retry", func(t *testing.T) {
 		srv := startServer(t)
 		srv.setFailure(failure{rcpt: reply(452, "insufficient system storage")})
