@@ -135,7 +135,8 @@ type Message struct {
 	// sent as quoted-printable, so every server can take it.
 	Body []byte
 	// Header holds extra header fields (List-Unsubscribe, Reply-To…):
-	// printable ASCII (encode other text with mime.QEncoding), folded at
+	// printable ASCII (encode other text with mime.QEncoding; decoded,
+	// it holds no control characters but TAB either), folded at
 	// its whitespace into lines of at most 998 bytes. Fields Send writes
 	// itself (Date, From, To, Cc, Subject, Message-ID, MIME-Version,
 	// Content-Type, Content-Transfer-Encoding) and Bcc are refused: set
