@@ -620,13 +620,13 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
 	}
 	started := time.Now()
+	att := attemptOf(a, in)
+	att.noter = &noter{c: c, pol: pol, key: a.Key, attempt: a.Attempt}
 	settle := func(value any, err error) outcome {
-		o, obs := c.settle(ctx, pol, a, value, err, time.Since(started))
+		o, obs := c.settle(ctx, pol, a, value, err, att.noter.noted(), time.Since(started))
 		end(obs, o.err)
 		return o
 	}
-	att := attemptOf(a, in)
-	att.noter = &noter{c: c, pol: pol, key: a.Key, attempt: a.Attempt}
 	value, err := c.run(ctx, pol, a, att, fn, sent, func(p any) {
 		// The effect panicked (or called runtime.Goexit): it may have
 		// happened. Record that honestly before the panic goes on.
@@ -931,8 +931,14 @@ func encodeResult(v any, maxResult int) (json.RawMessage, error) {
 
 // settle records what the effect returned and reports it: to the hooks,
 // the log, and as the outcome Do returns.
-func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any, ferr error, took time.Duration) (outcome, Observation) {
+func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any, ferr error, noted string, took time.Duration) (outcome, Observation) {
 	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, ferr)
+	if noted != "" && ferr != nil && classify(ferr) == StatusUnknown {
+		// What the effect noted it was doing (Attempt.Note): what the
+		// person who decides an unknown outcome looks for.
+		t.Error += "; it had noted: " + noted
+		t.Event.Note += "; it had noted: " + noted
+	}
 	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
 

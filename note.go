@@ -3,6 +3,7 @@ package once
 import (
 	"context"
 	"fmt"
+	"sync"
 )
 
 // Note records, while the effect runs, what it is about to do: what a
@@ -11,7 +12,9 @@ import (
 // in-flight action's Error, which once show, the console and the API
 // show; if the worker dies, recovery gives it with its reason ("its
 // lease expired; it had noted: …"), in the review item a person reads.
-// The attempt's outcome replaces it, as a later note does.
+// The attempt's outcome replaces it, as a later note does; an outcome
+// that is unknown (an error that is neither Permanent nor RetryLater, a
+// panic) keeps it after its error ("…; it had noted: …").
 //
 // It costs one write, which renews the claim's lease as a heartbeat
 // does; the text is stored as any error is (Storable text, MaxTextBytes).
@@ -33,6 +36,18 @@ type noter struct {
 	pol     KindPolicy
 	key     Key
 	attempt int
+
+	// last is the last note written, which an unknown outcome keeps
+	// beside its error: that is when a person needs it.
+	mu   sync.Mutex
+	last string
+}
+
+// noted returns the last note written, or "".
+func (n *noter) noted() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.last
 }
 
 func (n *noter) note(ctx context.Context, note string) error {
@@ -48,5 +63,8 @@ func (n *noter) note(ctx context.Context, note string) error {
 	case !ok:
 		return &FencedError{Key: n.key, Attempt: n.attempt, Outcome: StatusInFlight}
 	}
+	n.mu.Lock()
+	n.last = t.Error
+	n.mu.Unlock()
 	return nil
 }

@@ -80,7 +80,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	case DecisionRetry:
 		t.To, t.Error = StatusReleased, "released by "+r.By+": "+r.Note
 	case DecisionAbandon:
-		t.To, t.Error = StatusFailed, "abandoned by "+r.By+": "+r.Note
+		t.To, t.Error = StatusFailed, abandonedBy(r.By)+r.Note
 	}
 	t.Event.To = t.To
 	ok, err := c.transition(ctx, t)
@@ -131,10 +131,16 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 
 // abandoned reports whether r abandons an action a person already
 // abandoned at its attempt: that changes nothing, and written each time
-// would grow the trail by a resolved event per request.
+// would grow the trail by a resolved event per request. The error must
+// still be the abandon's: a person who retried, and the worker's late
+// outcome that failed the action after, abandoned nothing.
 func abandoned(a Action, r Resolution) bool {
-	return r.Decision == DecisionAbandon && a.Status == StatusFailed && a.ResolvedBy != "" && !a.ResolvedAt.Before(a.ClaimedAt)
+	return r.Decision == DecisionAbandon && a.Status == StatusFailed && a.ResolvedBy != "" && !a.ResolvedAt.Before(a.ClaimedAt) &&
+		strings.HasPrefix(a.Error, abandonedBy(a.ResolvedBy))
 }
+
+// abandonedBy starts the error an Abandon by who stores.
+func abandonedBy(who string) string { return "abandoned by " + who + ": " }
 
 // refusedLast reports whether the newest event of cur's trail is a
 // person's refused resolution of cur's attempt and status. When the

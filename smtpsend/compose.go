@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"mime"
 	"mime/quotedprintable"
 	"net/mail"
 	"sort"
@@ -308,6 +309,16 @@ func header(name, value string) (string, error) {
 	}
 	if !isASCII(value) {
 		return "", fmt.Errorf("smtpsend: Message.Header %s holds non-ASCII text; encode it (mime.QEncoding) as one line", name)
+	}
+	// A reader shows the text of encoded-words decoded: it is held to
+	// the same rules, so a line break or an escape cannot come in
+	// encoded.
+	decoded, err := new(mime.WordDecoder).DecodeHeader(value)
+	if err != nil {
+		return "", fmt.Errorf("smtpsend: Message.Header %s holds an encoded-word that cannot be read (%v); encode its text as utf-8 (mime.QEncoding)", name, err)
+	}
+	if err := checkText("Message.Header "+name+", decoded,", decoded); err != nil {
+		return "", err
 	}
 	f, ok := fold(name + ": " + value)
 	if !ok {

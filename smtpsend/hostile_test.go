@@ -129,6 +129,14 @@ func TestSendRefusesControlCharacters(t *testing.T) {
 		{"DEL in header", func(m *smtpsend.Message) { m.Header = map[string]string{"X-A": "v\x7f"} }, "X-A"},
 		{"BEL in header", func(m *smtpsend.Message) { m.Header = map[string]string{"X-A": "v\x07"} }, "U+0007"},
 		{"bare CR in header", func(m *smtpsend.Message) { m.Header = map[string]string{"X-A": "v\r.\rQUIT"} }, "X-A"},
+		// Encoded-words a reader decodes: a line break that shows a
+		// Bcc the message never had, an escape a terminal acts on.
+		{"encoded CR LF in header", func(m *smtpsend.Message) {
+			m.Header = map[string]string{"X-A": "=?utf-8?q?a=0D=0ABcc:_evil@example.com?="}
+		}, "X-A"},
+		{"encoded ESC in header", func(m *smtpsend.Message) {
+			m.Header = map[string]string{"X-A": mime.BEncoding.Encode("utf-8", "\x1b[2J")}
+		}, "U+001B"},
 		{"NUL in body", func(m *smtpsend.Message) { m.Body = []byte("a\x00b") }, "Message.Body"},
 		{"ESC in body", func(m *smtpsend.Message) { m.Body = []byte("line\n\x1b]0;owned\x07\n") }, "U+001B"},
 	}
@@ -143,7 +151,7 @@ func TestSendRefusesControlCharacters(t *testing.T) {
 	// A tab is kept, in a header and in the body.
 	m := message()
 	m.Subject = "a\tb"
-	m.Header = map[string]string{"X-A": "c\td"}
+	m.Header = map[string]string{"X-A": "c\td", "X-B": mime.QEncoding.Encode("utf-8", "Café")}
 	m.Body = []byte("e\tf\n")
 	if _, err := s.Send(context.Background(), attempt(t, 1), m); err != nil {
 		t.Fatalf("Send with tabs: %v", err)
@@ -151,6 +159,9 @@ func TestSendRefusesControlCharacters(t *testing.T) {
 	got := srv.messages()[0]
 	if sub := got.Header.Get("Subject"); sub != "a\tb" {
 		t.Errorf("Subject %q, want the tab kept", sub)
+	}
+	if v := got.Header.Get("X-B"); v != mime.QEncoding.Encode("utf-8", "Café") {
+		t.Errorf("X-B %q, want the encoded-word kept", v)
 	}
 	if b := body(t, got); b != "e\tf\r\n" {
 		t.Errorf("body %q, want the tab kept", b)
@@ -384,6 +395,23 @@ func TestSendCapsRecipients(t *testing.T) {
 			t.Errorf("the server read %d messages, want none", n)
 		}
 	})
+
+	// A 452 with an enhanced code other than 4.5.3 is not the
+	// recipient limit: a full mailbox (4.2.2) or a server short of
+	// storage (4.3.1) may take the message later.
+	for _, code := range []smtp.EnhancedCode{{4, 2, 2}, {4, 3, 1}} {
+		t.Run(fmt.Sprintf("452 %d.%d.%d after other recipients is a retry", code[0], code[1], code[2]), func(t *testing.T) {
+			srv := startServer(t)
+			srv.setFailure(failure{rcptLimit: 1, rcptLimitReply: &smtp.SMTPError{Code: 452, EnhancedCode: code, Message: "try again later"}})
+			s := &smtpsend.Sender{Addr: srv.addr(), Timeout: 10 * time.Second}
+			m := message()
+			m.To = addrs("to", 2)
+			_, err := s.Send(context.Background(), attempt(t, 1), m)
+			if c := class(err); c != "retry-later" {
+				t.Fatalf("class %s (%v), want retry-later", c, err)
+			}
+		})
+	}
 
 	t.Run("452 on the first recipient is a retry", func(t *testing.T) {
 		srv := startServer(t)

@@ -53,6 +53,9 @@ type failure struct {
 	// in one transaction 452 4.5.3, as a server with a lower limit than
 	// it advertises does.
 	rcptLimit int
+	// rcptLimitReply, when set, is the reply to the recipients after
+	// rcptLimit instead of 452 4.5.3.
+	rcptLimitReply *smtp.SMTPError
 	// no8bit hides 8BITMIME from the EHLO reply.
 	no8bit bool
 }
@@ -197,6 +200,9 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 		return f.rcpt
 	}
 	if f.rcptLimit > 0 && s.n >= f.rcptLimit {
+		if f.rcptLimitReply != nil {
+			return f.rcptLimitReply
+		}
 		return &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 5, 3}, Message: "too many recipients"}
 	}
 	s.n++

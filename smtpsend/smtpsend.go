@@ -17,7 +17,8 @@
 //	  (after EHLO, before MAIL FROM)
 //	MAIL FROM / RCPT TO: 5xx                      once.Permanent    stores the failure
 //	RCPT TO: 452 after other recipients were      once.Permanent    stores the failure
-//	  taken (too many recipients, RFC 5321)
+//	  taken (too many recipients, RFC 5321:
+//	  4.5.3, or no enhanced code)
 //	MAIL FROM / RCPT TO: 4xx or connection lost   once.RetryLater   releases the claim
 //	DATA command: 5xx                             once.Permanent    stores the failure
 //	DATA command: 4xx or connection lost          once.RetryLater   releases the claim
@@ -134,7 +135,8 @@ type Message struct {
 	// sent as quoted-printable, so every server can take it.
 	Body []byte
 	// Header holds extra header fields (List-Unsubscribe, Reply-To…):
-	// printable ASCII (encode other text with mime.QEncoding), folded at
+	// printable ASCII (encode other text with mime.QEncoding; decoded,
+	// it holds no control characters but TAB either), folded at
 	// its whitespace into lines of at most 998 bytes. Fields Send writes
 	// itself (Date, From, To, Cc, Subject, Message-ID, MIME-Version,
 	// Content-Type, Content-Transfer-Encoding) and Bcc are refused: set
@@ -197,7 +199,7 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	for i, to := range m.rcpts {
 		err := c.Rcpt(to, nil)
 		var se *smtp.SMTPError
-		if i > 0 && errors.As(err, &se) && (se.Code == 452 || se.EnhancedCode == smtp.EnhancedCode{4, 5, 3}) {
+		if i > 0 && errors.As(err, &se) && tooManyRecipients(se) {
 			// RFC 5321 4.5.3.1.10: too many recipients. The server will
 			// defer the same one on every attempt: a retry would loop.
 			return "", once.Permanent(fmt.Errorf("smtpsend: the server took %d recipients and deferred RCPT TO:<%s>: %w; it takes no more in one message, and would stop there on every attempt: send fewer recipients per message (set Sender.MaxRecipients to %d or less) under keys of their own", i, to, err, i))
@@ -288,6 +290,16 @@ func (s *Sender) fits(c *smtp.Client, m composed) error {
 		}
 	}
 	return nil
+}
+
+// tooManyRecipients reports whether a deferred RCPT TO is the server's
+// recipient limit (RFC 5321 4.5.3.1.10): 4.5.3, or a 452 with no
+// enhanced code to say otherwise. A 452 with another code (4.2.2, a full
+// mailbox; 4.3.1, a server short of storage) may pass later, and stays a
+// retry.
+func tooManyRecipients(se *smtp.SMTPError) bool {
+	return se.EnhancedCode == smtp.EnhancedCode{4, 5, 3} ||
+		se.Code == 452 && se.EnhancedCode == smtp.EnhancedCode{}
 }
 
 // refused classifies a failed MAIL, RCPT or DATA command, or a 4xx/5xx

@@ -326,6 +326,29 @@ func testNote(t *testing.T, h Harness) {
 	if err := (once.Attempt{Key: k, Number: 1}).Note(ctx(t), "by hand"); err != nil {
 		t.Errorf("a note on an Attempt made by hand: %v, want nothing done", err)
 	}
+
+	// An outcome that is unknown is what the note is for: the review
+	// item keeps it beside the error, whether the effect returned one
+	// or panicked.
+	u := keyOf(t, intent(2))
+	once.Do(ctx(t), c, intent(2), func(ctx context.Context, a once.Attempt) (string, error) {
+		a.Note(ctx, "charging with provider request R-42")
+		return "", errors.New("connection reset after the request was sent")
+	})
+	if a := mustGet(t, s, u); a.Status != once.StatusReview || !strings.Contains(a.Error, "connection reset") || !strings.Contains(a.Error, "R-42") {
+		t.Errorf("an unknown outcome after a note is %s with %q, want review naming the error and the note", a.Status, a.Error)
+	}
+	p := keyOf(t, intent(3))
+	func() {
+		defer func() { recover() }()
+		once.Do(ctx(t), c, intent(3), func(ctx context.Context, a once.Attempt) (string, error) {
+			a.Note(ctx, "charging with provider request R-43")
+			panic("boom")
+		})
+	}()
+	if a := mustGet(t, s, p); a.Status != once.StatusReview || !strings.Contains(a.Error, "boom") || !strings.Contains(a.Error, "R-43") {
+		t.Errorf("a panic after a note is %s with %q, want review naming the panic and the note", a.Status, a.Error)
+	}
 }
 
 func testRelease(t *testing.T, h Harness) {

@@ -1204,4 +1204,26 @@ func testRefusalsBounded(t *testing.T, h Harness) {
 	if a, err := c.Resolve(ctx(t), f, once.Resolution{Decision: once.DecisionDone, By: "ops", Note: "it went out after all"}); err != nil || a.Status != once.StatusSucceeded {
 		t.Errorf("Done on an abandoned action = %s, %v", a.Status, err)
 	}
+
+	// A person retried a review item, and the worker's late outcome
+	// then failed the action at the same attempt: nobody abandoned it,
+	// so Abandon applies, and no refusal says someone did.
+	in = intent(4)
+	once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") })
+	l := keyOf(t, in)
+	a, err := c.Resolve(ctx(t), l, once.Resolution{Decision: once.DecisionRetry, By: "ops", Note: "not in the mail log"})
+	if err != nil || a.Status != once.StatusReleased {
+		t.Fatalf("Retry of a review item = %s, %v", a.Status, err)
+	}
+	// What the worker's late outcome writes (recordLate): released to
+	// failed at the attempt it ran.
+	late := once.Transition{Key: l, Attempt: a.Attempt, From: []once.Status{once.StatusReleased}, To: once.StatusFailed, Error: "550 no such user",
+		Event: once.Event{Key: l, Type: once.EventFailed, Attempt: a.Attempt, From: once.StatusReleased, To: once.StatusFailed, Actor: once.ActorWorker,
+			Note: "550 no such user; late outcome of attempt 1, recorded after the action was released"}}
+	if ok, err := s.Transition(ctx(t), late); !ok || err != nil {
+		t.Fatalf("the late outcome: %v, %v", ok, err)
+	}
+	if a, err := c.Resolve(ctx(t), l, once.Resolution{Decision: once.DecisionAbandon, By: "oncall", Note: "the address is gone"}); err != nil || a.Status != once.StatusFailed {
+		t.Errorf("Abandon of an action a person retried and the worker failed = %s, %v; want it applied (nobody abandoned it)", a.Status, err)
+	}
 }
