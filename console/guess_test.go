@@ -1,37 +1,18 @@
 package console_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncehq/once/console"
+	"github.com/oncehq/once/internal/testdb"
 )
-
-// lockedBuffer is a log the console writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // clientFrom is an HTTP client whose connections come from the loopback
 // address ip, and which does not follow redirects.
@@ -53,7 +34,7 @@ func clientFrom(ip string) *http.Client {
 // all 200 were answered 401 at full speed and nothing was logged.
 func TestTokenGuessesAreLimitedAndLogged(t *testing.T) {
 	const token = "the-right-token-0123456789"
-	var log lockedBuffer
+	var log testdb.LockedBuffer
 	b := setup(t, console.Config{Token: token, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	srv := httptest.NewServer(b.h)
 	t.Cleanup(srv.Close)

@@ -50,25 +50,26 @@ type PgBouncer struct {
 
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  *lockedBuffer
+	log  *LockedBuffer
 
 	closeOnce sync.Once
 }
 
-// lockedBuffer is PgBouncer's log, written by its process and read by
-// error messages.
-type lockedBuffer struct {
+// LockedBuffer is a log that one side writes while another reads it: a
+// process's output, or a logger's, read by a test. PgBouncer's log is
+// one.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -226,7 +227,7 @@ pidfile =
 			return nil, err
 		}
 	}
-	log := &lockedBuffer{}
+	log := &LockedBuffer{}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Stdout, cmd.Stderr = log, log
 	// It dies with the test process, even one killed by a timeout.
