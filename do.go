@@ -62,7 +62,10 @@ type Result[T any] struct {
 //     the kind's recovery decides, never a guess: AskPerson puts it up for
 //     review, RetryWithProviderKey releases it for the next delivery
 //     (which runs it again with the same provider key), and
-//     VerifyThenDecide leaves it unknown until its verifier is asked.
+//     VerifyThenDecide leaves it unknown until its verifier is asked. A
+//     panic goes on up the stack once recorded; the third attempt of one
+//     action to panic is put up for review under RetryWithProviderKey
+//     too, since another would most likely panic again.
 //
 // fn's context is cancelled at the kind's MaxExecution, when the claim is
 // lost, and when ctx is. A cancellation it returns as a plain error is an
@@ -630,7 +633,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 	value, err := c.run(ctx, pol, a, att, fn, sent, func(p any) {
 		// The effect panicked (or called runtime.Goexit): it may have
 		// happened. Record that honestly before the panic goes on.
-		settle(nil, fmt.Errorf("panic: %v", p))
+		settle(nil, &panicked{p})
 	})
 	if errors.Is(err, errLeaseSpent) {
 		// The process stalled between the claim and the effect for
@@ -639,6 +642,35 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return unrun(c.abandon(ctx, pol, a, err, takeover))
 	}
 	return settle(value, err)
+}
+
+// panicked is the outcome of an effect that panicked: unknown, since
+// it may have happened before it panicked.
+type panicked struct{ value any }
+
+func (p *panicked) Error() string { return fmt.Sprintf("panic: %v", p.value) }
+
+// maxPanics is how many attempts of one action may panic before it is
+// put up for review, also under RetryWithProviderKey.
+const maxPanics = 3
+
+// panickedBefore counts the attempts of a before its own that ended in
+// a panic its worker recorded; 0 when the trail cannot be read, as it
+// was before the count.
+func (c *Client) panickedBefore(ctx context.Context, a Action) int {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+	defer cancel()
+	evs, err := c.store.Events(rctx, a.Key)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Attempt < a.Attempt && e.Actor == ActorWorker && e.Type == EventReleased && strings.HasPrefix(e.Note, "outcome unknown: panic: ") {
+			n++
+		}
+	}
+	return n
 }
 
 // errLeaseSpent is run's answer when the lease ran out before the effect
@@ -938,6 +970,18 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// person who decides an unknown outcome looks for.
 		t.Error += "; it had noted: " + noted
 		t.Event.Note += "; it had noted: " + noted
+	}
+	var pe *panicked
+	if errors.As(ferr, &pe) && t.To == StatusReleased {
+		// A panic is the effect's own bug, and the next attempt would
+		// most likely panic again: released each time for the next
+		// delivery, or a re-drive, it ran for ever
+		// (TestRepeatedPanicsGoToReview).
+		if n := c.panickedBefore(ctx, a); n+1 >= maxPanics {
+			why := fmt.Sprintf("the effect panicked in %d attempts, and another would most likely panic again: a person decides", n+1)
+			t.To, t.Event.Type = StatusReview, EventReview
+			t.Error, t.Event.Note = why+"; "+t.Error, why+"; "+t.Event.Note
+		}
 	}
 	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
