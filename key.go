@@ -2,6 +2,7 @@ package once
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
@@ -203,7 +204,7 @@ func canonicalPayload(p any) ([]byte, error) {
 // the text's size.
 func appendPayload(b []byte, p any, max int) ([]byte, error) {
 	n := len(b)
-	out, ok := appendCanonical(b, p, 0)
+	out, ok := appendCanonical(b, p, 0, n+min(max, math.MaxInt-n))
 	if ok {
 		return out, nil
 	}
@@ -228,7 +229,7 @@ func canonicalGeneral(p any, max int) ([]byte, error) {
 	}
 	// The walk comes first: encoding/json has no bound on nesting, and a
 	// value nested a million levels deep overflows its stack.
-	if err := checkStrings(reflect.ValueOf(p)); err != nil {
+	if err := checkStrings(reflect.ValueOf(p), max); err != nil {
 		return nil, err
 	}
 	// Without HTML escapes the text is as long as the canonical form, or
@@ -401,8 +402,9 @@ const maxWalkDepth = 1 << 15
 // interfaces, and the text of encoding.TextMarshaler values and keys. A
 // json.Marshaler is not entered: its output is checked as JSON text.
 // []byte is base64 in JSON, so any bytes are fine there.
-func checkStrings(v reflect.Value) error {
-	bad := walkStrings(v, 0, 0)
+func checkStrings(v reflect.Value, max int) error {
+	budget := max
+	bad := walkStrings(v, 0, 0, &budget)
 	switch {
 	case bad == nil:
 		return nil
@@ -410,6 +412,8 @@ func checkStrings(v reflect.Value) error {
 		return fmt.Errorf("nests deeper than %d levels (the limit of JSON payloads, MaxPayloadDepth), or refers to itself; flatten it", MaxPayloadDepth)
 	case bad == tooLong:
 		return fmt.Errorf("is reached through more than %d pointers and interfaces, or refers to itself; flatten it", maxWalkDepth)
+	case bad == tooBig:
+		return fmt.Errorf("would encode to JSON text of more than %d bytes, over the limit of %d (a part held in several places is written out in each); store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", max, max)
 	}
 	i := invalidUTF8At([]byte(bad.text))
 	return fmt.Errorf("has %s that is not valid UTF-8 (at %s, byte %d is 0x%02x: %s): encoding/json would replace it with U+FFFD, so payloads that differ there would hash the same; make it valid UTF-8, or carry binary data in a []byte field (base64 in JSON) or as a []byte payload", bad.what, bad.where(), i, bad.text[i], shorten(strconv.Quote(bad.text)))
@@ -425,10 +429,10 @@ type badText struct {
 // tooDeep and tooLong are what walkStrings finds in a value nested deeper
 // than MaxPayloadDepth, or followed further than maxWalkDepth. They carry
 // no path: a path that long would not help anyone.
-var tooDeep, tooLong = &badText{}, &badText{}
+var tooDeep, tooLong, tooBig = &badText{}, &badText{}, &badText{}
 
 func (b *badText) at(segment string) *badText {
-	if b == tooDeep || b == tooLong {
+	if b == tooDeep || b == tooLong || b == tooBig {
 		return b
 	}
 	b.path = append(b.path, segment)
@@ -447,7 +451,13 @@ func (b *badText) where() string {
 }
 
 // walkStrings walks v, depth calls and level JSON levels below the top.
-func walkStrings(v reflect.Value, depth, level int) *badText {
+// budget is what is left of the payload limit: each string, element,
+// member and field name spends at least the bytes encoding/json writes
+// for it, and tooBig is returned once it is spent. The walk follows a
+// part held in many places (a shared pointer, one string in many
+// elements) each time, as encoding/json does; the budget stops it long
+// before it writes such a value out.
+func walkStrings(v reflect.Value, depth, level int, budget *int) *badText {
 	if !v.IsValid() {
 		return nil
 	}
@@ -479,11 +489,14 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 	}
 	switch v.Kind() {
 	case reflect.String:
+		if spend(budget, v.Len()) {
+			return tooBig
+		}
 		if !utf8.ValidString(v.String()) {
 			return &badText{what: "a string", text: v.String()}
 		}
 	case reflect.Pointer, reflect.Interface:
-		return walkStrings(v.Elem(), depth+1, level)
+		return walkStrings(v.Elem(), depth+1, level, budget)
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
@@ -507,7 +520,10 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 			if sf.Tag.Get("json") == "-" {
 				continue
 			}
-			if bad := walkStrings(v.Field(i), depth+1, fl); bad != nil {
+			if !sf.Anonymous && spend(budget, fieldBytes(sf, v.Field(i))) {
+				return tooBig
+			}
+			if bad := walkStrings(v.Field(i), depth+1, fl, budget); bad != nil {
 				return bad.at("." + sf.Name)
 			}
 		}
@@ -516,6 +532,13 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 		textKeys := kt.Kind() != reflect.String && kt.Implements(textMarshalerType)
 		for it := v.MapRange(); it.Next(); {
 			k := it.Key()
+			kb := 4 // "":, and a value of at least a byte
+			if k.Kind() == reflect.String {
+				kb += k.Len()
+			}
+			if spend(budget, kb) {
+				return tooBig
+			}
 			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
 				return &badText{what: "a map key", text: k.String()}
 			}
@@ -524,16 +547,20 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 					return &badText{what: "the text of a map key's MarshalText", text: string(text)}
 				}
 			}
-			if bad := walkStrings(it.Value(), depth+1, level); bad != nil {
+			if bad := walkStrings(it.Value(), depth+1, level, budget); bad != nil {
 				return bad.at(fmt.Sprintf("[%s]", shorten(fmt.Sprintf("%#v", k))))
 			}
 		}
 	case reflect.Slice, reflect.Array:
+		// An element is at least a byte; bytes are base64, 4 for 3.
+		if spend(budget, v.Len()) {
+			return tooBig
+		}
 		if !mayHoldText(v.Type().Elem()) {
 			return nil
 		}
 		for i := range v.Len() {
-			if bad := walkStrings(v.Index(i), depth+1, level); bad != nil {
+			if bad := walkStrings(v.Index(i), depth+1, level, budget); bad != nil {
 				return bad.at(fmt.Sprintf("[%d]", i))
 			}
 		}
@@ -563,6 +590,37 @@ func textMarshalerOf(v reflect.Value) (encoding.TextMarshaler, bool) {
 		return nil, false
 	}
 	return a.Interface().(encoding.TextMarshaler), true
+}
+
+// spend takes n bytes from budget and reports whether it is spent.
+func spend(budget *int, n int) bool {
+	*budget -= n
+	return *budget < 0
+}
+
+// fieldBytes is the least encoding/json writes for the name of struct
+// field sf holding v ("name":), counted only where the field is surely
+// written: a non-nil pointer, interface, map or slice, or a non-empty
+// string, without omitzero (whose IsZero method may say otherwise). It
+// is what keeps a walk over a node shared many times bounded.
+func fieldBytes(sf reflect.StructField, v reflect.Value) int {
+	name, opts, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	if strings.Contains(","+opts+",", ",omitzero,") {
+		return 0
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
+		if v.IsNil() {
+			return 0
+		}
+	case reflect.String:
+		if v.Len() == 0 {
+			return 0
+		}
+	default:
+		return 0
+	}
+	return len(cmp.Or(name, sf.Name)) + 3
 }
 
 // isContainer reports whether encoding/json writes a value of type t as
