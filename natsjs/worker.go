@@ -32,8 +32,7 @@ const (
 	// DefaultDrainTimeout is how long Consume lets running jobs finish
 	// after its context ends before it cancels them.
 	DefaultDrainTimeout = 30 * time.Second
-	// DefaultMaxPanics is the delivery of a message whose panic
-	// terminates it.
+	// DefaultMaxPanics is the panic on one message that terminates it.
 	DefaultMaxPanics = 3
 )
 
@@ -73,11 +72,12 @@ type Config struct {
 	DrainTimeout time.Duration
 	// MaxPanics bounds a poison message: a job function that panics is
 	// recovered, its stack logged, and its message handed back with the
-	// backoff, until a panic on the message's MaxPanics-th delivery (or
-	// a later one) terminates it, with the panic as the reason. JetStream
-	// counts deliveries, not panics, so deliveries that were retried for
-	// another reason count too. Zero means DefaultMaxPanics (3); 1
-	// terminates at the first panic.
+	// backoff, until its MaxPanics-th panic terminates it, with the panic
+	// as the reason. The worker counts the panics itself (JetStream
+	// counts deliveries, and a job retried for another reason is no
+	// poison); a count starts again in a new process, and each worker
+	// counts its own, so the consumer's MaxDeliver bounds them all. Zero
+	// means DefaultMaxPanics (3); 1 terminates at the first panic.
 	MaxPanics int
 	// OnSettle, if not nil, is called by Consume after each message was
 	// settled, with what Handle returned, in place of the log line
@@ -102,7 +102,18 @@ type Worker struct {
 	// failed is kept only for a while (retryAfter), then asked again.
 	consumers   sync.Map
 	lookupRetry time.Duration
+
+	// panics counts the panics of each message this worker handed
+	// back (by stream, consumer and stream sequence), at most
+	// maxTrackedPanics of them.
+	panicsMu sync.Mutex
+	panics   map[string]int
 }
+
+// maxTrackedPanics bounds Worker.panics: past it, a count is forgotten
+// for each new one, so a flood of poison messages costs bounded memory
+// (a forgotten message counts from zero again, bounded by MaxDeliver).
+const maxTrackedPanics = 4096
 
 // defaultLookupRetry is how long a failed lookup of a consumer stands
 // before a message of that consumer asks again (doubled with each
@@ -219,8 +230,8 @@ func (e *SettleError) Unwrap() error        { return e.Err }
 // last delivery (its MaxDeliver) is terminated instead, with
 // ErrLastDelivery joined to the error: JetStream would not deliver it
 // again. A panic in fn is recovered and returned as a *PanicError, its
-// stack logged; the message is retried, and terminated from its
-// Config.MaxPanics-th delivery on.
+// stack logged; the message is retried, and terminated at its
+// Config.MaxPanics-th panic.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (once.Disposition, error) {
 	switch {
 	case w == nil:
@@ -256,6 +267,8 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 	var pe *PanicError
 	if errors.As(ferr, &pe) {
 		d = w.poison(msg, meta, pe)
+	} else if d.Action != once.JobRetry {
+		w.forgetPanics(meta)
 	}
 	if d.Action == once.JobRetry {
 		if ctx.Err() != nil {
@@ -286,15 +299,52 @@ func (w *Worker) poison(msg jetstream.Msg, meta *jetstream.MsgMetadata, pe *Pani
 	if len(v) > maxPanicReason {
 		v = strings.ToValidUTF8(v[:maxPanicReason], "") + "…"
 	}
-	final := meta.NumDelivered >= uint64(w.cfg.MaxPanics)
+	n := w.countPanic(meta)
+	final := n >= w.cfg.MaxPanics
+	if final {
+		w.forgetPanics(meta)
+	}
 	w.log.Error("natsjs: the job function panicked",
-		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "max_panics", w.cfg.MaxPanics, "terminated", final,
+		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "panics", n, "max_panics", w.cfg.MaxPanics, "terminated", final,
 		"panic", v, "stack", string(pe.Stack))
 	if final {
-		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked on delivery %d (Config.MaxPanics %d): %s; terminated as a poison message",
-			meta.NumDelivered, w.cfg.MaxPanics, v)}
+		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked %d times (Config.MaxPanics %d), the last on delivery %d: %s; terminated as a poison message",
+			n, w.cfg.MaxPanics, meta.NumDelivered, v)}
 	}
-	return retry(fmt.Sprintf("the job function panicked on delivery %d of at most %d: %s", meta.NumDelivered, w.cfg.MaxPanics, v))
+	return retry(fmt.Sprintf("the job function panicked on delivery %d (panic %d of at most %d): %s", meta.NumDelivered, n, w.cfg.MaxPanics, v))
+}
+
+// panicKey names a message for Worker.panics.
+func panicKey(meta *jetstream.MsgMetadata) string {
+	return meta.Stream + "\x00" + meta.Consumer + "\x00" + strconv.FormatUint(meta.Sequence.Stream, 10)
+}
+
+// countPanic counts one more panic of the message and returns its count.
+func (w *Worker) countPanic(meta *jetstream.MsgMetadata) int {
+	k := panicKey(meta)
+	w.panicsMu.Lock()
+	defer w.panicsMu.Unlock()
+	if w.panics == nil {
+		w.panics = map[string]int{}
+	}
+	if _, ok := w.panics[k]; !ok && len(w.panics) >= maxTrackedPanics {
+		for old := range w.panics {
+			delete(w.panics, old)
+			break
+		}
+	}
+	w.panics[k]++
+	return w.panics[k]
+}
+
+// forgetPanics drops the panic count of a message that is settled for
+// good.
+func (w *Worker) forgetPanics(meta *jetstream.MsgMetadata) {
+	w.panicsMu.Lock()
+	defer w.panicsMu.Unlock()
+	if len(w.panics) > 0 {
+		delete(w.panics, panicKey(meta))
+	}
 }
 
 // jobOf names msg's job for the log: its stream and sequence, and its
