@@ -403,8 +403,7 @@ const maxWalkDepth = 1 << 15
 // json.Marshaler is not entered: its output is checked as JSON text.
 // []byte is base64 in JSON, so any bytes are fine there.
 func checkStrings(v reflect.Value, max int) error {
-	budget := max
-	bad := walkStrings(v, 0, 0, &budget)
+	bad := walkStrings(v, 0, 0, &walkBudget{bytes: max, embeds: max})
 	switch {
 	case bad == nil:
 		return nil
@@ -412,6 +411,8 @@ func checkStrings(v reflect.Value, max int) error {
 		return fmt.Errorf("nests deeper than %d levels (the limit of JSON payloads, MaxPayloadDepth), or refers to itself; flatten it", MaxPayloadDepth)
 	case bad == tooLong:
 		return fmt.Errorf("is reached through more than %d pointers and interfaces, or refers to itself; flatten it", maxWalkDepth)
+	case bad == tooManyEmbeds:
+		return fmt.Errorf("follows more than %d embedded struct pointers (one for each byte of the limit, Config.MaxPayloadBytes), or holds one in many places; flatten it", max)
 	case bad == tooBig:
 		return fmt.Errorf("would encode to JSON text of more than %d bytes, over the limit of %d (a part held in several places is written out in each); store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", max, max)
 	}
@@ -429,10 +430,10 @@ type badText struct {
 // tooDeep and tooLong are what walkStrings finds in a value nested deeper
 // than MaxPayloadDepth, or followed further than maxWalkDepth. They carry
 // no path: a path that long would not help anyone.
-var tooDeep, tooLong, tooBig = &badText{}, &badText{}, &badText{}
+var tooDeep, tooLong, tooBig, tooManyEmbeds = &badText{}, &badText{}, &badText{}, &badText{}
 
 func (b *badText) at(segment string) *badText {
-	if b == tooDeep || b == tooLong || b == tooBig {
+	if b == tooDeep || b == tooLong || b == tooBig || b == tooManyEmbeds {
 		return b
 	}
 	b.path = append(b.path, segment)
@@ -457,7 +458,7 @@ func (b *badText) where() string {
 // part held in many places (a shared pointer, one string in many
 // elements) each time, as encoding/json does; the budget stops it long
 // before it writes such a value out.
-func walkStrings(v reflect.Value, depth, level int, budget *int) *badText {
+func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText {
 	if !v.IsValid() {
 		return nil
 	}
@@ -489,7 +490,7 @@ func walkStrings(v reflect.Value, depth, level int, budget *int) *badText {
 	}
 	switch v.Kind() {
 	case reflect.String:
-		if spend(budget, v.Len()) {
+		if budget.spend(v.Len()) {
 			return tooBig
 		}
 		if !utf8.ValidString(v.String()) {
@@ -520,7 +521,15 @@ func walkStrings(v reflect.Value, depth, level int, budget *int) *badText {
 			if sf.Tag.Get("json") == "-" {
 				continue
 			}
-			if !sf.Anonymous && spend(budget, fieldBytes(sf, v.Field(i))) {
+			if embedsStruct(sf) {
+				// Its fields are promoted, so it writes nothing of its
+				// own, however often it is shared: count the pointer.
+				if fv := v.Field(i); fv.Kind() == reflect.Pointer && !fv.IsNil() {
+					if budget.embeds--; budget.embeds < 0 {
+						return tooManyEmbeds
+					}
+				}
+			} else if budget.spend(fieldBytes(sf, v.Field(i))) {
 				return tooBig
 			}
 			if bad := walkStrings(v.Field(i), depth+1, fl, budget); bad != nil {
@@ -536,7 +545,7 @@ func walkStrings(v reflect.Value, depth, level int, budget *int) *badText {
 			if k.Kind() == reflect.String {
 				kb += k.Len()
 			}
-			if spend(budget, kb) {
+			if budget.spend(kb) {
 				return tooBig
 			}
 			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
@@ -553,7 +562,7 @@ func walkStrings(v reflect.Value, depth, level int, budget *int) *badText {
 		}
 	case reflect.Slice, reflect.Array:
 		// An element is at least a byte; bytes are base64, 4 for 3.
-		if spend(budget, v.Len()) {
+		if budget.spend(v.Len()) {
 			return tooBig
 		}
 		if !mayHoldText(v.Type().Elem()) {
@@ -592,10 +601,26 @@ func textMarshalerOf(v reflect.Value) (encoding.TextMarshaler, bool) {
 	return a.Interface().(encoding.TextMarshaler), true
 }
 
-// spend takes n bytes from budget and reports whether it is spent.
-func spend(budget *int, n int) bool {
-	*budget -= n
-	return *budget < 0
+// walkBudget is what walkStrings may still spend: bytes of the payload
+// limit, and embedded struct pointers followed.
+type walkBudget struct{ bytes, embeds int }
+
+// spend takes n bytes from the budget and reports whether it is spent.
+func (b *walkBudget) spend(n int) bool {
+	b.bytes -= n
+	return b.bytes < 0
+}
+
+// embedsStruct reports whether sf embeds a struct, or a pointer to one,
+// whose fields encoding/json promotes into the outer struct's (it has
+// no name of its own in its tag).
+func embedsStruct(sf reflect.StructField) bool {
+	ft := sf.Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	return sf.Anonymous && ft.Kind() == reflect.Struct && name == ""
 }
 
 // fieldBytes is the least encoding/json writes for the name of struct

@@ -134,6 +134,19 @@ type dagNode struct {
 	S    string
 }
 
+// embedNode embeds two pointers that lead back to embedNode: encoding/json
+// promotes no field of them (they conflict), so a value of them writes
+// "{}" however deep, while a walk that follows them visits 2^n nodes.
+// It is refused for the pointers it follows: before, KeyOf never
+// returned.
+type embedNode struct {
+	*EmbedLeft
+	*EmbedRight
+}
+
+type EmbedLeft struct{ *embedNode }
+type EmbedRight struct{ *embedNode }
+
 // TestKeyOfRefusesSharedParts: a Go value that shares its parts (one
 // string in many places, a node that is both children of its parent) is
 // small in memory and encodes to far more than the limit. It is refused
@@ -159,21 +172,29 @@ func TestKeyOfRefusesSharedParts(t *testing.T) {
 	for range 40 {
 		deep = &dagNode{L: deep, R: deep}
 	}
+	embedded := &embedNode{}
+	for range 40 {
+		embedded = &embedNode{&EmbedLeft{embedded}, &EmbedRight{embedded}}
+	}
 	tree := any([]any{json.Number("1"), strings.Repeat("y", 100)})
 	for range 20 {
 		tree = []any{tree, tree}
 	}
 	for name, p := range map[string]any{
 		"one string 512 times": strs, "one []byte 512 times": bytesList, "one string 512 times, general path": general,
-		"a node shared 20 levels deep": node, "a node shared 40 levels deep": deep, "a []any shared 20 levels deep": tree,
+		"a node shared 20 levels deep": node, "a node shared 40 levels deep": deep, "embedded pointers shared 40 levels deep": embedded, "a []any shared 20 levels deep": tree,
 	} {
 		var err error
 		allocated := bytesAllocated(func() {
 			_, _, err = KeyOf(Intent{Run: "r", Kind: "k", Payload: p})
 		})
+		want := "over the limit of 1048576"
+		if p == any(embedded) {
+			want = "follows more than 1048576 embedded struct pointers"
+		}
 		var ie *IntentError
-		if !errors.As(err, &ie) || ie.Field != "Payload" || !strings.Contains(ie.Reason, "over the limit of 1048576") {
-			t.Errorf("%s: %v, want it refused as over the limit", name, err)
+		if !errors.As(err, &ie) || ie.Field != "Payload" || !strings.Contains(ie.Reason, want) {
+			t.Errorf("%s: %v, want it refused: %s", name, err, want)
 		}
 		t.Logf("%s: refused after allocating %d bytes", name, allocated)
 		if allocated > 16*DefaultMaxPayloadBytes {
