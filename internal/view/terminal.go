@@ -10,8 +10,9 @@ import (
 // target, a provider's error or a note comes from outside, and may hold
 // line breaks and tabs (which would forge lines of a trail), escape
 // sequences (which set the window's title, clear the screen or hide
-// what follows), and bidi controls (which reorder what follows, so that
-// "exe.pdf" reads "fdp.exe"). Each of those is written as a Go escape
+// what follows), bidi controls (which reorder what follows, so that
+// "exe.pdf" reads "fdp.exe"), and characters drawn as nothing (which
+// make one kind read as another). Each of those is written as a Go escape
 // (\n, \x1b, \u202e): the text stays there to read, and nothing in it
 // acts. JSON output needs none of this; its encoder escapes them.
 func Terminal(s string) string {
@@ -31,9 +32,11 @@ func Terminal(s string) string {
 }
 
 // acts reports whether a terminal does something with r rather than
-// show it: control characters (C0, DEL, C1), bidi controls (U+061C,
-// U+200E, U+200F, U+202A–U+202E, U+2066–U+2069), and the line and
-// paragraph separators.
+// show it: control characters (C0, DEL, C1), format characters (the
+// bidi controls U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069,
+// and those drawn as nothing, so that "charge\u200b" would read as
+// "charge": zero-width spaces and joiners, U+2060, U+FEFF, the soft
+// hyphen, tag characters), and the line and paragraph separators.
 func acts(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
 }
