@@ -380,6 +380,7 @@ func shorten(s string) string {
 
 var (
 	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	rawMessageType    = reflect.TypeFor[json.RawMessage]()
 	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
@@ -471,6 +472,13 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 			return nil
 		}
 	}
+	if v.Type() == rawMessageType {
+		// Written as it is, compacted: each byte but white space.
+		if budget.spend(len(v.Bytes()) - countSpace(v.Bytes())) {
+			return tooBig
+		}
+		return nil
+	}
 	if implements(v, jsonMarshalerType) {
 		return nil
 	}
@@ -479,6 +487,8 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 			// An error here makes json.Marshal fail.
 			if text, err := tm.MarshalText(); err == nil && !utf8.Valid(text) {
 				return &badText{what: "the text of a MarshalText", text: string(text)}
+			} else if budget.spend(len(text)) {
+				return tooBig
 			}
 		}
 		return nil
@@ -554,6 +564,8 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 			if textKeys && !(k.Kind() == reflect.Pointer && k.IsNil()) && k.CanInterface() {
 				if text, err := k.Interface().(encoding.TextMarshaler).MarshalText(); err == nil && !utf8.Valid(text) {
 					return &badText{what: "the text of a map key's MarshalText", text: string(text)}
+				} else if budget.spend(len(text)) {
+					return tooBig
 				}
 			}
 			if bad := walkStrings(it.Value(), depth+1, level, budget); bad != nil {
@@ -599,6 +611,17 @@ func textMarshalerOf(v reflect.Value) (encoding.TextMarshaler, bool) {
 		return nil, false
 	}
 	return a.Interface().(encoding.TextMarshaler), true
+}
+
+// countSpace counts the bytes of b that are JSON white space.
+func countSpace(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			n++
+		}
+	}
+	return n
 }
 
 // walkBudget is what walkStrings may still spend: bytes of the payload

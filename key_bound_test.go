@@ -134,6 +134,19 @@ type dagNode struct {
 	S    string
 }
 
+// sharedText marshals itself to text it shares with every other one.
+type sharedText struct{ text []byte }
+
+func (s sharedText) MarshalText() ([]byte, error) { return s.text, nil }
+
+// textKey is a map key that marshals itself to a long text, each key's
+// a little shorter than the last one's, all sharing one array.
+type textKey struct{ n int }
+
+var textKeyText = []byte(strings.Repeat("k", 1<<19))
+
+func (k textKey) MarshalText() ([]byte, error) { return textKeyText[:len(textKeyText)-k.n], nil }
+
 // embedNode embeds two pointers that lead back to embedNode: encoding/json
 // promotes no field of them (they conflict), so a value of them writes
 // "{}" however deep, while a walk that follows them visits 2^n nodes.
@@ -158,10 +171,17 @@ func TestKeyOfRefusesSharedParts(t *testing.T) {
 	strs := make([]string, 512)
 	bytesList := make([][]byte, 512)
 	general := []any{json.Number("1")} // json.Number takes the general path
+	raws := make([]json.RawMessage, 512)
+	texts := make([]sharedText, 512)
+	textKeys := map[textKey]int{}
+	rawHalf := json.RawMessage(`"` + half + `"`)
 	for i := range strs {
 		strs[i] = half
 		bytesList[i] = []byte(half[:1<<18])
 		general = append(general, half)
+		raws[i] = rawHalf
+		texts[i] = sharedText{[]byte(half)}
+		textKeys[textKey{i}] = i
 	}
 	leaf := &dagNode{S: strings.Repeat("y", 100)}
 	node := leaf
@@ -181,7 +201,8 @@ func TestKeyOfRefusesSharedParts(t *testing.T) {
 		tree = []any{tree, tree}
 	}
 	for name, p := range map[string]any{
-		"one string 512 times": strs, "one []byte 512 times": bytesList, "one string 512 times, general path": general,
+		"one string 512 times": strs, "one []byte 512 times": bytesList, "one string 512 times, general path": general, "one json.RawMessage 512 times": raws,
+		"one MarshalText 512 times": texts, "512 map keys of MarshalText": textKeys,
 		"a node shared 20 levels deep": node, "a node shared 40 levels deep": deep, "embedded pointers shared 40 levels deep": embedded, "a []any shared 20 levels deep": tree,
 	} {
 		var err error
