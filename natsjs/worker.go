@@ -76,8 +76,9 @@ type Config struct {
 	// as the reason. The worker counts the panics itself (JetStream
 	// counts deliveries, and a job retried for another reason is no
 	// poison); a count starts again in a new process, and each worker
-	// counts its own, so the consumer's MaxDeliver bounds them all. Zero
-	// means DefaultMaxPanics (3); 1 terminates at the first panic.
+	// counts its own, so each worker meets a poison message at most
+	// MaxPanics times. Zero means DefaultMaxPanics (3); 1 terminates at
+	// the first panic.
 	MaxPanics int
 	// OnSettle, if not nil, is called by Consume after each message was
 	// settled, with what Handle returned, in place of the log line
@@ -107,12 +108,25 @@ type Worker struct {
 	// back (by stream, consumer and stream sequence), at most
 	// maxTrackedPanics of them.
 	panicsMu sync.Mutex
-	panics   map[string]int
+	panics   map[string]panicCount
+	// overflowed is when a count last found no room: until it is stale,
+	// a message without a count may have panicked uncounted, so its
+	// deliveries bound it.
+	overflowed time.Time
 }
 
-// maxTrackedPanics bounds Worker.panics: past it, a count is forgotten
-// for each new one, so a flood of poison messages costs bounded memory
-// (a forgotten message counts from zero again, bounded by MaxDeliver).
+// panicCount is a message's panics, and when the last one was.
+type panicCount struct {
+	n    int
+	last time.Time
+}
+
+// maxTrackedPanics bounds Worker.panics, so a flood of poison messages
+// costs bounded memory. When it is full, stale counts (of a message
+// another worker settled) are dropped; if it is still full, a message
+// without a count is bounded by its delivery count instead, until the
+// overflow is stale: that counts other deliveries too, but holds the
+// bound.
 const maxTrackedPanics = 4096
 
 // defaultLookupRetry is how long a failed lookup of a consumer stands
@@ -292,26 +306,31 @@ const maxPanicReason = 200
 
 // poison logs a job function's panic, with its stack, and says what to
 // do with its message: hand it back for another delivery, or terminate
-// it from the MaxPanics-th delivery on, so a poison message neither
-// kills the worker nor goes round for ever.
+// it at its MaxPanics-th panic, so a poison message neither kills the
+// worker nor goes round for ever.
 func (w *Worker) poison(msg jetstream.Msg, meta *jetstream.MsgMetadata, pe *PanicError) once.Disposition {
 	v := fmt.Sprint(pe.Value)
 	if len(v) > maxPanicReason {
 		v = strings.ToValidUTF8(v[:maxPanicReason], "") + "…"
 	}
-	n := w.countPanic(meta)
+	n, counted := w.countPanic(meta)
+	count := fmt.Sprintf("panic %d of at most %d", n, w.cfg.MaxPanics)
+	if !counted {
+		n = int(min(meta.NumDelivered, uint64(w.cfg.MaxPanics)))
+		count = fmt.Sprintf("too many messages' panics to count, so its deliveries count, at most %d", w.cfg.MaxPanics)
+	}
 	final := n >= w.cfg.MaxPanics
 	if final {
 		w.forgetPanics(meta)
 	}
 	w.log.Error("natsjs: the job function panicked",
-		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "panics", n, "max_panics", w.cfg.MaxPanics, "terminated", final,
+		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "panics", n, "counted", counted, "max_panics", w.cfg.MaxPanics, "terminated", final,
 		"panic", v, "stack", string(pe.Stack))
 	if final {
-		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked %d times (Config.MaxPanics %d), the last on delivery %d: %s; terminated as a poison message",
-			n, w.cfg.MaxPanics, meta.NumDelivered, v)}
+		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked on delivery %d (%s, Config.MaxPanics): %s; terminated as a poison message",
+			meta.NumDelivered, count, v)}
 	}
-	return retry(fmt.Sprintf("the job function panicked on delivery %d (panic %d of at most %d): %s", meta.NumDelivered, n, w.cfg.MaxPanics, v))
+	return retry(fmt.Sprintf("the job function panicked on delivery %d (%s): %s", meta.NumDelivered, count, v))
 }
 
 // panicKey names a message for Worker.panics.
@@ -319,22 +338,38 @@ func panicKey(meta *jetstream.MsgMetadata) string {
 	return meta.Stream + "\x00" + meta.Consumer + "\x00" + strconv.FormatUint(meta.Sequence.Stream, 10)
 }
 
-// countPanic counts one more panic of the message and returns its count.
-func (w *Worker) countPanic(meta *jetstream.MsgMetadata) int {
+// countPanic counts one more panic of the message and returns its
+// count; counted is false when there was no room to count it.
+func (w *Worker) countPanic(meta *jetstream.MsgMetadata) (n int, counted bool) {
 	k := panicKey(meta)
+	now := time.Now()
 	w.panicsMu.Lock()
 	defer w.panicsMu.Unlock()
 	if w.panics == nil {
-		w.panics = map[string]int{}
+		w.panics = map[string]panicCount{}
 	}
-	if _, ok := w.panics[k]; !ok && len(w.panics) >= maxTrackedPanics {
-		for old := range w.panics {
-			delete(w.panics, old)
-			break
+	// A poison message panics again within its backoff, at most
+	// MaxRetryDelay: a count older than many of those is stale.
+	stale := now.Add(-10 * w.cfg.MaxRetryDelay)
+	c, ok := w.panics[k]
+	if !ok && meta.NumDelivered > 1 && w.overflowed.After(stale) {
+		return 0, false // it may have panicked before, uncounted
+	}
+	if !ok && len(w.panics) >= maxTrackedPanics {
+		for old, oc := range w.panics {
+			if oc.last.Before(stale) {
+				delete(w.panics, old)
+			}
+		}
+		if len(w.panics) >= maxTrackedPanics {
+			w.overflowed = now
+			return 0, false
 		}
 	}
-	w.panics[k]++
-	return w.panics[k]
+	c.n++
+	c.last = now
+	w.panics[k] = c
+	return c.n, true
 }
 
 // forgetPanics drops the panic count of a message that is settled for
