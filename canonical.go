@@ -39,8 +39,12 @@ const maxExactInt = 1 << 53
 
 // appendCanonical appends the canonical JSON of v to b. ok is false when
 // the shortcut does not apply; what it appended is then to be discarded.
-func appendCanonical(b []byte, v any, depth int) (_ []byte, ok bool) {
-	if depth > maxShortcutDepth {
+//
+// end bounds len(b): past it the shortcut gives up, so that a value
+// sharing its parts (one string in many places) is not written out
+// whole; the general path then measures it before encoding it.
+func appendCanonical(b []byte, v any, depth, end int) (_ []byte, ok bool) {
+	if depth > maxShortcutDepth || len(b) > end {
 		return b, false
 	}
 	switch v := v.(type) {
@@ -75,9 +79,9 @@ func appendCanonical(b []byte, v any, depth int) (_ []byte, ok bool) {
 	case []byte:
 		return appendBytes(b, v), true
 	case map[string]string:
-		return appendStringMap(b, v)
+		return appendStringMap(b, v, end)
 	case map[string]any:
-		return appendAnyMap(b, v, depth)
+		return appendAnyMap(b, v, depth, end)
 	case []string:
 		if v == nil {
 			return append(b, "null"...), true
@@ -87,7 +91,7 @@ func appendCanonical(b []byte, v any, depth int) (_ []byte, ok bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, ok = appendJSONString(b, s); !ok {
+			if b, ok = appendJSONString(b, s); !ok || len(b) > end {
 				return b, false
 			}
 		}
@@ -101,7 +105,7 @@ func appendCanonical(b []byte, v any, depth int) (_ []byte, ok bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, ok = appendCanonical(b, e, depth+1); !ok {
+			if b, ok = appendCanonical(b, e, depth+1, end); !ok {
 				return b, false
 			}
 		}
@@ -111,7 +115,7 @@ func appendCanonical(b []byte, v any, depth int) (_ []byte, ok bool) {
 		return b, false
 	}
 	rv := reflect.ValueOf(v)
-	return appendValue(b, rv, shapeOf(rv.Type()), depth)
+	return appendValue(b, rv, shapeOf(rv.Type()), depth, end)
 }
 
 func appendInt(b []byte, n int64) ([]byte, bool) {
@@ -270,18 +274,18 @@ func mapKeys[V any](m map[string]V, small []string) (_ []string, ok bool) {
 	return keys, true
 }
 
-func appendStringMap(b []byte, m map[string]string) ([]byte, bool) {
-	return appendMap(b, m, func(b []byte, v string) ([]byte, bool) { return appendJSONString(b, v) })
+func appendStringMap(b []byte, m map[string]string, end int) ([]byte, bool) {
+	return appendMap(b, m, end, func(b []byte, v string) ([]byte, bool) { return appendJSONString(b, v) })
 }
 
-func appendAnyMap(b []byte, m map[string]any, depth int) ([]byte, bool) {
-	return appendMap(b, m, func(b []byte, v any) ([]byte, bool) { return appendCanonical(b, v, depth+1) })
+func appendAnyMap(b []byte, m map[string]any, depth, end int) ([]byte, bool) {
+	return appendMap(b, m, end, func(b []byte, v any) ([]byte, bool) { return appendCanonical(b, v, depth+1, end) })
 }
 
 // appendMap writes m as a JSON object, its members in RFC 8785 order,
 // each value by value; false if a key is not valid UTF-8 or value
 // refuses one.
-func appendMap[V any](b []byte, m map[string]V, value func([]byte, V) ([]byte, bool)) ([]byte, bool) {
+func appendMap[V any](b []byte, m map[string]V, end int, value func([]byte, V) ([]byte, bool)) ([]byte, bool) {
 	if m == nil {
 		return append(b, "null"...), true
 	}
@@ -297,7 +301,7 @@ func appendMap[V any](b []byte, m map[string]V, value func([]byte, V) ([]byte, b
 		}
 		b, _ = appendJSONString(b, k)
 		b = append(b, ':')
-		if b, ok = value(b, m[k]); !ok {
+		if b, ok = value(b, m[k]); !ok || len(b) > end {
 			return b, false
 		}
 	}
@@ -475,8 +479,8 @@ func validTagName(s string) bool {
 }
 
 // appendValue appends the canonical JSON of v, whose type has shape s.
-func appendValue(b []byte, v reflect.Value, s *shape, depth int) (_ []byte, ok bool) {
-	if !s.ok || depth > maxShortcutDepth {
+func appendValue(b []byte, v reflect.Value, s *shape, depth, end int) (_ []byte, ok bool) {
+	if !s.ok || depth > maxShortcutDepth || len(b) > end {
 		return b, false
 	}
 	switch s.kind {
@@ -494,12 +498,12 @@ func appendValue(b []byte, v reflect.Value, s *shape, depth int) (_ []byte, ok b
 		if v.IsNil() {
 			return append(b, "null"...), true
 		}
-		return appendCanonical(b, v.Interface(), depth+1)
+		return appendCanonical(b, v.Interface(), depth+1, end)
 	case reflect.Pointer:
 		if v.IsNil() {
 			return append(b, "null"...), true
 		}
-		return appendValue(b, v.Elem(), s.elem, depth+1)
+		return appendValue(b, v.Elem(), s.elem, depth+1, end)
 	case reflect.Slice:
 		if v.IsNil() {
 			return append(b, "null"...), true
@@ -514,13 +518,13 @@ func appendValue(b []byte, v reflect.Value, s *shape, depth int) (_ []byte, ok b
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, ok = appendValue(b, v.Index(i), s.elem, depth+1); !ok {
+			if b, ok = appendValue(b, v.Index(i), s.elem, depth+1, end); !ok {
 				return b, false
 			}
 		}
 		return append(b, ']'), true
 	case reflect.Map:
-		return appendMapValue(b, v, s, depth)
+		return appendMapValue(b, v, s, depth, end)
 	case reflect.Struct:
 		b = append(b, '{')
 		first := true
@@ -535,7 +539,7 @@ func appendValue(b []byte, v reflect.Value, s *shape, depth int) (_ []byte, ok b
 			}
 			first = false
 			b = append(b, f.name...)
-			if b, ok = appendValue(b, fv, f.shape, depth+1); !ok {
+			if b, ok = appendValue(b, fv, f.shape, depth+1, end); !ok {
 				return b, false
 			}
 		}
@@ -546,15 +550,15 @@ func appendValue(b []byte, v reflect.Value, s *shape, depth int) (_ []byte, ok b
 
 // appendMapValue appends a map with string keys. The two map types
 // payloads use most take the typed path; others are read by reflection.
-func appendMapValue(b []byte, v reflect.Value, s *shape, depth int) ([]byte, bool) {
+func appendMapValue(b []byte, v reflect.Value, s *shape, depth, end int) ([]byte, bool) {
 	if v.IsNil() {
 		return append(b, "null"...), true
 	}
 	switch v.Type() {
 	case stringMap:
-		return appendStringMap(b, v.Interface().(map[string]string))
+		return appendStringMap(b, v.Interface().(map[string]string), end)
 	case stringAnyMap:
-		return appendAnyMap(b, v.Interface().(map[string]any), depth)
+		return appendAnyMap(b, v.Interface().(map[string]any), depth, end)
 	}
 	type member struct {
 		name  string
@@ -577,7 +581,7 @@ func appendMapValue(b []byte, v reflect.Value, s *shape, depth int) ([]byte, boo
 		b, _ = appendJSONString(b, m.name)
 		b = append(b, ':')
 		var ok bool
-		if b, ok = appendValue(b, m.value, s.elem, depth+1); !ok {
+		if b, ok = appendValue(b, m.value, s.elem, depth+1, end); !ok {
 			return b, false
 		}
 	}

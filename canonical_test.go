@@ -33,7 +33,7 @@ func TestCanonicalShortcutTaken(t *testing.T) {
 			continue
 		}
 		delete(taken, p.name)
-		if _, ok := appendCanonical(nil, p.payload, 0); ok != want {
+		if _, ok := appendCanonical(nil, p.payload, 0, math.MaxInt); ok != want {
 			t.Errorf("%s: shortcut taken = %v, want %v", p.name, ok, want)
 		}
 	}
@@ -42,7 +42,7 @@ func TestCanonicalShortcutTaken(t *testing.T) {
 	}
 	// What the general path refuses, the shortcut leaves to it.
 	for _, p := range []any{"a\xffb", map[string]string{"k\xff": "v"}, []any{"ok", "\xfe"}, math.NaN(), math.Inf(-1), int64(1<<53 + 1), uint64(math.MaxUint64), make(chan int)} {
-		if _, ok := appendCanonical(nil, p, 0); ok {
+		if _, ok := appendCanonical(nil, p, 0, math.MaxInt); ok {
 			t.Errorf("shortcut taken for %#v", p)
 		}
 	}
@@ -189,7 +189,7 @@ func FuzzCanonicalShortcuts(f *testing.F) {
 		g := &fuzzValue{data: data, text: text}
 		v := g.value(0)
 		want, wantErr := canonicalGeneral(v, math.MaxInt)
-		got, ok := appendCanonical([]byte("prefix"), v, 0)
+		got, ok := appendCanonical([]byte("prefix"), v, 0, math.MaxInt)
 		if ok {
 			if wantErr != nil {
 				t.Fatalf("%#v: the shortcut wrote %q, the general path refused it: %v", v, got, wantErr)

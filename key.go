@@ -2,6 +2,7 @@ package once
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
@@ -203,7 +204,7 @@ func canonicalPayload(p any) ([]byte, error) {
 // the text's size.
 func appendPayload(b []byte, p any, max int) ([]byte, error) {
 	n := len(b)
-	out, ok := appendCanonical(b, p, 0)
+	out, ok := appendCanonical(b, p, 0, n+min(max, math.MaxInt-n))
 	if ok {
 		return out, nil
 	}
@@ -228,7 +229,7 @@ func canonicalGeneral(p any, max int) ([]byte, error) {
 	}
 	// The walk comes first: encoding/json has no bound on nesting, and a
 	// value nested a million levels deep overflows its stack.
-	if err := checkStrings(reflect.ValueOf(p)); err != nil {
+	if err := checkStrings(reflect.ValueOf(p), max); err != nil {
 		return nil, err
 	}
 	// Without HTML escapes the text is as long as the canonical form, or
@@ -379,6 +380,7 @@ func shorten(s string) string {
 
 var (
 	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	rawMessageType    = reflect.TypeFor[json.RawMessage]()
 	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
@@ -401,8 +403,8 @@ const maxWalkDepth = 1 << 15
 // interfaces, and the text of encoding.TextMarshaler values and keys. A
 // json.Marshaler is not entered: its output is checked as JSON text.
 // []byte is base64 in JSON, so any bytes are fine there.
-func checkStrings(v reflect.Value) error {
-	bad := walkStrings(v, 0, 0)
+func checkStrings(v reflect.Value, max int) error {
+	bad := walkStrings(v, 0, 0, &walkBudget{bytes: max, embeds: max})
 	switch {
 	case bad == nil:
 		return nil
@@ -410,6 +412,10 @@ func checkStrings(v reflect.Value) error {
 		return fmt.Errorf("nests deeper than %d levels (the limit of JSON payloads, MaxPayloadDepth), or refers to itself; flatten it", MaxPayloadDepth)
 	case bad == tooLong:
 		return fmt.Errorf("is reached through more than %d pointers and interfaces, or refers to itself; flatten it", maxWalkDepth)
+	case bad == tooManyEmbeds:
+		return fmt.Errorf("follows more than %d embedded struct pointers (one for each byte of the limit, Config.MaxPayloadBytes), or holds one in many places; flatten it", max)
+	case bad == tooBig:
+		return fmt.Errorf("would encode to JSON text of more than %d bytes, over the limit of %d (a part held in several places is written out in each); store large content elsewhere and pass a reference, or raise Config.MaxPayloadBytes", max, max)
 	}
 	i := invalidUTF8At([]byte(bad.text))
 	return fmt.Errorf("has %s that is not valid UTF-8 (at %s, byte %d is 0x%02x: %s): encoding/json would replace it with U+FFFD, so payloads that differ there would hash the same; make it valid UTF-8, or carry binary data in a []byte field (base64 in JSON) or as a []byte payload", bad.what, bad.where(), i, bad.text[i], shorten(strconv.Quote(bad.text)))
@@ -425,10 +431,10 @@ type badText struct {
 // tooDeep and tooLong are what walkStrings finds in a value nested deeper
 // than MaxPayloadDepth, or followed further than maxWalkDepth. They carry
 // no path: a path that long would not help anyone.
-var tooDeep, tooLong = &badText{}, &badText{}
+var tooDeep, tooLong, tooBig, tooManyEmbeds = &badText{}, &badText{}, &badText{}, &badText{}
 
 func (b *badText) at(segment string) *badText {
-	if b == tooDeep || b == tooLong {
+	if b == tooDeep || b == tooLong || b == tooBig || b == tooManyEmbeds {
 		return b
 	}
 	b.path = append(b.path, segment)
@@ -447,7 +453,13 @@ func (b *badText) where() string {
 }
 
 // walkStrings walks v, depth calls and level JSON levels below the top.
-func walkStrings(v reflect.Value, depth, level int) *badText {
+// budget is what is left of the payload limit: each string, element,
+// member and field name spends at least the bytes encoding/json writes
+// for it, and tooBig is returned once it is spent. The walk follows a
+// part held in many places (a shared pointer, one string in many
+// elements) each time, as encoding/json does; the budget stops it long
+// before it writes such a value out.
+func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText {
 	if !v.IsValid() {
 		return nil
 	}
@@ -460,6 +472,13 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 			return nil
 		}
 	}
+	if v.Type() == rawMessageType {
+		// Written as it is, compacted: each byte but white space.
+		if budget.spend(len(v.Bytes()) - countSpace(v.Bytes())) {
+			return tooBig
+		}
+		return nil
+	}
 	if implements(v, jsonMarshalerType) {
 		return nil
 	}
@@ -468,6 +487,8 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 			// An error here makes json.Marshal fail.
 			if text, err := tm.MarshalText(); err == nil && !utf8.Valid(text) {
 				return &badText{what: "the text of a MarshalText", text: string(text)}
+			} else if budget.spend(len(text)) {
+				return tooBig
 			}
 		}
 		return nil
@@ -479,11 +500,14 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 	}
 	switch v.Kind() {
 	case reflect.String:
+		if budget.spend(v.Len()) {
+			return tooBig
+		}
 		if !utf8.ValidString(v.String()) {
 			return &badText{what: "a string", text: v.String()}
 		}
 	case reflect.Pointer, reflect.Interface:
-		return walkStrings(v.Elem(), depth+1, level)
+		return walkStrings(v.Elem(), depth+1, level, budget)
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
@@ -507,7 +531,18 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 			if sf.Tag.Get("json") == "-" {
 				continue
 			}
-			if bad := walkStrings(v.Field(i), depth+1, fl); bad != nil {
+			if embedsStruct(sf) {
+				// Its fields are promoted, so it writes nothing of its
+				// own, however often it is shared: count the pointer.
+				if fv := v.Field(i); fv.Kind() == reflect.Pointer && !fv.IsNil() {
+					if budget.embeds--; budget.embeds < 0 {
+						return tooManyEmbeds
+					}
+				}
+			} else if budget.spend(fieldBytes(sf, v.Field(i))) {
+				return tooBig
+			}
+			if bad := walkStrings(v.Field(i), depth+1, fl, budget); bad != nil {
 				return bad.at("." + sf.Name)
 			}
 		}
@@ -516,24 +551,37 @@ func walkStrings(v reflect.Value, depth, level int) *badText {
 		textKeys := kt.Kind() != reflect.String && kt.Implements(textMarshalerType)
 		for it := v.MapRange(); it.Next(); {
 			k := it.Key()
+			kb := 4 // "":, and a value of at least a byte
+			if k.Kind() == reflect.String {
+				kb += k.Len()
+			}
+			if budget.spend(kb) {
+				return tooBig
+			}
 			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
 				return &badText{what: "a map key", text: k.String()}
 			}
 			if textKeys && !(k.Kind() == reflect.Pointer && k.IsNil()) && k.CanInterface() {
 				if text, err := k.Interface().(encoding.TextMarshaler).MarshalText(); err == nil && !utf8.Valid(text) {
 					return &badText{what: "the text of a map key's MarshalText", text: string(text)}
+				} else if budget.spend(len(text)) {
+					return tooBig
 				}
 			}
-			if bad := walkStrings(it.Value(), depth+1, level); bad != nil {
+			if bad := walkStrings(it.Value(), depth+1, level, budget); bad != nil {
 				return bad.at(fmt.Sprintf("[%s]", shorten(fmt.Sprintf("%#v", k))))
 			}
 		}
 	case reflect.Slice, reflect.Array:
+		// An element is at least a byte; bytes are base64, 4 for 3.
+		if budget.spend(v.Len()) {
+			return tooBig
+		}
 		if !mayHoldText(v.Type().Elem()) {
 			return nil
 		}
 		for i := range v.Len() {
-			if bad := walkStrings(v.Index(i), depth+1, level); bad != nil {
+			if bad := walkStrings(v.Index(i), depth+1, level, budget); bad != nil {
 				return bad.at(fmt.Sprintf("[%d]", i))
 			}
 		}
@@ -563,6 +611,64 @@ func textMarshalerOf(v reflect.Value) (encoding.TextMarshaler, bool) {
 		return nil, false
 	}
 	return a.Interface().(encoding.TextMarshaler), true
+}
+
+// countSpace counts the bytes of b that are JSON white space.
+func countSpace(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			n++
+		}
+	}
+	return n
+}
+
+// walkBudget is what walkStrings may still spend: bytes of the payload
+// limit, and embedded struct pointers followed.
+type walkBudget struct{ bytes, embeds int }
+
+// spend takes n bytes from the budget and reports whether it is spent.
+func (b *walkBudget) spend(n int) bool {
+	b.bytes -= n
+	return b.bytes < 0
+}
+
+// embedsStruct reports whether sf embeds a struct, or a pointer to one,
+// whose fields encoding/json promotes into the outer struct's (it has
+// no name of its own in its tag).
+func embedsStruct(sf reflect.StructField) bool {
+	ft := sf.Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	return sf.Anonymous && ft.Kind() == reflect.Struct && name == ""
+}
+
+// fieldBytes is the least encoding/json writes for the name of struct
+// field sf holding v ("name":), counted only where the field is surely
+// written: a non-nil pointer, interface, map or slice, or a non-empty
+// string, without omitzero (whose IsZero method may say otherwise). It
+// is what keeps a walk over a node shared many times bounded.
+func fieldBytes(sf reflect.StructField, v reflect.Value) int {
+	name, opts, _ := strings.Cut(sf.Tag.Get("json"), ",")
+	if strings.Contains(","+opts+",", ",omitzero,") {
+		return 0
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
+		if v.IsNil() {
+			return 0
+		}
+	case reflect.String:
+		if v.Len() == 0 {
+			return 0
+		}
+	default:
+		return 0
+	}
+	return len(cmp.Or(name, sf.Name)) + 3
 }
 
 // isContainer reports whether encoding/json writes a value of type t as

@@ -126,3 +126,100 @@ func bytesAllocated(f func()) uint64 {
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
 }
+
+// dagNode is a value that shares its parts: both children of a node are
+// the same node, so a value of n nodes encodes to 2^n leaves.
+type dagNode struct {
+	L, R *dagNode
+	S    string
+}
+
+// sharedText marshals itself to text it shares with every other one.
+type sharedText struct{ text []byte }
+
+func (s sharedText) MarshalText() ([]byte, error) { return s.text, nil }
+
+// textKey is a map key that marshals itself to a long text, each key's
+// a little shorter than the last one's, all sharing one array.
+type textKey struct{ n int }
+
+var textKeyText = []byte(strings.Repeat("k", 1<<19))
+
+func (k textKey) MarshalText() ([]byte, error) { return textKeyText[:len(textKeyText)-k.n], nil }
+
+// embedNode embeds two pointers that lead back to embedNode: encoding/json
+// promotes no field of them (they conflict), so a value of them writes
+// "{}" however deep, while a walk that follows them visits 2^n nodes.
+// It is refused for the pointers it follows: before, KeyOf never
+// returned.
+type embedNode struct {
+	*EmbedLeft
+	*EmbedRight
+}
+
+type EmbedLeft struct{ *embedNode }
+type EmbedRight struct{ *embedNode }
+
+// TestKeyOfRefusesSharedParts: a Go value that shares its parts (one
+// string in many places, a node that is both children of its parent) is
+// small in memory and encodes to far more than the limit. It is refused
+// before it is encoded: before, the shortcut and encoding/json wrote it
+// out whole (256 MB to 512 MB allocated for a value of well under 1 MB),
+// and a node shared 40 levels deep would be written out for ever.
+func TestKeyOfRefusesSharedParts(t *testing.T) {
+	half := strings.Repeat("x", 1<<19)
+	strs := make([]string, 512)
+	bytesList := make([][]byte, 512)
+	general := []any{json.Number("1")} // json.Number takes the general path
+	raws := make([]json.RawMessage, 512)
+	texts := make([]sharedText, 512)
+	textKeys := map[textKey]int{}
+	rawHalf := json.RawMessage(`"` + half + `"`)
+	for i := range strs {
+		strs[i] = half
+		bytesList[i] = []byte(half[:1<<18])
+		general = append(general, half)
+		raws[i] = rawHalf
+		texts[i] = sharedText{[]byte(half)}
+		textKeys[textKey{i}] = i
+	}
+	leaf := &dagNode{S: strings.Repeat("y", 100)}
+	node := leaf
+	for range 20 {
+		node = &dagNode{L: node, R: node}
+	}
+	deep := leaf
+	for range 40 {
+		deep = &dagNode{L: deep, R: deep}
+	}
+	embedded := &embedNode{}
+	for range 40 {
+		embedded = &embedNode{&EmbedLeft{embedded}, &EmbedRight{embedded}}
+	}
+	tree := any([]any{json.Number("1"), strings.Repeat("y", 100)})
+	for range 20 {
+		tree = []any{tree, tree}
+	}
+	for name, p := range map[string]any{
+		"one string 512 times": strs, "one []byte 512 times": bytesList, "one string 512 times, general path": general, "one json.RawMessage 512 times": raws,
+		"one MarshalText 512 times": texts, "512 map keys of MarshalText": textKeys,
+		"a node shared 20 levels deep": node, "a node shared 40 levels deep": deep, "embedded pointers shared 40 levels deep": embedded, "a []any shared 20 levels deep": tree,
+	} {
+		var err error
+		allocated := bytesAllocated(func() {
+			_, _, err = KeyOf(Intent{Run: "r", Kind: "k", Payload: p})
+		})
+		want := "over the limit of 1048576"
+		if p == any(embedded) {
+			want = "follows more than 1048576 embedded struct pointers"
+		}
+		var ie *IntentError
+		if !errors.As(err, &ie) || ie.Field != "Payload" || !strings.Contains(ie.Reason, want) {
+			t.Errorf("%s: %v, want it refused: %s", name, err, want)
+		}
+		t.Logf("%s: refused after allocating %d bytes", name, allocated)
+		if allocated > 16*DefaultMaxPayloadBytes {
+			t.Errorf("%s: refusing it allocated %d bytes; want at most 16 times the limit (%d)", name, allocated, 16*DefaultMaxPayloadBytes)
+		}
+	}
+}

@@ -22,9 +22,9 @@
 //	a retry on the         Term, with ErrLastDelivery          JetStream would not deliver it again: the
 //	consumer's last                                            log says so louder than a retry
 //	delivery (MaxDeliver)
-//	the job function       NakWithDelay (backoff); from the    a poison message: recovered (its stack
-//	panicked               MaxPanics-th delivery (3) on,       logged), it neither kills the worker nor
-//	(*PanicError)          TermWithReason(the panic)           goes round for ever
+//	the job function       NakWithDelay (backoff); at the      a poison message: recovered (its stack
+//	panicked               MaxPanics-th panic (3), counted     logged), it neither kills the worker nor
+//	(*PanicError)          by the worker, TermWithReason       goes round for ever
 //
 // (*) A plain Term on servers before 2.10.4, which ignore a Term that
 // carries a reason and would deliver the message again. The backoff is

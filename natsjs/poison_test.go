@@ -199,3 +199,36 @@ func TestPoisonDoesNotKillWorkerProcess(t *testing.T) {
 		t.Fatalf("the worker process's log has no terminated panic:\n%.2000s", stderr.String())
 	}
 }
+
+// TestPanicCountsOnlyPanics: a job handed back twice for an ordinary
+// reason (the job function returned an error) and then panicking once
+// is retried, and runs on its next delivery. JetStream's delivery count
+// counts every delivery, so a bound read from it terminated the job on
+// its first panic, telling the operator it was poison.
+func TestPanicCountsOnlyPanics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, jetstream.ConsumerConfig{AckWait: 5 * time.Second}, once.Config{})
+	w := b.worker(t, natsjs.Config{MaxPanics: 3, RetryDelay: 50 * time.Millisecond})
+	consume(t, w, b.cons, func(ctx context.Context, msg jetstream.Msg) error {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		switch meta.NumDelivered {
+		case 1, 2:
+			return errors.New("the database was not reachable")
+		case 3:
+			panic("a passing fault")
+		}
+		return nil
+	})
+	b.publish(t, job{ID: "order-flaky", Customer: "cus_f", Amount: 1})
+	third := b.log.waitSettle(t, "the delivery that panicked", func(s settle) bool { return s.delivered == 3 })
+	if third.d.Action != once.JobRetry {
+		t.Fatalf("a job's first panic, on its delivery 3, settled %v (%q); want retry: it panicked once of MaxPanics 3", third.d.Action, third.d.Reason)
+	}
+	fourth := b.log.waitSettle(t, "the delivery after the panic", func(s settle) bool { return s.delivered == 4 })
+	if fourth.d.Action != once.JobAck {
+		t.Fatalf("delivery 4 settled %v (%q); want ack", fourth.d.Action, fourth.d.Reason)
+	}
+}

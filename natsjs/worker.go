@@ -32,8 +32,7 @@ const (
 	// DefaultDrainTimeout is how long Consume lets running jobs finish
 	// after its context ends before it cancels them.
 	DefaultDrainTimeout = 30 * time.Second
-	// DefaultMaxPanics is the delivery of a message whose panic
-	// terminates it.
+	// DefaultMaxPanics is the panic on one message that terminates it.
 	DefaultMaxPanics = 3
 )
 
@@ -73,11 +72,13 @@ type Config struct {
 	DrainTimeout time.Duration
 	// MaxPanics bounds a poison message: a job function that panics is
 	// recovered, its stack logged, and its message handed back with the
-	// backoff, until a panic on the message's MaxPanics-th delivery (or
-	// a later one) terminates it, with the panic as the reason. JetStream
-	// counts deliveries, not panics, so deliveries that were retried for
-	// another reason count too. Zero means DefaultMaxPanics (3); 1
-	// terminates at the first panic.
+	// backoff, until its MaxPanics-th panic terminates it, with the panic
+	// as the reason. The worker counts the panics itself (JetStream
+	// counts deliveries, and a job retried for another reason is no
+	// poison); a count starts again in a new process, and each worker
+	// counts its own, so each worker meets a poison message at most
+	// MaxPanics times. Zero means DefaultMaxPanics (3); 1 terminates at
+	// the first panic.
 	MaxPanics int
 	// OnSettle, if not nil, is called by Consume after each message was
 	// settled, with what Handle returned, in place of the log line
@@ -102,7 +103,31 @@ type Worker struct {
 	// failed is kept only for a while (retryAfter), then asked again.
 	consumers   sync.Map
 	lookupRetry time.Duration
+
+	// panics counts the panics of each message this worker handed
+	// back (by stream, consumer and stream sequence), at most
+	// maxTrackedPanics of them.
+	panicsMu sync.Mutex
+	panics   map[string]panicCount
+	// overflowed is when a count last found no room: until it is stale,
+	// a message without a count may have panicked uncounted, so its
+	// deliveries bound it.
+	overflowed time.Time
 }
+
+// panicCount is a message's panics, and when the last one was.
+type panicCount struct {
+	n    int
+	last time.Time
+}
+
+// maxTrackedPanics bounds Worker.panics, so a flood of poison messages
+// costs bounded memory. When it is full, stale counts (of a message
+// another worker settled) are dropped; if it is still full, a message
+// without a count is bounded by its delivery count instead, until the
+// overflow is stale: that counts other deliveries too, but holds the
+// bound.
+const maxTrackedPanics = 4096
 
 // defaultLookupRetry is how long a failed lookup of a consumer stands
 // before a message of that consumer asks again (doubled with each
@@ -219,8 +244,8 @@ func (e *SettleError) Unwrap() error        { return e.Err }
 // last delivery (its MaxDeliver) is terminated instead, with
 // ErrLastDelivery joined to the error: JetStream would not deliver it
 // again. A panic in fn is recovered and returned as a *PanicError, its
-// stack logged; the message is retried, and terminated from its
-// Config.MaxPanics-th delivery on.
+// stack logged; the message is retried, and terminated at its
+// Config.MaxPanics-th panic.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (once.Disposition, error) {
 	switch {
 	case w == nil:
@@ -256,6 +281,8 @@ func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg, fn JobFunc) (onc
 	var pe *PanicError
 	if errors.As(ferr, &pe) {
 		d = w.poison(msg, meta, pe)
+	} else if d.Action != once.JobRetry {
+		w.forgetPanics(meta)
 	}
 	if d.Action == once.JobRetry {
 		if ctx.Err() != nil {
@@ -279,22 +306,80 @@ const maxPanicReason = 200
 
 // poison logs a job function's panic, with its stack, and says what to
 // do with its message: hand it back for another delivery, or terminate
-// it from the MaxPanics-th delivery on, so a poison message neither
-// kills the worker nor goes round for ever.
+// it at its MaxPanics-th panic, so a poison message neither kills the
+// worker nor goes round for ever.
 func (w *Worker) poison(msg jetstream.Msg, meta *jetstream.MsgMetadata, pe *PanicError) once.Disposition {
 	v := fmt.Sprint(pe.Value)
 	if len(v) > maxPanicReason {
 		v = strings.ToValidUTF8(v[:maxPanicReason], "") + "…"
 	}
-	final := meta.NumDelivered >= uint64(w.cfg.MaxPanics)
+	n, counted := w.countPanic(meta)
+	count := fmt.Sprintf("panic %d of at most %d", n, w.cfg.MaxPanics)
+	if !counted {
+		n = int(min(meta.NumDelivered, uint64(w.cfg.MaxPanics)))
+		count = fmt.Sprintf("too many messages' panics to count, so its deliveries count, at most %d", w.cfg.MaxPanics)
+	}
+	final := n >= w.cfg.MaxPanics
+	if final {
+		w.forgetPanics(meta)
+	}
 	w.log.Error("natsjs: the job function panicked",
-		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "max_panics", w.cfg.MaxPanics, "terminated", final,
+		"job", jobOf(msg, meta), "delivered", meta.NumDelivered, "panics", n, "counted", counted, "max_panics", w.cfg.MaxPanics, "terminated", final,
 		"panic", v, "stack", string(pe.Stack))
 	if final {
-		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked on delivery %d (Config.MaxPanics %d): %s; terminated as a poison message",
-			meta.NumDelivered, w.cfg.MaxPanics, v)}
+		return once.Disposition{Action: once.JobDrop, Reason: fmt.Sprintf("the job function panicked on delivery %d (%s, Config.MaxPanics): %s; terminated as a poison message",
+			meta.NumDelivered, count, v)}
 	}
-	return retry(fmt.Sprintf("the job function panicked on delivery %d of at most %d: %s", meta.NumDelivered, w.cfg.MaxPanics, v))
+	return retry(fmt.Sprintf("the job function panicked on delivery %d (%s): %s", meta.NumDelivered, count, v))
+}
+
+// panicKey names a message for Worker.panics.
+func panicKey(meta *jetstream.MsgMetadata) string {
+	return meta.Stream + "\x00" + meta.Consumer + "\x00" + strconv.FormatUint(meta.Sequence.Stream, 10)
+}
+
+// countPanic counts one more panic of the message and returns its
+// count; counted is false when there was no room to count it.
+func (w *Worker) countPanic(meta *jetstream.MsgMetadata) (n int, counted bool) {
+	k := panicKey(meta)
+	now := time.Now()
+	w.panicsMu.Lock()
+	defer w.panicsMu.Unlock()
+	if w.panics == nil {
+		w.panics = map[string]panicCount{}
+	}
+	// A poison message panics again within its backoff, at most
+	// MaxRetryDelay: a count older than many of those is stale.
+	stale := now.Add(-10 * w.cfg.MaxRetryDelay)
+	c, ok := w.panics[k]
+	if !ok && meta.NumDelivered > 1 && w.overflowed.After(stale) {
+		return 0, false // it may have panicked before, uncounted
+	}
+	if !ok && len(w.panics) >= maxTrackedPanics {
+		for old, oc := range w.panics {
+			if oc.last.Before(stale) {
+				delete(w.panics, old)
+			}
+		}
+		if len(w.panics) >= maxTrackedPanics {
+			w.overflowed = now
+			return 0, false
+		}
+	}
+	c.n++
+	c.last = now
+	w.panics[k] = c
+	return c.n, true
+}
+
+// forgetPanics drops the panic count of a message that is settled for
+// good.
+func (w *Worker) forgetPanics(meta *jetstream.MsgMetadata) {
+	w.panicsMu.Lock()
+	defer w.panicsMu.Unlock()
+	if len(w.panics) > 0 {
+		delete(w.panics, panicKey(meta))
+	}
 }
 
 // jobOf names msg's job for the log: its stream and sequence, and its

@@ -111,3 +111,34 @@ func TestKeyPayloadFileBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminalShowsInvisibleCharacters: a kind that differs from
+// another only by a character a terminal draws as nothing (a zero-width
+// space, a word joiner, a byte-order mark, a soft hyphen, a tag
+// character) must not print as its twin in `once reap` and `once ls`:
+// an operator would read two kinds as one, or a forged kind as a real
+// one. Before, only control and bidi characters were escaped.
+func TestTerminalShowsInvisibleCharacters(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	kinds := []string{"charge", "charge\u200b", "charge\u2060", "charge\ufeff", "char\u00adge", "charge\U000e0041"}
+	withClient(t, db, once.Config{}, func(_ *once.Client, s once.Store) {
+		for i, kind := range kinds {
+			in := once.Intent{Run: fmt.Sprint("run-", i), Kind: kind, Target: "t" + kind}
+			k, fp, _ := once.KeyOf(in)
+			if _, err := s.Claim(context.Background(), once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Kind: in.Kind, Target: in.Target,
+				Lease: time.Millisecond, Token: "t", Recovery: once.AskPerson, Retention: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	time.Sleep(20 * time.Millisecond) // past the lease: the worker is dead
+	for name, out := range map[string]string{"reap": mustRun(t, "reap", "--db", db), "ls": mustRun(t, "ls", "--db", db)} {
+		for _, r := range out {
+			if unicode.Is(unicode.Cf, r) {
+				t.Errorf("once %s wrote the invisible %U to the terminal:\n%q", name, r, out)
+				break
+			}
+		}
+	}
+}

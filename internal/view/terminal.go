@@ -67,9 +67,11 @@ func writeEscape(b *strings.Builder, r rune) {
 }
 
 // acts reports whether a terminal or a browser does something with r
-// rather than show it: control characters (C0, DEL, C1), bidi controls
-// (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069), and the line
-// and paragraph separators.
+// rather than show it: control characters (C0, DEL, C1); format
+// characters (Unicode Cf: the bidi controls, zero-width spaces and
+// joiners, soft hyphens, tags), which reorder text or draw nothing, so
+// that two different kinds print as one name; and the line and
+// paragraph separators.
 func acts(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
 }

@@ -90,13 +90,14 @@ func TestActionsJSON(t *testing.T) {
 // escapes; other text, non-ASCII included, is left as it is.
 func TestTerminal(t *testing.T) {
 	for in, want := range map[string]string{
-		"café ☕ 😀":                  "café ☕ 😀",
-		"a\nb\tc\rd":                `a\nb\tc\rd`,
-		"\x1b]0;title\x07\x1b[2J":   `\x1b]0;title\a\x1b[2J`,
-		"\u009b31m":                 `\u009b31m`,
-		"ab\u202ecd\u202a\u202c":    `ab\u202ecd\u202a\u202c`,
-		"\u2066x\u2069\u200e\u200f": `\u2066x\u2069\u200e\u200f`,
-		"\u061c \u2028 \u2029 \x7f": `\u061c \u2028 \u2029 \x7f`,
+		"café ☕ 😀":                                "café ☕ 😀",
+		"a\nb\tc\rd":                              `a\nb\tc\rd`,
+		"\x1b]0;title\x07\x1b[2J":                 `\x1b]0;title\a\x1b[2J`,
+		"\u009b31m":                               `\u009b31m`,
+		"ab\u202ecd\u202a\u202c":                  `ab\u202ecd\u202a\u202c`,
+		"\u2066x\u2069\u200e\u200f":               `\u2066x\u2069\u200e\u200f`,
+		"\u061c \u2028 \u2029 \x7f":               `\u061c \u2028 \u2029 \x7f`,
+		"a\u200bb\u2060c\ufeffd\u00ade\U000e0041": `a\u200bb\u2060c\ufeffd\u00ade\U000e0041`,
 	} {
 		if got := view.Terminal(in); got != want {
 			t.Errorf("Terminal(%q) = %q, want %q", in, got, want)
