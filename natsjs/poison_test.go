@@ -1,7 +1,6 @@
 package natsjs_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +20,6 @@ import (
 	"github.com/oncehq/once/natsjs"
 )
 
-// syncBuffer is a log sink the worker's goroutines write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestPanicIsTerminatedAfterBound publishes a poison job, whose job
 // function panics on every delivery, then a good one. The worker must
 // live through the panics (before, the first one killed the process,
@@ -49,7 +29,7 @@ func (s *syncBuffer) String() string {
 func TestPanicIsTerminatedAfterBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, jetstream.ConsumerConfig{AckWait: 5 * time.Second}, once.Config{})
-	logs := &syncBuffer{}
+	logs := &testdb.LockedBuffer{}
 	w := b.worker(t, natsjs.Config{MaxPanics: 3, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	run := charge(b.client, b.log, func(_ context.Context, a once.Attempt) (string, error) {
 		b.log.effect(a)
@@ -100,7 +80,7 @@ func TestPanicIsTerminatedAfterBound(t *testing.T) {
 func TestConsumeLogNamesJobAndSettlement(t *testing.T) {
 	t.Parallel()
 	b := setup(t, jetstream.ConsumerConfig{}, once.Config{})
-	logs := &syncBuffer{}
+	logs := &testdb.LockedBuffer{}
 	w, err := natsjs.New(b.js, natsjs.Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +145,7 @@ func TestPoisonDoesNotKillWorkerProcess(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "done")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+file, envPoison+"=1", envNATS+"="+testdb.NATSURL(), envStream+"="+b.stream)
-	var stderr syncBuffer
+	var stderr testdb.LockedBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

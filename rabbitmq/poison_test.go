@@ -1,40 +1,21 @@
 package rabbitmq_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/rabbitmq"
 )
-
-// syncBuffer is a log sink safe for the handlers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // handleNoPanic runs Handle and fails the test, rather than dying, when
 // Handle lets the work's panic go on.
@@ -56,7 +37,7 @@ func handleNoPanic(t *testing.T, q *rabbitmq.Queue, d amqp.Delivery, w func(cont
 // the reason and its stack in the log.
 func TestPanicIsDeadLetteredAfterBound(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testdb.LockedBuffer{}
 	b := setup(t, rabbitmq.Config{DeadLetterQueue: "dlq", MinRetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Second, MaxPanics: 3,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}, nil)
 	b.publish(t, job{ID: "poison", To: "p"}, job{ID: "after", To: "a"})
