@@ -120,11 +120,8 @@ func keepBusy(c net.Conn, br *bufio.Reader, stop <-chan struct{}) {
 // connections, the first 256 filled every slot and the request waited
 // for the 2-minute idle timeout.
 func TestServeFloodLeavesRoomForToken(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "once.db")
-	mustRun(t, "migrate", "--db", db)
 	const token = "t0ken-for-the-flood"
-	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
-	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
+	base, addr, _ := servingWithToken(t, token)
 
 	conns := flood(t, addr, 20, 24)
 	held, total := map[string]int{}, 0
@@ -159,4 +156,15 @@ func TestServeFloodLeavesRoomForToken(t *testing.T) {
 			t.Errorf("%s holds %d connections without the token; the cap is %d", from, n, cli.ServeGuestsPerAddr())
 		}
 	}
+}
+
+// servingWithToken runs once serve on loopback over a fresh SQLite file,
+// guarded by token, with no reaper; it returns the console's base URL,
+// its host:port, and its stderr.
+func servingWithToken(t *testing.T, token string) (base, addr string, stderr *syncBuffer) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	base, _, stderr, _ = startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
+	return base, strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/"), stderr
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +20,8 @@ import (
 // and the rest refused, until the next line a minute on (so the test
 // takes a minute).
 func TestGuessLogCountsOnlyWrongTokens(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "once.db")
-	mustRun(t, "migrate", "--db", db)
 	const token = "the-right-token-for-the-log"
-	base, _, stderr, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
+	base, _, stderr := servingWithToken(t, token)
 	from := &net.TCPAddr{IP: net.ParseIP("127.0.7.2")}
 	get := func(tok string) int {
 		t.Helper()

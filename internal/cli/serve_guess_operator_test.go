@@ -3,7 +3,6 @@ package cli_test
 import (
 	"io"
 	"net/http"
-	"path/filepath"
 	"testing"
 )
 
@@ -14,10 +13,8 @@ import (
 // still: a guesser holds no such connection, so it learns nothing.
 // Before, the operator's own keep-alive connection got 429 too.
 func TestGuesserBesideTheOperatorLeavesItsConnection(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "once.db")
-	mustRun(t, "migrate", "--db", db)
 	const token = "the-operators-token"
-	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
+	base, _, _ := servingWithToken(t, token)
 	op := &http.Client{Transport: &http.Transport{}}
 	get := func(c *http.Client, tok string) int {
 		t.Helper()

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,10 +20,7 @@ import (
 // passed the read before any spent, and an address guessed more than
 // its burst, at every refill too.
 func TestConcurrentGuessesKeepTheBurst(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "once.db")
-	mustRun(t, "migrate", "--db", db)
-	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", "the-right-token", "--db", db)
-	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
+	_, addr, _ := servingWithToken(t, "the-right-token")
 
 	const perRound = 16
 	worst := 0

@@ -5,8 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,11 +21,8 @@ import (
 // closed. A request with the token must still be answered before its
 // client gives up after 10 s.
 func TestServeSilentGuestsLeaveRoomForToken(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "once.db")
-	mustRun(t, "migrate", "--db", db)
 	const token = "t0ken-for-the-silent"
-	base, _, _, _ := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
-	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
+	base, addr, _ := servingWithToken(t, token)
 
 	conns := flood(t, addr, 20, 24)
 	held := 0
