@@ -319,15 +319,15 @@ func defaultKeep(status int) bool {
 	return status < 500
 }
 
+// redirectType is the type of the handler a mux returns for a request
+// it redirects.
+var redirectType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
+
 // kindOf is the kind of r when Config.Kind is nil, from the pattern
 // it matches; routed is false when next is a mux that routes r
 // nowhere. The kind is never made of the path a client sent: that
 // would make a kind, a policy lookup and a set of metric series per
 // distinct path (TestKindComesFromABoundedSet).
-// redirectType is the type of the handler a mux returns for a request
-// it redirects.
-var redirectType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
-
 func kindOf(r *http.Request, next http.Handler) (kind string, routed bool) {
 	p := r.Pattern
 	if mux, ok := next.(*http.ServeMux); ok && p == "" && r.Method != http.MethodConnect {
