@@ -465,7 +465,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		req.ContentLength = int64(len(body))
 		next.ServeHTTP(rec, req)
-		resp := rec.response(m.cfg.ReplayHeaders)
+		resp := rec.response(m.replay)
 		ran.Store(&resp)
 		stored, err := json.Marshal(resp)
 		if err != nil {
@@ -648,22 +648,23 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return r.body.Write(p)
 }
 
-func (r *recorder) response(keep []string) Response {
+// response is what the handler answered: every header it set, to send
+// now, and of those the ones in keep (canonical), to store.
+func (r *recorder) response(keep map[string]bool) Response {
+	if _, ok := r.header["Content-Type"]; !ok && r.body.Len() > 0 {
+		// What net/http would have sniffed, so a replay says the same.
+		r.header.Set("Content-Type", http.DetectContentType(r.body.Bytes()))
+	}
 	resp := Response{Status: r.status, Body: bytes.Clone(r.body.Bytes()), sent: r.header.Clone()}
 	if resp.Status == 0 {
 		resp.Status = http.StatusOK
 	}
-	if _, ok := r.header["Content-Type"]; !ok && len(resp.Body) > 0 {
-		// What net/http would have sniffed, so a replay says the same.
-		r.header.Set("Content-Type", http.DetectContentType(resp.Body))
-		resp.sent.Set("Content-Type", r.header.Get("Content-Type"))
-	}
-	for _, h := range keep {
-		if vs := r.header.Values(h); len(vs) > 0 {
+	for k, vs := range resp.sent {
+		if keep[k] && len(vs) > 0 {
 			if resp.Header == nil {
 				resp.Header = make(http.Header)
 			}
-			resp.Header[http.CanonicalHeaderKey(h)] = vs
+			resp.Header[k] = vs
 		}
 	}
 	return resp
