@@ -44,11 +44,12 @@ var reserved = map[string]bool{
 	"cc": true, "bcc": true,
 }
 
-// composed is a message ready to send: its text, CRLF throughout, and
-// its envelope recipients.
+// composed is a message ready to send: its text, CRLF throughout, its
+// envelope recipients and its Message-ID.
 type composed struct {
 	raw   []byte
 	rcpts []string
+	id    string
 }
 
 // compose checks the sender and the message, and renders it as RFC 5322
@@ -88,6 +89,7 @@ func (s *Sender) compose(a once.Attempt, msg Message) (composed, error) {
 		return composed{}, err
 	}
 
+	id := MessageID(a.Key, s.MessageIDDomain)
 	var b bytes.Buffer
 	b.WriteString("Date: " + time.Now().Format(time.RFC1123Z) + "\r\n")
 	b.WriteString("From: " + msg.From + "\r\n")
@@ -98,7 +100,7 @@ func (s *Sender) compose(a once.Attempt, msg Message) (composed, error) {
 		b.WriteString(mustFold("Cc: " + strings.Join(msg.Cc, ", ")))
 	}
 	b.WriteString(subject(msg.Subject))
-	b.WriteString("Message-ID: " + MessageID(a.Key, s.MessageIDDomain) + "\r\n")
+	b.WriteString("Message-ID: " + id + "\r\n")
 	names := make([]string, 0, len(msg.Header))
 	for name := range msg.Header {
 		names = append(names, name)
@@ -128,7 +130,7 @@ func (s *Sender) compose(a once.Attempt, msg Message) (composed, error) {
 		b.WriteString("\r\n")
 		b.Write(body)
 	}
-	return composed{raw: b.Bytes(), rcpts: rcpts}, nil
+	return composed{raw: b.Bytes(), rcpts: rcpts, id: id}, nil
 }
 
 // recipients checks To, Cc and Bcc and returns the envelope's

@@ -167,7 +167,7 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	// Should the worker die with the message sent and no reply read,
 	// the review item gives this note: what to search the log for.
 	note := fmt.Sprintf("smtpsend: sending Message-ID %s through %s; if its outcome is unknown, search the server's log or the recipient's mailbox for it",
-		MessageID(a.Key, s.MessageIDDomain), s.Addr)
+		m.id, s.Addr)
 	if err := a.Note(ctx, note); errors.Is(err, once.ErrFenced) {
 		return "", once.RetryLater(fmt.Errorf("smtpsend: %w; nothing was sent", err))
 	}
@@ -224,7 +224,7 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 			return "", refused(ctx, "end of data", err)
 		}
 		return "", fmt.Errorf("smtpsend: %s: the message was sent but no final reply came back: %w; the server may have queued it: search the recipient's mailbox or the server's log for Message-ID %s before sending it again",
-			s.Addr, withCause(ctx, err), MessageID(a.Key, s.MessageIDDomain))
+			s.Addr, withCause(ctx, err), m.id)
 	}
 	// The server took the message; a failed QUIT changes nothing.
 	_ = c.Quit()

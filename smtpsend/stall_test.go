@@ -98,4 +98,7 @@ func TestSendServerStallsMidData(t *testing.T) {
 	if reply != "" {
 		t.Errorf("reply %q, want none", reply)
 	}
+	if id := smtpsend.MessageID(attempt(t, 1).Key, ""); !strings.Contains(err.Error(), "Message-ID "+id) {
+		t.Errorf("error %q does not name Message-ID %s to search for", err, id)
+	}
 }
