@@ -8,8 +8,28 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/internal/mailbox"
 	"github.com/oncehq/once/sqlite"
 )
+
+// startReplyLost starts the example against a mailbox behind a proxy
+// that loses the final reply to the first email (the server has queued
+// it) and a provider: the mailbox, the provider, the run, and a channel
+// closed when a reply was lost.
+func startReplyLost(t *testing.T) (*mailbox.Server, *provider, *run, <-chan struct{}) {
+	t.Helper()
+	mail := startMailbox(t)
+	proxy, err := faultproxy.Start(mail.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	lost := proxy.CutAfter([]byte("\r\n.\r\n"), []byte("250"))
+	p := &provider{stored: map[string]string{}, charges: map[string]int{}}
+	api := httptest.NewServer(p)
+	t.Cleanup(api.Close)
+	return mail, p, start(t, proxy.Addr(), api.URL+"/charges"), lost
+}
 
 // TestEmailReviewKeepsCharge loses the SMTP server's final reply to one
 // order's email: the message may have been delivered, so its action goes
@@ -18,18 +38,7 @@ import (
 // email, nothing delivers the job again, so a charge that had not been
 // made by then is never made.
 func TestEmailReviewKeepsCharge(t *testing.T) {
-	mail := startMailbox(t)
-	proxy, err := faultproxy.Start(mail.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	// The first email's final reply is lost: the server has queued it.
-	lost := proxy.CutAfter([]byte("\r\n.\r\n"), []byte("250"))
-	p := &provider{stored: map[string]string{}, charges: map[string]int{}}
-	api := httptest.NewServer(p)
-	t.Cleanup(api.Close)
-	r := start(t, proxy.Addr(), api.URL+"/charges")
+	_, p, r, lost := startReplyLost(t)
 	orders := []string{"ada", "grace", "edsger"}
 	for i, who := range orders {
 		r.publish(t, fmt.Sprintf(`{"id":"order-%d","email":"%s@example.com","customer":"cus_%s","amount":%d}`, i, who, who, 100*(i+1)))
@@ -54,17 +63,7 @@ func TestEmailReviewKeepsCharge(t *testing.T) {
 // example ran no reaper and set no Redrive, so a Retry never ran): the
 // charge replays, and the email is sent on the re-driven job.
 func TestRetryAfterReviewSendsAgain(t *testing.T) {
-	mail := startMailbox(t)
-	proxy, err := faultproxy.Start(mail.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	lost := proxy.CutAfter([]byte("\r\n.\r\n"), []byte("250"))
-	p := &provider{stored: map[string]string{}, charges: map[string]int{}}
-	api := httptest.NewServer(p)
-	t.Cleanup(api.Close)
-	r := start(t, proxy.Addr(), api.URL+"/charges")
+	mail, p, r, lost := startReplyLost(t)
 	r.publish(t, `{"id":"order-9","email":"ada@example.com","customer":"cus_ada","amount":900}`)
 	waitFor(t, r.exited, "the job settled", r.settled(1))
 	<-lost
