@@ -192,6 +192,12 @@ type Response struct {
 // status and Location. No person is asked. Handlers that stream, flush
 // or hijack do not belong behind it.
 //
+// The body is read whole before the key is claimed, and MaxBodyBytes
+// bounds its size, not its time: a client that sends it a byte a second
+// holds the request for as long as the server lets it. Bound that with
+// the http.Server's ReadTimeout (and ReadHeaderTimeout), as
+// examples/payments does (TestSlowClientsAreCut there holds it).
+//
 // Middleware panics when cfg.Scope is nil, cfg.ReplayHeaders names a
 // header that cannot be replayed, or the client's MaxResultBytes is too
 // small for that stand-in (under 700 bytes): those are wiring
