@@ -86,20 +86,20 @@ func (r *Redriven) clearRedriveMark()    { *r = Redriven{} }
 type marked interface{ redriveMark() Redriven }
 type clearable interface{ clearRedriveMark() }
 
-// markOf returns the Redriven mark args carry, if any.
-func markOf(args any) (Redriven, bool) {
-	m, ok := args.(marked)
-	if !ok {
-		return Redriven{}, false
+// markOf returns the Redriven mark args carry: the zero Redriven when
+// they carry none, or do not embed it.
+func markOf(args any) Redriven {
+	if m, ok := args.(marked); ok {
+		return m.redriveMark()
 	}
-	return m.redriveMark(), true
+	return Redriven{}
 }
 
 // unmarked returns job with its args' Redriven mark cleared, and the
 // mark. The job River handed over is left as it was; a copy is returned
 // when there was a mark to clear.
 func unmarked[T river.JobArgs](job *river.Job[T]) (*river.Job[T], Redriven) {
-	mark, _ := markOf(job.Args)
+	mark := markOf(job.Args)
 	if mark == (Redriven{}) {
 		return job, mark
 	}
@@ -151,7 +151,7 @@ func Redrive(ins Inserter, build func(a once.Action) (river.JobArgs, *river.Inse
 		if args == nil {
 			return fmt.Errorf("riverjob: the Redrive build function returned no job args for action %s", a.Key)
 		}
-		mark, _ := markOf(args)
+		mark := markOf(args)
 		isMarked := mark != (Redriven{})
 		if isMarked && mark != RedrivenFrom(a) {
 			return fmt.Errorf("riverjob: the job built to re-drive action %s attempt %d is marked for %q attempt %d; set its Redriven to riverjob.RedrivenFrom(a)", a.Key, a.Attempt, mark.OnceKey, mark.OnceAttempt)
