@@ -34,6 +34,10 @@
 // refused login or a server without STARTTLS (when Sender.TLS is set)
 // keeps refusing until the configuration is fixed; the error says which.
 //
+// A server is held to bounds too: Sender.Timeout (or the context) ends a
+// reply that never comes, and over 1 MiB of replies on one connection
+// ends it, as a lost connection would at that stage.
+//
 // Recipients, subjects and bodies often come from untrusted text (a form,
 // a language model), so Message says what Send refuses and what it
 // encodes: no address that is not one bare mailbox, no control
@@ -177,6 +181,7 @@ func (s *Sender) Send(ctx context.Context, a once.Attempt, msg Message) (string,
 	if err != nil {
 		return "", once.RetryLater(fmt.Errorf("smtpsend: connect to %s: %w; nothing was sent, the next delivery tries again", s.Addr, err))
 	}
+	conn = &boundedConn{Conn: conn, left: maxServerBytes}
 	// Closing the connection is the only way to interrupt a reply the
 	// client is waiting for. What that means for the message depends on
 	// the stage the interruption hits, as for any lost connection.
@@ -314,6 +319,31 @@ func refused(ctx context.Context, stage string, err error) error {
 		return once.RetryLater(fmt.Errorf("smtpsend: the server deferred %s: %w; it did not take the message, the next delivery tries again", stage, err))
 	}
 	return once.RetryLater(fmt.Errorf("smtpsend: %s: %w; the message was not sent, the next delivery tries again", stage, withCause(ctx, err)))
+}
+
+// maxServerBytes bounds what Send reads from the server over one
+// connection: its greeting and replies, and a TLS handshake. A server
+// says a few kilobytes for one message; one that sends more is refused,
+// rather than held in memory until Timeout.
+const maxServerBytes = 1 << 20
+
+// boundedConn is a connection whose reads fail once the server has sent
+// maxServerBytes.
+type boundedConn struct {
+	net.Conn
+	left int64
+}
+
+func (c *boundedConn) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("the server sent over %d bytes of replies on one connection, far more than an SMTP server says for one message", maxServerBytes)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.Conn.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // withCause names the context's cause when it is why the connection was

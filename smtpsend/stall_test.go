@@ -102,3 +102,43 @@ func TestSendServerStallsMidData(t *testing.T) {
 		t.Errorf("error %q does not name Message-ID %s to search for", err, id)
 	}
 }
+
+// A server that greets with a reply that never ends, line after short
+// line: the client stops reading at its bound on what a server may say,
+// instead of holding all of it in memory until Timeout, and nothing was
+// sent.
+func TestSendServerEndlessReplyIsBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	wrote := make(chan int64, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			wrote <- 0
+			return
+		}
+		defer conn.Close()
+		total := int64(0)
+		chunk := []byte(strings.Repeat("220-"+strings.Repeat("a", 60)+"\r\n", 1<<10))
+		for {
+			n, err := conn.Write(chunk)
+			total += int64(n)
+			if err != nil {
+				break
+			}
+		}
+		wrote <- total
+	}()
+	s := &smtpsend.Sender{Addr: ln.Addr().String(), Timeout: 5 * time.Second}
+	_, err = s.Send(context.Background(), attempt(t, 1), message())
+	if c := class(err); c != "retry-later" {
+		t.Fatalf("class %s (%v), want retry-later", c, err)
+	}
+	if !strings.Contains(err.Error(), "bytes of replies") {
+		t.Errorf("error %q does not name the bound on what the server may send", err)
+	}
+	<-wrote
+}
