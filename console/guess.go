@@ -89,15 +89,8 @@ func (g *guessLimit) attempt(log *slog.Logger, addr, via string, right bool, now
 	return 0
 }
 
-// wait says how long addr must wait before a token from it is checked
-// again; zero means now.
-func (g *guessLimit) wait(addr string, now time.Time) time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.waitLocked(addr, now)
-}
-
-// waitLocked is wait with g.mu held.
+// waitLocked says how long addr must wait before a token from it is
+// checked again; zero means now. g.mu is held.
 func (g *guessLimit) waitLocked(addr string, now time.Time) time.Duration {
 	b := g.addrs[addr]
 	if b == nil {
@@ -113,15 +106,9 @@ func (g *guessLimit) waitLocked(addr string, now time.Time) time.Duration {
 	return time.Duration((1 - b.tokens) * float64(guessEvery))
 }
 
-// fail spends one of addr's attempts on a wrong token (or counts one
-// refused for being over the limit) and logs it if it is time to.
-func (g *guessLimit) fail(log *slog.Logger, addr, via string, refused bool, now time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failLocked(log, addr, via, refused, now)
-}
-
-// failLocked is fail with g.mu held.
+// failLocked spends one of addr's attempts on a wrong token (or counts
+// one refused for being over the limit) and logs it if it is time to.
+// g.mu is held.
 func (g *guessLimit) failLocked(log *slog.Logger, addr, via string, refused bool, now time.Time) {
 	b := g.bucketFor(addr, now)
 	b.refill(now)

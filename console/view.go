@@ -159,9 +159,8 @@ func showPayload(b []byte) payloadView {
 		b = b[:maxShown]
 	}
 	text := b
-	// The cut may have split the last rune.
-	for i := 0; v.Cut > 0 && i < utf8.UTFMax && len(text) > 0 && !utf8.Valid(text); i++ {
-		text = text[:len(text)-1]
+	if v.Cut > 0 {
+		text = view.TrimSplitRune(b)
 	}
 	switch {
 	case v.Cut == 0 && json.Valid(b):

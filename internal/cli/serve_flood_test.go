@@ -42,7 +42,7 @@ func flood(t *testing.T, addr string, addrs, perAddr int) []*floodConn {
 		from := fmt.Sprintf("127.0.0.%d", 2+a)
 		for range perAddr {
 			wg.Go(func() {
-				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 30 * time.Second}
+				d := dialerFrom(from, 30*time.Second)
 				c, err := d.Dial("tcp", addr)
 				if err != nil {
 					return // not let in by the kernel: it holds nothing
@@ -137,19 +137,13 @@ func TestServeFloodLeavesRoomForToken(t *testing.T) {
 			"can this machine dial from 127.0.0.2–127.0.0.21?", total, cli.ServeGuestSlots())
 	}
 
-	req, err := http.NewRequest(http.MethodGet, base+"api/stats", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	resp, err := client.Do(req)
+	code, err := statsWithToken(client, base, token)
 	if err != nil {
 		t.Fatalf("GET /api/stats with the token, while %d flood connections are open: %v", len(conns), err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET /api/stats with the token during the flood: %d, want 200", resp.StatusCode)
+	if code != http.StatusOK {
+		t.Errorf("GET /api/stats with the token during the flood: %d, want 200", code)
 	}
 	for from, n := range held {
 		if n > cli.ServeGuestsPerAddr() {
@@ -167,4 +161,27 @@ func servingWithToken(t *testing.T, token string) (base, addr string, stderr *sy
 	mustRun(t, "migrate", "--db", db)
 	base, _, stderr, _ = startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--token", token, "--db", db)
 	return base, strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/"), stderr
+}
+
+// dialerFrom dials from the loopback address from (127.0.0.0/8 is all
+// local), so that a test can be many clients; it gives up after timeout.
+func dialerFrom(from string, timeout time.Duration) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: timeout}
+}
+
+// statsWithToken asks c for the console's api/stats with token as the
+// bearer, and returns the status it was answered.
+func statsWithToken(c *http.Client, base, token string) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, base+"api/stats", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }

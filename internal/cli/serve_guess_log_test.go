@@ -2,8 +2,6 @@ package cli_test
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,19 +20,14 @@ import (
 func TestGuessLogCountsOnlyWrongTokens(t *testing.T) {
 	const token = "the-right-token-for-the-log"
 	base, _, stderr := servingWithToken(t, token)
-	from := &net.TCPAddr{IP: net.ParseIP("127.0.7.2")}
 	get := func(tok string) int {
 		t.Helper()
-		c := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: from}).DialContext}}
-		req, _ := http.NewRequest(http.MethodGet, base+"api/stats", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := c.Do(req)
+		c := &http.Client{Transport: &http.Transport{DialContext: dialerFrom("127.0.7.2", 0).DialContext}}
+		code, err := statsWithToken(c, base, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return code
 	}
 	for i := range 10 {
 		if got := get(fmt.Sprintf("wrong-%d", i)); got != http.StatusUnauthorized {

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"io"
 	"net/http"
 	"testing"
 )
@@ -18,15 +17,11 @@ func TestGuesserBesideTheOperatorLeavesItsConnection(t *testing.T) {
 	op := &http.Client{Transport: &http.Transport{}}
 	get := func(c *http.Client, tok string) int {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, base+"api/stats", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := c.Do(req)
+		code, err := statsWithToken(c, base, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return code
 	}
 	if got := get(op, token); got != 200 {
 		t.Fatalf("operator: %d", got)

@@ -28,7 +28,7 @@ func TestConcurrentGuessesKeepTheBurst(t *testing.T) {
 		from := fmt.Sprintf("127.0.%d.%d", 3+round/250, 2+round%250)
 		conns := make([]net.Conn, perRound)
 		for i := range conns {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
+			d := dialerFrom(from, 10*time.Second)
 			c, err := d.Dial("tcp", addr)
 			if err != nil {
 				t.Fatalf("dial from %s: %v", from, err)

@@ -3,7 +3,6 @@ package cli_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -43,7 +42,7 @@ func TestServeSilentGuestsLeaveRoomForToken(t *testing.T) {
 	for a := range 200 {
 		from := fmt.Sprintf("127.0.%d.%d", 5+a/250, 2+a%250)
 		wg.Go(func() {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 30 * time.Second}
+			d := dialerFrom(from, 30*time.Second)
 			for {
 				select {
 				case <-stop:
@@ -70,18 +69,12 @@ func TestServeSilentGuestsLeaveRoomForToken(t *testing.T) {
 	}
 	time.Sleep(time.Second) // the silent connections in the reserve and the backlog
 
-	req, err := http.NewRequest(http.MethodGet, base+"api/stats", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	resp, err := client.Do(req)
+	code, err := statsWithToken(client, base, token)
 	if err != nil {
 		t.Fatalf("GET /api/stats with the token, while 200 addresses hold silent connections: %v", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("GET /api/stats with the token: %d, want 200", resp.StatusCode)
+	if code != http.StatusOK {
+		t.Errorf("GET /api/stats with the token: %d, want 200", code)
 	}
 }

@@ -25,7 +25,7 @@ func Terminal(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		if acts(r) {
-			writeEscape(&b, r)
+			b.WriteString(escape(r))
 			continue
 		}
 		b.WriteRune(r)
@@ -51,8 +51,7 @@ func EscapeControls(b []byte) []byte {
 		if out == nil {
 			out = append(make([]byte, 0, len(b)+16), b[:i]...)
 		}
-		q := strconv.QuoteRune(r)
-		out = append(out, q[1:len(q)-1]...)
+		out = append(out, escape(r)...)
 		i += n
 	}
 	if out == nil {
@@ -61,9 +60,10 @@ func EscapeControls(b []byte) []byte {
 	return out
 }
 
-func writeEscape(b *strings.Builder, r rune) {
+// escape is r's Go escape, without the quotes: \n, \x1b, \u202e.
+func escape(r rune) string {
 	q := strconv.QuoteRune(r)
-	b.WriteString(q[1 : len(q)-1])
+	return q[1 : len(q)-1]
 }
 
 // acts reports whether a terminal or a browser does something with r

@@ -67,7 +67,7 @@ func CutPayload(v Action, a once.Action, max int) Action {
 	}
 	head := a.Payload[:max]
 	v.Payload, v.PayloadText, v.PayloadBase64, v.PayloadCut = nil, "", nil, len(a.Payload)-max
-	if text := trimRune(head); utf8.Valid(text) {
+	if text := TrimSplitRune(head); utf8.Valid(text) {
 		v.PayloadText, v.PayloadCut = string(text), len(a.Payload)-len(text)
 	} else {
 		v.PayloadBase64 = head
@@ -75,8 +75,9 @@ func CutPayload(v Action, a once.Action, max int) Action {
 	return v
 }
 
-// trimRune drops a rune the cut split in two from the end of b.
-func trimRune(b []byte) []byte {
+// TrimSplitRune drops from the end of b a rune that cutting b to a
+// bound split in two. The console's pages and its JSON API both cut.
+func TrimSplitRune(b []byte) []byte {
 	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
 		b = b[:len(b)-1]
 	}

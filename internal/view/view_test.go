@@ -117,3 +117,32 @@ func TestEscapeControls(t *testing.T) {
 		}
 	}
 }
+
+// TestCutPayloadDropsASplitRune: a payload cut in the middle of a rune
+// is shown as the text before that rune, and the rune's bytes are
+// counted as cut; cut on a rune boundary it keeps every byte up to the
+// bound. Base64 is only for a cut part that is not text.
+func TestCutPayloadDropsASplitRune(t *testing.T) {
+	for _, c := range []struct {
+		payload, text string
+		max, cut      int
+	}{
+		{`"aé"`, `"a`, 3, 3},  // é is two bytes; the bound falls between them
+		{`"aé"`, `"aé`, 4, 1}, // on the boundary
+		{`"a€b"`, `"a`, 4, 5}, // € is three bytes; two are under the bound
+		{`"a"`, ``, 3, 0},     // not over the bound: not cut
+	} {
+		a := once.Action{Payload: []byte(c.payload)}
+		v := view.CutPayload(view.FromAction(a, nil), a, c.max)
+		if v.PayloadCut != c.cut || v.PayloadText != c.text || v.PayloadBase64 != nil {
+			t.Errorf("%q cut to %d: text %q, %d cut, base64 %q; want text %q, %d cut", c.payload, c.max, v.PayloadText, v.PayloadCut, v.PayloadBase64, c.text, c.cut)
+		}
+	}
+	// The bound is never under a few bytes (the console's are 64 KiB and
+	// 1 MiB): cut shorter than utf8.UTFMax, bytes that are not text
+	// would all be trimmed away as if they were one split rune.
+	bin := once.Action{Payload: bytes.Repeat([]byte{0xff}, 8)}
+	if v := view.CutPayload(view.FromAction(bin, nil), bin, 6); v.PayloadText != "" || !bytes.Equal(v.PayloadBase64, bin.Payload[:6]) || v.PayloadCut != 2 {
+		t.Errorf("binary payload cut to 6: text %q, base64 %q, %d cut; want base64 of the first 6 bytes, 2 cut", v.PayloadText, v.PayloadBase64, v.PayloadCut)
+	}
+}
