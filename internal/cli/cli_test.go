@@ -230,6 +230,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"ls", "--db", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5"}, "postgres store at 127.0.0.1:1"},
 		{[]string{"ls", "--status", "done", "--db", missing}, `--status "done" is not a status`},
 		{[]string{"ls", "--limit", "0", "--db", missing}, "--limit must be positive"},
+		{[]string{"ls", "--limit", "1001", "--db", missing}, "--limit 1001 is over 1000, the most one list prints"},
 		{[]string{"ls", "--bogus"}, "flag provided but not defined"},
 		{[]string{"ls", "extra", "--db", missing}, `takes no arguments, but was given "extra"`},
 		// A stray word on a destructive command is refused, not ignored:

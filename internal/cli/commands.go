@@ -150,7 +150,7 @@ func defineLs(fs *flagSet) func(env, []string) error {
 	kind := fs.String("kind", "", "only actions of this `KIND`")
 	run := fs.String("run", "", "only actions of this `RUN`")
 	since := fs.Duration("since", 0, "only actions updated within this `DURATION` (e.g. 24h)")
-	limit := fs.Int("limit", 50, "at most `N` actions")
+	limit := fs.Int("limit", 50, "at most `N` actions (at most 1000)")
 	asJSON := fs.Bool("json", false, "print JSON, one array")
 	return func(e env, _ []string) error {
 		if *status != "" && !once.Status(*status).Valid() {
@@ -158,6 +158,9 @@ func defineLs(fs *flagSet) func(env, []string) error {
 		}
 		if *limit <= 0 || *since < 0 {
 			return usagef("--limit must be positive and --since not negative")
+		}
+		if *limit > maxList {
+			return usagef("--limit %d is over %d, the most one list prints; narrow it with --status, --kind, --run or --since", *limit, maxList)
 		}
 		for name, v := range map[string]string{"--kind": *kind, "--run": *run} {
 			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
@@ -222,6 +225,10 @@ func findKey(ctx context.Context, c *once.Client, k string) (once.Action, error)
 // maxShowEvents bounds --events: a page of a trail that a terminal, or
 // a script reading --json, takes in one go.
 const maxShowEvents = 1000
+
+// maxList is the most actions one `once ls` prints: each is read whole,
+// payload and result, as the console's lists are bounded too.
+const maxList = 1000
 
 func defineShow(fs *flagSet) func(env, []string) error {
 	db := fs.db()
