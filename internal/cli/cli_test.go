@@ -252,6 +252,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"serve", "--addr", "nope", "--db", missing}, "is not host:port"},
 		{[]string{"demo", "--intents", "0"}, "--intents must be"},
 		{[]string{"reap", "--every", "-1s", "--db", missing}, "--every must not be negative"},
+		{[]string{"reap", "--every", "1ns", "--db", missing}, "--every 1ns is under a second"},
+		{[]string{"serve", "--reap-every", "10ms", "--db", missing}, "--reap-every 10ms is under a second"},
 	}
 	for _, tc := range cases {
 		code, out, errOut := run(t, tc.args...)

@@ -230,6 +230,10 @@ const maxShowEvents = 1000
 // payload and result, as the console's lists are bounded too.
 const maxList = 1000
 
+// minReapEvery is the shortest interval between the command's reaper
+// passes: each reads the store, and a lease is seconds long.
+const minReapEvery = time.Second
+
 func defineShow(fs *flagSet) func(env, []string) error {
 	db := fs.db()
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -374,6 +378,9 @@ func defineReap(fs *flagSet) func(env, []string) error {
 	return func(e env, _ []string) error {
 		if *every < 0 {
 			return usagef("--every must not be negative")
+		}
+		if *every > 0 && *every < minReapEvery {
+			return usagef("--every %v is under a second: each pass reads the store; give 1s or more, or 0 for one pass", *every)
 		}
 		d, err := open(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {

@@ -101,6 +101,9 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	if reapEvery < 0 {
 		return usagef("--reap-every must not be negative")
 	}
+	if reapEvery > 0 && reapEvery < minReapEvery {
+		return usagef("--reap-every %v is under a second: each pass reads the store; give 1s or more, or 0 to turn the reaper off", reapEvery)
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
