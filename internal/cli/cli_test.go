@@ -249,6 +249,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"resolve", "abcdefgh", "--done", "--note", "  ", "--db", migrated}, "--note is empty"},
 		{[]string{"resolve", "abcdefgh", "--done", "--note", "x", "--by", strings.Repeat("x", 300), "--db", migrated}, "--by is 300 bytes"},
 		{[]string{"serve", "--addr", "0.0.0.0:0", "--db", missing}, "set --token"},
+		{[]string{"serve", "--addr", "0.0.0.0:0", "--token", "hunter2", "--db", missing}, "--token is 7 characters; off loopback it must be at least 16"},
 		{[]string{"serve", "--addr", "nope", "--db", missing}, "is not host:port"},
 		{[]string{"demo", "--intents", "0"}, "--intents must be"},
 		{[]string{"reap", "--every", "-1s", "--db", missing}, "--every must not be negative"},

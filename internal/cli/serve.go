@@ -90,6 +90,9 @@ func allowedHosts(host string, extra []string) []string {
 // serve runs the console package as an application would: the process's
 // client (with the metrics' hooks), the library's reaper reporting each
 // pass to the console, and the console at the root of its own server.
+// minToken is the shortest token once serve takes off loopback.
+const minToken = 16
+
 func serve(e env, url, addr, token string, allow []string, reapEvery time.Duration) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -97,6 +100,10 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	}
 	if !loopback(host) && token == "" {
 		return usagef("--addr %s is reachable from other machines; set --token (or ONCE_TOKEN) so requests must carry it, or bind 127.0.0.1", addr)
+	}
+	if !loopback(host) && len(token) < minToken {
+		// Ten guesses a minute per address find a short token in days.
+		return usagef("--token is %d characters; off loopback it must be at least %d (openssl rand -hex 32 makes one)", len(token), minToken)
 	}
 	if reapEvery < 0 {
 		return usagef("--reap-every must not be negative")
