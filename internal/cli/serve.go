@@ -211,9 +211,12 @@ func newServer(h http.Handler, ln net.Listener, l serveLimits) (*http.Server, *c
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: l.readHeader,
-		ReadTimeout:       l.read,
-		WriteTimeout:      l.write,
-		IdleTimeout:       l.idle,
+		// A console request carries a cookie and a token: 64 KiB is
+		// plenty (TestServeRefusesHugeHeaders).
+		MaxHeaderBytes: 64 << 10,
+		ReadTimeout:    l.read,
+		WriteTimeout:   l.write,
+		IdleTimeout:    l.idle,
 	}
 	return srv, connlimit.Listen(ln, l.conns)
 }

@@ -269,3 +269,20 @@ func TestServeConnectionLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesHugeHeaders: a request whose headers run past 64 KiB
+// is answered 431 before the console reads it; Go's default let 1 MiB of
+// headers through to every request's handler.
+func TestServeRefusesHugeHeaders(t *testing.T) {
+	base, _, _ := servingWithToken(t, "t0ken-for-the-headers")
+	req, _ := http.NewRequest(http.MethodGet, base+"healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("a", 100<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KiB of headers: %s; want 431", resp.Status)
+	}
+}
