@@ -521,10 +521,6 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 				if !sf.IsExported() && ft.Kind() != reflect.Struct {
 					continue
 				}
-				if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); ft.Kind() == reflect.Struct && name == "" {
-					// Its fields are the outer struct's, a level up.
-					fl--
-				}
 			} else if !sf.IsExported() {
 				continue
 			}
@@ -532,8 +528,10 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 				continue
 			}
 			if embedsStruct(sf) {
-				// Its fields are promoted, so it writes nothing of its
-				// own, however often it is shared: count the pointer.
+				// Its fields are promoted: they are the outer struct's,
+				// a level up, and it writes nothing of its own, however
+				// often it is shared: count the pointer.
+				fl--
 				if fv := v.Field(i); fv.Kind() == reflect.Pointer && !fv.IsNil() {
 					if budget.embeds--; budget.embeds < 0 {
 						return tooManyEmbeds
