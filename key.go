@@ -428,13 +428,17 @@ type badText struct {
 	path       []string
 }
 
-// tooDeep and tooLong are what walkStrings finds in a value nested deeper
-// than MaxPayloadDepth, or followed further than maxWalkDepth. They carry
-// no path: a path that long would not help anyone.
+// tooDeep, tooLong, tooBig and tooManyEmbeds are what walkStrings finds
+// in a value nested deeper than MaxPayloadDepth, followed further than
+// maxWalkDepth, over the byte budget, or over the embedded pointers'.
+// They are shared, and carry neither what nor a path: a path that long
+// would not help anyone.
 var tooDeep, tooLong, tooBig, tooManyEmbeds = &badText{}, &badText{}, &badText{}, &badText{}
 
+// at adds segment to the path of bad text; a bound's sentinel (no what)
+// is returned as it is.
 func (b *badText) at(segment string) *badText {
-	if b == tooDeep || b == tooLong || b == tooBig || b == tooManyEmbeds {
+	if b.what == "" {
 		return b
 	}
 	b.path = append(b.path, segment)
