@@ -209,7 +209,7 @@ type TrailInfo struct {
 // events the stores never write come in the page where
 // WithHappyPath would put them: the first claim in the oldest page, the
 // first attempt's outcome in the page of the first written event after
-// it (the newest page if none).
+// it (the newest page if none). Page reorders rows, which it owns.
 func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.Event, q once.EventQuery, limit int) once.EventPage {
 	p := once.EventPage{Total: info.Written}
 	more := len(rows) > limit
@@ -217,7 +217,7 @@ func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.
 		rows = rows[:limit]
 		p.Next = rows[len(rows)-1].ID
 	}
-	asc := slices.Clone(rows)
+	asc := rows // read no more: reversed in place
 	if q.Newest {
 		slices.Reverse(asc)
 	}
