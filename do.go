@@ -624,7 +624,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 	}
 	started := time.Now()
 	att := attemptOf(a, in)
-	att.noter = &noter{c: c, pol: pol, key: a.Key, attempt: a.Attempt}
+	att.noter = &noter{c: c, lease: pol.storedLease(), key: a.Key, attempt: a.Attempt}
 	settle := func(value any, err error) outcome {
 		o, obs := c.settle(ctx, pol, a, value, err, att.noter.noted(), time.Since(started))
 		end(obs, o.err)

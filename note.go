@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Note records, while the effect runs, what it is about to do: what a
@@ -33,7 +34,7 @@ func (a Attempt) Note(ctx context.Context, note string) error {
 // flight, fenced by the attempt, that writes no event.
 type noter struct {
 	c       *Client
-	pol     KindPolicy
+	lease   time.Duration // the kind's stored lease, which a note renews
 	key     Key
 	attempt int
 
@@ -51,7 +52,7 @@ func (n *noter) noted() string {
 }
 
 func (n *noter) note(ctx context.Context, note string) error {
-	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.pol.storedLease(), Error: note})
+	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.lease, Error: note})
 	// One call, not read back when its reply is lost: the effect waits
 	// on it, and a note that may not have been written costs nothing.
 	cctx, cancel := n.c.call(ctx)
