@@ -5,6 +5,7 @@ package sqlrows
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,6 +202,21 @@ type TrailInfo struct {
 	// row's completed_at, zero if none: the unwritten outcome goes
 	// before it.
 	FirstAfter int64
+}
+
+// PageCursor is where q's page starts, the ID a store reads events
+// after (oldest first) or before (q.Newest), and the most written events
+// it holds: limit+1 are read, to tell whether more follow.
+func PageCursor(q once.EventQuery) (after int64, limit int) {
+	limit = q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	after = max(q.After, 0)
+	if q.Newest && after == 0 {
+		after = math.MaxInt64
+	}
+	return after, limit
 }
 
 // Page makes one page of an action's trail: rows are up to limit+1
