@@ -30,6 +30,11 @@ func (a Attempt) Note(ctx context.Context, note string) error {
 	return a.noter.note(ctx, note)
 }
 
+// withNote is text followed by the note the effect wrote last: what a
+// person deciding an unknown outcome looks for. Both ways an attempt's
+// outcome becomes unknown (an error or panic, a lapsed lease) write it.
+func withNote(text, note string) string { return text + "; it had noted: " + note }
+
 // noter writes an attempt's note: a transition from in flight to in
 // flight, fenced by the attempt, that writes no event.
 type noter struct {
