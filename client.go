@@ -183,7 +183,6 @@ func orDefault[N int | time.Duration](v, d N) N {
 	return v
 }
 
-// Policy returns the policy in force for kind.
 // Configured reports whether Config.Kinds names kind: for any other,
 // Policy answers Config.Default's policy, which a process that knows
 // nothing of the kind (once serve) has, not the kind's own.
@@ -192,6 +191,7 @@ func (c *Client) Configured(kind string) bool {
 	return ok
 }
 
+// Policy returns the policy in force for kind.
 func (c *Client) Policy(kind string) KindPolicy {
 	if p, ok := c.kinds[kind]; ok {
 		return p

@@ -624,7 +624,7 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 	}
 	started := time.Now()
 	att := attemptOf(a, in)
-	att.noter = &noter{c: c, pol: pol, key: a.Key, attempt: a.Attempt}
+	att.noter = &noter{c: c, lease: pol.storedLease(), key: a.Key, attempt: a.Attempt}
 	settle := func(value any, err error) outcome {
 		o, obs := c.settle(ctx, pol, a, value, err, att.noter.noted(), time.Since(started))
 		end(obs, o.err)
@@ -968,8 +968,7 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	if noted != "" && ferr != nil && classify(ferr) == StatusUnknown {
 		// What the effect noted it was doing (Attempt.Note): what the
 		// person who decides an unknown outcome looks for.
-		t.Error += "; it had noted: " + noted
-		t.Event.Note += "; it had noted: " + noted
+		t.Error, t.Event.Note = withNote(t.Error, noted), withNote(t.Event.Note, noted)
 	}
 	var pe *panicked
 	if errors.As(ferr, &pe) && t.To == StatusReleased {

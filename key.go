@@ -428,13 +428,17 @@ type badText struct {
 	path       []string
 }
 
-// tooDeep and tooLong are what walkStrings finds in a value nested deeper
-// than MaxPayloadDepth, or followed further than maxWalkDepth. They carry
-// no path: a path that long would not help anyone.
+// tooDeep, tooLong, tooBig and tooManyEmbeds are what walkStrings finds
+// in a value nested deeper than MaxPayloadDepth, followed further than
+// maxWalkDepth, over the byte budget, or over the embedded pointers'.
+// They are shared, and carry neither what nor a path: a path that long
+// would not help anyone.
 var tooDeep, tooLong, tooBig, tooManyEmbeds = &badText{}, &badText{}, &badText{}, &badText{}
 
+// at adds segment to the path of bad text; a bound's sentinel (no what)
+// is returned as it is.
 func (b *badText) at(segment string) *badText {
-	if b == tooDeep || b == tooLong || b == tooBig || b == tooManyEmbeds {
+	if b.what == "" {
 		return b
 	}
 	b.path = append(b.path, segment)
@@ -521,10 +525,6 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 				if !sf.IsExported() && ft.Kind() != reflect.Struct {
 					continue
 				}
-				if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); ft.Kind() == reflect.Struct && name == "" {
-					// Its fields are the outer struct's, a level up.
-					fl--
-				}
 			} else if !sf.IsExported() {
 				continue
 			}
@@ -532,8 +532,10 @@ func walkStrings(v reflect.Value, depth, level int, budget *walkBudget) *badText
 				continue
 			}
 			if embedsStruct(sf) {
-				// Its fields are promoted, so it writes nothing of its
-				// own, however often it is shared: count the pointer.
+				// Its fields are promoted: they are the outer struct's,
+				// a level up, and it writes nothing of its own, however
+				// often it is shared: count the pointer.
+				fl--
 				if fv := v.Field(i); fv.Kind() == reflect.Pointer && !fv.IsNil() {
 					if budget.embeds--; budget.embeds < 0 {
 						return tooManyEmbeds

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Note records, while the effect runs, what it is about to do: what a
@@ -29,11 +30,16 @@ func (a Attempt) Note(ctx context.Context, note string) error {
 	return a.noter.note(ctx, note)
 }
 
+// withNote is text followed by the note the effect wrote last: what a
+// person deciding an unknown outcome looks for. Both ways an attempt's
+// outcome becomes unknown (an error or panic, a lapsed lease) write it.
+func withNote(text, note string) string { return text + "; it had noted: " + note }
+
 // noter writes an attempt's note: a transition from in flight to in
 // flight, fenced by the attempt, that writes no event.
 type noter struct {
 	c       *Client
-	pol     KindPolicy
+	lease   time.Duration // the kind's stored lease, which a note renews
 	key     Key
 	attempt int
 
@@ -51,7 +57,7 @@ func (n *noter) noted() string {
 }
 
 func (n *noter) note(ctx context.Context, note string) error {
-	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.pol.storedLease(), Error: note})
+	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.lease, Error: note})
 	// One call, not read back when its reply is lost: the effect waits
 	// on it, and a note that may not have been written costs nothing.
 	cctx, cancel := n.c.call(ctx)

@@ -93,7 +93,7 @@ func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, act
 		if a.Error != "" {
 			// What the effect noted it was about to do (Attempt.Note):
 			// what a person should look for.
-			reason += "; it had noted: " + a.Error
+			reason = withNote(reason, a.Error)
 		}
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
 	}

@@ -69,7 +69,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math"
 	"net"
 	"runtime"
 	"slices"
@@ -1119,16 +1118,10 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 		&info.Written, &info.Claimed, &info.ClaimOrigin, &info.Decided, &info.FirstAfter); err != nil {
 		return once.EventPage{}, s.wrap(err)
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	stmt, after := s.q.eventsAfter, max(q.After, 0)
+	after, limit := sqlrows.PageCursor(q)
+	stmt := s.q.eventsAfter
 	if q.Newest {
 		stmt = s.q.eventsBefore
-		if after == 0 {
-			after = math.MaxInt64
-		}
 	}
 	rows, err := s.queryEvents(ctx, stmt, string(q.Key), after, limit+1)
 	if err != nil {

@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -1014,16 +1013,10 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	}, string(q.Key), string(a.Status), completed); err != nil {
 		return once.EventPage{}, s.wrap(err)
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	stmt, after := stEventsAfter, max(q.After, 0)
+	after, limit := sqlrows.PageCursor(q)
+	stmt := stEventsAfter
 	if q.Newest {
 		stmt = stEventsBefore
-		if after == 0 {
-			after = math.MaxInt64
-		}
 	}
 	rows, err := s.queryEvents(ctx, stmt, string(q.Key), after, limit+1)
 	if err != nil {

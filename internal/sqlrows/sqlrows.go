@@ -5,6 +5,7 @@ package sqlrows
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,13 +204,28 @@ type TrailInfo struct {
 	FirstAfter int64
 }
 
+// PageCursor is where q's page starts, the ID a store reads events
+// after (oldest first) or before (q.Newest), and the most written events
+// it holds: limit+1 are read, to tell whether more follow.
+func PageCursor(q once.EventQuery) (after int64, limit int) {
+	limit = q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	after = max(q.After, 0)
+	if q.Newest && after == 0 {
+		after = math.MaxInt64
+	}
+	return after, limit
+}
+
 // Page makes one page of an action's trail: rows are up to limit+1
 // written events in the order q asks, after its cursor; a is the row
 // (found false if there is none), origin its first claimer's. The
 // events the stores never write come in the page where
 // WithHappyPath would put them: the first claim in the oldest page, the
 // first attempt's outcome in the page of the first written event after
-// it (the newest page if none).
+// it (the newest page if none). Page reorders rows, which it owns.
 func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.Event, q once.EventQuery, limit int) once.EventPage {
 	p := once.EventPage{Total: info.Written}
 	more := len(rows) > limit
@@ -217,7 +233,7 @@ func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.
 		rows = rows[:limit]
 		p.Next = rows[len(rows)-1].ID
 	}
-	asc := slices.Clone(rows)
+	asc := rows // read no more: reversed in place
 	if q.Newest {
 		slices.Reverse(asc)
 	}
