@@ -1,0 +1,309 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
+)
+
+// TestNoteReplyLost: the database commits an attempt's note and its
+// reply is lost (the connection is cut after ReadyForQuery). Note
+// returns an error, the effect notes again and runs, once, and the
+// outcome is recorded on another connection.
+func TestNoteReplyLost(t *testing.T) {
+	testNoteLost(t, false)
+}
+
+// TestNoteHangs: the connection that carries an attempt's note hangs
+// after the database committed it. Note returns within ClaimTimeout
+// instead of waiting for ever, and the effect runs once and its outcome
+// is recorded.
+func TestNoteHangs(t *testing.T) {
+	testNoteLost(t, true)
+}
+
+func testNoteLost(t *testing.T, hang bool) {
+	c, _, proxy, s := faultClients(t, once.Config{ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "note-lost", Kind: "send_email", Target: "ada@example.com"}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	var first error
+	res, err := once.Do(context.Background(), c, in, func(ctx context.Context, a once.Attempt) (string, error) {
+		var lost <-chan struct{}
+		if hang {
+			lost = proxy.HangAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+		} else {
+			lost = proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+		}
+		first = a.Note(ctx, "sending Message-ID <x@once>")
+		select {
+		case <-lost:
+		default:
+			t.Error("the note's reply was not lost")
+		}
+		if err := a.Note(ctx, "sending Message-ID <x@once>, again"); err != nil {
+			t.Errorf("the note sent again: %v", err)
+		}
+		ran.Add(1)
+		return "sent", nil
+	})
+	if first == nil {
+		t.Error("Note returned nil although its reply was lost")
+	}
+	if err != nil || res.Value != "sent" || ran.Load() != 1 {
+		t.Fatalf("Do = %+v, %v, the effect run %d times; want sent, once", res, err, ran.Load())
+	}
+	a, err := s.Get(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != once.StatusSucceeded || a.Attempt != 1 || a.Error != "" {
+		t.Fatalf("the row is %s at attempt %d with %q, want succeeded at attempt 1, the note replaced", a.Status, a.Attempt, a.Error)
+	}
+}
+
+// released puts in up for review through c and resolves it "retry", so
+// that it waits, released, for a delivery.
+func released(t *testing.T, c *once.Client, in once.Intent) once.Key {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v, want review", err)
+	}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Resolve(ctx, k, once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "bounced; send again"}); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// redriven counts the redriven events in key's trail.
+func redriven(t *testing.T, s once.Store, key once.Key) int {
+	t.Helper()
+	evs, err := s.Events(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Type == once.EventRedriven {
+			n++
+		}
+	}
+	return n
+}
+
+// refuseAfterLostMark is the proxied store with one fault added: when a
+// re-drive mark's reply is lost, the proxy refuses every connection
+// from then on, so that the reaper cannot read the row back to learn
+// whether its mark applied. The statements are the real ones.
+type refuseAfterLostMark struct {
+	once.Store
+	proxy *faultproxy.Proxy
+}
+
+func (s refuseAfterLostMark) Transition(ctx context.Context, t once.Transition) (bool, error) {
+	ok, err := s.Store.Transition(ctx, t)
+	if t.Waiting && err != nil {
+		s.proxy.Refuse(true)
+	}
+	return ok, err
+}
+
+// TestRedriveMarkReplyLost: the reaper's re-drive mark commits and its
+// reply is lost. The reaper reads the row back, finds its own mark, and
+// calls the Redrive hook in the same pass: once, with one redriven
+// event in the trail. The delivery runs the effect once, as attempt 2.
+func TestRedriveMarkReplyLost(t *testing.T) {
+	const after = 500 * time.Millisecond
+	var hooked atomic.Int32
+	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
+		hooked.Add(1)
+		return nil
+	}}
+	cut, direct, proxy, s := faultClients(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol}, ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "mark-lost", Kind: "send_email", Target: "ada@example.com"}
+	k := released(t, direct, in)
+	r, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(after + 100*time.Millisecond)
+	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	rep, err := r.RunOnce(context.Background())
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the mark's reply was not lost")
+	}
+	if err != nil || rep.Redriven != 1 || hooked.Load() != 1 || redriven(t, s, k) != 1 {
+		t.Fatalf("the pass whose mark's reply was lost = %+v, %v; hook called %d times, %d redriven events; want it handed on once, one event",
+			rep, err, hooked.Load(), redriven(t, s, k))
+	}
+	deliverOnce(t, direct, in)
+}
+
+// TestRedriveMarkReplyLostUnread: the reaper's re-drive mark commits,
+// its reply is lost, and the database cannot be reached to read the row
+// back within RecordTimeout. The reaper does not call the hook (it
+// cannot tell its mark applied) and says the pass failed. The re-drive
+// is not lost for good: once the database answers, a pass at least
+// RedriveAfter after the mark marks the action again and hands it on,
+// and the delivery runs the effect once.
+func TestRedriveMarkReplyLostUnread(t *testing.T) {
+	const after = 500 * time.Millisecond
+	var hooked atomic.Int32
+	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
+		hooked.Add(1)
+		return nil
+	}}
+	d, schema := newStore(t)
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ps, proxy := proxiedStore(t, schema)
+	kinds := map[string]once.KindPolicy{"send_email": pol}
+	cut, err := once.New(once.Config{Store: refuseAfterLostMark{ps, proxy}, Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := once.New(once.Config{Store: d, Kinds: kinds, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "mark-lost-unread", Kind: "send_email", Target: "ada@example.com"}
+	k := released(t, direct, in)
+	r, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(after + 100*time.Millisecond)
+	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	rep, err := r.RunOnce(context.Background())
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the mark's reply was not lost")
+	}
+	if err == nil || hooked.Load() != 0 || redriven(t, d, k) != 1 {
+		t.Fatalf("the pass whose mark's reply was lost and unread = %+v, %v; hook called %d times, %d redriven events; want an error, no hook, the mark applied",
+			rep, err, hooked.Load(), redriven(t, d, k))
+	}
+	proxy.Refuse(false)
+	time.Sleep(after + 100*time.Millisecond)
+	rep, err = r.RunOnce(context.Background())
+	if err != nil || rep.Redriven != 1 || hooked.Load() != 1 || redriven(t, d, k) != 2 {
+		t.Fatalf("the pass after another RedriveAfter = %+v, %v; hook called %d times, %d redriven events; want it handed on once",
+			rep, err, hooked.Load(), redriven(t, d, k))
+	}
+	deliverOnce(t, direct, in)
+}
+
+// deliverOnce delivers the re-driven job in: the effect runs once, as
+// attempt 2, and a second delivery is absorbed.
+func deliverOnce(t *testing.T, c *once.Client, in once.Intent) {
+	t.Helper()
+	var ran atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		ran.Add(1)
+		return "sent", nil
+	}
+	res, err := once.Do(context.Background(), c, in, effect)
+	if err != nil || res.Attempt != 2 || res.Replayed {
+		t.Fatalf("the re-driven delivery = %+v, %v; want attempt 2 run", res, err)
+	}
+	res, err = once.Do(context.Background(), c, in, effect)
+	if err != nil || !res.Replayed || ran.Load() != 1 {
+		t.Fatalf("a second delivery = %+v, %v, the effect run %d times; want it replayed, one run", res, err, ran.Load())
+	}
+}
+
+// TestRedriveReaperPausedBetweenMarkAndHook: a reaper marks a waiting
+// action re-driven and pauses before its hook for longer than
+// RedriveAfter and the kind's lease. Another reaper marks it again and
+// its hook delivers the job: the effect runs. Then the first carries on
+// and its hook delivers the job again: the claim absorbs it (the stored
+// result is replayed) and the effect has run once.
+func TestRedriveReaperPausedBetweenMarkAndHook(t *testing.T) {
+	const after = 300 * time.Millisecond
+	const lease = 500 * time.Millisecond
+	in := once.Intent{Run: "mark-paused", Kind: "send_email", Target: "ada@example.com"}
+	var ran atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		ran.Add(1)
+		return "sent", nil
+	}
+	var (
+		entered  = make(chan struct{})
+		resume   = make(chan struct{})
+		firstC   *once.Client
+		firstRes once.Result[string]
+		firstErr error
+	)
+	first := once.KindPolicy{RedriveAfter: after, Lease: lease, Redrive: func(ctx context.Context, _ once.Action) error {
+		close(entered)
+		<-resume
+		firstRes, firstErr = once.Do(context.Background(), firstC, in, effect)
+		return firstErr
+	}}
+	var secondRes once.Result[string]
+	var secondErr error
+	var secondC *once.Client
+	second := once.KindPolicy{RedriveAfter: after, Lease: lease, Redrive: func(ctx context.Context, _ once.Action) error {
+		secondRes, secondErr = once.Do(context.Background(), secondC, in, effect)
+		return secondErr
+	}}
+	var s once.Store
+	firstC, _, _, s = faultClients(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": first}, Logger: quiet})
+	// The second reaper's client has its own hook, over the same store.
+	secondC, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{"send_email": second}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released(t, secondC, in)
+	time.Sleep(after + 100*time.Millisecond)
+	r1, err := once.NewReaper(firstC, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := once.NewReaper(secondC, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r1.RunOnce(context.Background())
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first reaper never called its hook")
+	}
+	// Paused, between its mark and its hook, past RedriveAfter and the
+	// lease.
+	time.Sleep(lease + after)
+	rep, err := r2.RunOnce(context.Background())
+	if err != nil || rep.Redriven != 1 {
+		t.Fatalf("the second reaper's pass = %+v, %v; want it to re-drive the action the first marked and never handed on", rep, err)
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("the first reaper's pass: %v", err)
+	}
+	if secondErr != nil || secondRes.Value != "sent" || firstErr != nil || firstRes.Value != "sent" || !firstRes.Replayed || ran.Load() != 1 {
+		t.Fatalf("second delivery %+v, %v; first delivery %+v, %v; effect run %d times; want the second run, the first replayed, one run",
+			secondRes, secondErr, firstRes, firstErr, ran.Load())
+	}
+}
