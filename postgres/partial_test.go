@@ -307,3 +307,96 @@ func TestRedriveReaperPausedBetweenMarkAndHook(t *testing.T) {
 			secondRes, secondErr, firstRes, firstErr, ran.Load())
 	}
 }
+
+// panicking runs Do of in over c with an effect that panics, and
+// returns Do's error; before gives the fault to arm just before the
+// panic.
+func panicking(t *testing.T, c *once.Client, in once.Intent, ran *atomic.Int32, before func()) (err error) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil && p != "nil map" {
+			panic(p)
+		}
+	}()
+	_, err = once.Do(context.Background(), c, in, func(context.Context, once.Attempt) (int, error) {
+		ran.Add(1)
+		if before != nil {
+			before()
+		}
+		panic("nil map")
+	})
+	return err
+}
+
+// TestPanicRecordReplyLost: the records of two panicking attempts
+// commit and their replies are lost. Each is read back, so the trail
+// holds both panics, and the third panicking attempt is still put up
+// for review: the effect ran three times.
+func TestPanicRecordReplyLost(t *testing.T) {
+	kinds := map[string]once.KindPolicy{"charge_card": {Recovery: once.RetryWithProviderKey}}
+	c, _, proxy, s := faultClients(t, once.Config{Kinds: kinds, ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "panic-lost", Kind: "charge_card", Target: "cus_1"}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	for i := range 6 {
+		var lost <-chan struct{}
+		err = panicking(t, c, in, &ran, func() {
+			if i < 2 {
+				lost = proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+			}
+		})
+		if lost != nil {
+			select {
+			case <-lost:
+			default:
+				t.Fatalf("the record of panicking attempt %d did not lose its reply", i+1)
+			}
+		}
+	}
+	a, gerr := s.Get(context.Background(), k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if ran.Load() != 3 || a.Status != once.StatusReview || a.Attempt != 3 || !errors.Is(err, once.ErrReview) {
+		t.Fatalf("the effect ran %d times; the action is %s at attempt %d (%q); the last Do said %v; want 3 runs, then review", ran.Load(), a.Status, a.Attempt, a.Error, err)
+	}
+}
+
+// TestPanicCountHangs: at the third panicking attempt the read of the
+// trail that counts the panics hangs. The count is taken as 0 after
+// RecordTimeout, as it was before panics were counted: that attempt is
+// released, not put up for review, and the fourth is. The bound is
+// loose by one attempt per unreadable trail, not lost.
+func TestPanicCountHangs(t *testing.T) {
+	kinds := map[string]once.KindPolicy{"charge_card": {Recovery: once.RetryWithProviderKey}}
+	c, _, proxy, s := faultClients(t, once.Config{Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
+	in := once.Intent{Run: "panic-hang", Kind: "charge_card", Target: "cus_1"}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	var hung <-chan struct{}
+	for i := range 6 {
+		err = panicking(t, c, in, &ran, func() {
+			if i == 2 {
+				hung = proxy.HangAfter([]byte("WHERE key = $1 ORDER BY id"), faultproxy.PostgresReady)
+			}
+		})
+	}
+	select {
+	case <-hung:
+	default:
+		t.Fatal("the count's read never hung")
+	}
+	a, gerr := s.Get(context.Background(), k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if ran.Load() != 4 || a.Status != once.StatusReview || a.Attempt != 4 || !errors.Is(err, once.ErrReview) {
+		t.Fatalf("the effect ran %d times; the action is %s at attempt %d (%q); the last Do said %v; want 4 runs, then review", ran.Load(), a.Status, a.Attempt, a.Error, err)
+	}
+}
