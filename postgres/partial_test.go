@@ -400,3 +400,71 @@ func TestPanicCountHangs(t *testing.T) {
 		t.Fatalf("the effect ran %d times; the action is %s at attempt %d (%q); the last Do said %v; want 4 runs, then review", ran.Load(), a.Status, a.Attempt, a.Error, err)
 	}
 }
+
+// TestKindHoldAfterLostRecoverable: the statement in which a reaper
+// takes due actions, each held for its own kind's hold
+// (RecoverRequest.KindHolds), commits and its reply is lost, or never
+// comes. The reaper decides nothing. The action is held for its kind's
+// hold (a 1 s lease), not Config.Default's (an hour): another reaper
+// decides it once that hold has passed.
+func TestKindHoldAfterLostRecoverable(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		name := "lost"
+		if hang {
+			name = "hung"
+		}
+		t.Run(name, func(t *testing.T) {
+			const hold = time.Second
+			cfg := once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: map[string]once.KindPolicy{"send_email": {Lease: hold}},
+				ClaimTimeout: time.Second, Logger: quiet}
+			cut, direct, proxy, s := faultClients(t, cfg)
+			ctx := context.Background()
+			in := once.Intent{Run: "hold-" + name, Kind: "send_email", Target: "ada@example.com"}
+			k, fp, _ := once.KeyOf(in)
+			if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond, Token: "dead-worker"}); err != nil || !cr.Claimed {
+				t.Fatalf("claim: %+v, %v", cr, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			r1, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2, err := once.NewReaper(direct, once.ReaperConfig{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lost <-chan struct{}
+			if hang {
+				lost = proxy.HangAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
+			} else {
+				lost = proxy.CutAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
+			}
+			taken := time.Now()
+			rep, err := r1.RunOnce(ctx)
+			select {
+			case <-lost:
+			default:
+				t.Fatal("the reaper's statement did not lose its reply")
+			}
+			if err == nil || rep.Examined != 0 {
+				t.Fatalf("the pass whose reply was lost = %+v, %v; want an error and nothing decided", rep, err)
+			}
+			a, err := s.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Status != once.StatusInFlight || a.LeaseUntil.Before(taken) || a.LeaseUntil.Sub(taken) > hold+2*time.Second {
+				t.Fatalf("after the lost reply the action is %s, held until %v (%v after it was taken); want in flight, held for the kind's %v",
+					a.Status, a.LeaseUntil, a.LeaseUntil.Sub(taken), hold)
+			}
+			time.Sleep(time.Until(a.LeaseUntil) + 100*time.Millisecond)
+			rep, err = r2.RunOnce(ctx)
+			if err != nil || rep.Examined != 1 {
+				t.Fatalf("a pass after the kind's hold = %+v, %v; want the action decided", rep, err)
+			}
+			if a, err := s.Get(ctx, k); err != nil || a.Status == once.StatusInFlight {
+				t.Fatalf("after the second pass the action is %s, %v; want it decided", a.Status, err)
+			}
+		})
+	}
+}
