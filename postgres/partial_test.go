@@ -468,3 +468,69 @@ func TestKindHoldAfterLostRecoverable(t *testing.T) {
 		})
 	}
 }
+
+// TestAbandonRepeatedWithLostReplies: a person abandons an action in
+// review and the abandon's reply is lost after it committed; the row is
+// read back and the abandon reported done. The person abandons again:
+// refused (*ConflictError), and that refusal's own write loses its
+// reply, or hangs; they abandon a third time: refused again, and not
+// written, since the trail's last event is that refusal. The caller is
+// answered each time, and the trail holds one abandon and one refusal.
+func TestAbandonRepeatedWithLostReplies(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		name := "lost"
+		if hang {
+			name = "hung"
+		}
+		t.Run(name, func(t *testing.T) {
+			cut, direct, proxy, s := faultClients(t, once.Config{ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
+			ctx := context.Background()
+			in := once.Intent{Run: "abandon-" + name, Kind: "send_email", Target: "ada@example.com"}
+			if _, err := once.Do(ctx, direct, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+				t.Fatalf("Do = %v, want review", err)
+			}
+			k, _, _ := once.KeyOf(in)
+			abandon := once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "the customer cancelled"}
+			lose := func(marker string) <-chan struct{} {
+				if hang {
+					return proxy.HangAfter([]byte(marker), faultproxy.PostgresReady)
+				}
+				return proxy.CutAfter([]byte(marker), faultproxy.PostgresReady)
+			}
+			lost := lose(pgMarkers.Transition)
+			if a, err := cut.Resolve(ctx, k, abandon); err != nil || a.Status != once.StatusFailed {
+				t.Fatalf("the abandon whose reply was lost = %s, %v; want it read back, failed", a.Status, err)
+			}
+			<-lost
+			lost = lose("origin) VALUES ($1")
+			var conflict *once.ConflictError
+			if _, err := cut.Resolve(ctx, k, abandon); !errors.As(err, &conflict) {
+				t.Fatalf("the second abandon = %v, want *ConflictError", err)
+			}
+			select {
+			case <-lost:
+			default:
+				t.Fatal("the refusal's write did not lose its reply")
+			}
+			if _, err := cut.Resolve(ctx, k, abandon); !errors.As(err, &conflict) {
+				t.Fatalf("the third abandon = %v, want *ConflictError", err)
+			}
+			evs, err := s.Events(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resolved, refused := 0, 0
+			for _, e := range evs {
+				switch e.Type {
+				case once.EventResolved:
+					resolved++
+				case once.EventRefused:
+					refused++
+				}
+			}
+			if resolved != 1 || refused != 1 {
+				t.Fatalf("trail %s: %d resolved, %d refused; want one of each", trail(evs), resolved, refused)
+			}
+		})
+	}
+}
