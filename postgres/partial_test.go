@@ -534,3 +534,75 @@ func TestAbandonRepeatedWithLostReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestReaperPausedPastKindHold: a reaper takes a dead claim, held for
+// its kind's hold (a 500 ms lease), and pauses before deciding for
+// longer than that hold. Another reaper takes it over and puts it up
+// for review. The first then carries on: its decision is fenced by the
+// newer take, so the trail holds one review, not two.
+func TestReaperPausedPastKindHold(t *testing.T) {
+	const hold = 500 * time.Millisecond
+	kinds := map[string]once.KindPolicy{"send_email": {Lease: hold}}
+	entered, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	paused, other, _, s := faultClients(t, once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: kinds, Logger: quiet,
+		Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+			if o.Type == once.EventLeaseExpired && o.Actor == once.ActorReaper && first.CompareAndSwap(false, true) {
+				close(entered)
+				<-resume
+			}
+		}}})
+	ctx := context.Background()
+	in := once.Intent{Run: "reaper-paused", Kind: "send_email", Target: "ada@example.com"}
+	k, fp, _ := once.KeyOf(in)
+	if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond, Token: "dead-worker"}); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v, %v", cr, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	r1, err := once.NewReaper(paused, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := once.NewReaper(other, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pass struct {
+		rep once.ReapReport
+		err error
+	}
+	done := make(chan pass, 1)
+	go func() {
+		rep, err := r1.RunOnce(ctx)
+		done <- pass{rep, err}
+	}()
+	select {
+	case <-entered:
+	case p := <-done:
+		t.Fatalf("the first reaper finished (%+v, %v) without taking the action", p.rep, p.err)
+	}
+	time.Sleep(hold + 200*time.Millisecond)
+	rep, err := r2.RunOnce(ctx)
+	close(resume)
+	p := <-done
+	if err != nil || rep.Review != 1 {
+		t.Fatalf("the second reaper's pass = %+v, %v; want it to take the action over and put it up for review", rep, err)
+	}
+	t.Logf("the paused reaper's pass: %+v, %v", p.rep, p.err)
+	if p.rep.Review != 0 {
+		t.Errorf("the paused reaper counted a review (%+v) after its hold was taken over", p.rep)
+	}
+	evs, err := s.Events(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := 0
+	for _, e := range evs {
+		if e.Type == once.EventReview {
+			reviews++
+		}
+	}
+	if a, err := s.Get(ctx, k); err != nil || a.Status != once.StatusReview || reviews != 1 {
+		t.Fatalf("the action is %s (%v); trail %s with %d reviews; want review, one", a.Status, err, trail(evs), reviews)
+	}
+}
