@@ -123,7 +123,15 @@ func (s refuseAfterLostMark) Transition(ctx context.Context, t once.Transition) 
 // reply is lost. The reaper reads the row back, finds its own mark, and
 // calls the Redrive hook in the same pass: once, with one redriven
 // event in the trail. The delivery runs the effect once, as attempt 2.
-func TestRedriveMarkReplyLost(t *testing.T) {
+func TestRedriveMarkReplyLost(t *testing.T) { testRedriveMarkLost(t, false) }
+
+// TestRedriveMarkHangs: the reaper's re-drive mark commits and its
+// connection hangs. The call gives up after ClaimTimeout, the row is
+// read back on another connection, and the hook is called once in the
+// same pass.
+func TestRedriveMarkHangs(t *testing.T) { testRedriveMarkLost(t, true) }
+
+func testRedriveMarkLost(t *testing.T, hang bool) {
 	const after = 500 * time.Millisecond
 	var hooked atomic.Int32
 	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
@@ -139,6 +147,9 @@ func TestRedriveMarkReplyLost(t *testing.T) {
 	}
 	time.Sleep(after + 100*time.Millisecond)
 	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	if hang {
+		lost = proxy.HangAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	}
 	rep, err := r.RunOnce(context.Background())
 	if !happened(lost) {
 		t.Fatal("the mark's reply was not lost")
