@@ -78,6 +78,21 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 		return err
 	}
 	effect := func(ctx context.Context, a once.Attempt) (int, error) {
+		if mode == "note" {
+			// Paused by the parent (SIGSTOP) before its note, past its
+			// lease; let go, it notes, and starts the effect only if
+			// the note was written.
+			if err := appendLine(file, fmt.Sprintf("noting pid=%d attempt=%d", os.Getpid(), a.Number)); err != nil {
+				return 0, once.RetryLater(err)
+			}
+			for !exists(file + ".go") {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := a.Note(ctx, fmt.Sprintf("sending pid=%d", os.Getpid())); err != nil {
+				return 0, err
+			}
+			return os.Getpid(), appendLine(file+".effect", "effect")
+		}
 		// The effect: an append to a file the parent counts, standing for
 		// an email handed to a server.
 		if err := appendLine(file, fmt.Sprintf("effect pid=%d attempt=%d provider=%s", os.Getpid(), a.Number, a.ProviderKey)); err != nil {

@@ -29,6 +29,7 @@ func recoveryTests() []namedTest {
 		{name: "TwoReapers1000Claims", fn: testTwoReapers},
 		{name: "ZombieFencedAfterTakeover", fn: testZombieTakeover, needs: needProcesses},
 		{name: "ZombieAcceptedAfterReview", fn: testZombieReview, needs: needProcesses},
+		{name: "ZombieNoteFencedAfterTakeover", fn: testZombieNote, needs: needProcesses},
 		{name: "ResolveRacesLateCompletion", fn: testResolveRace},
 		{name: "Resolve", fn: testResolve},
 		{name: "RefusedResolutionsDoNotGrowTheTrail", fn: testRefusalsBounded},
@@ -349,8 +350,13 @@ func testTwoReapers(t *testing.T, h Harness) {
 // zombie starts a worker that runs its effect and is then stopped with
 // SIGSTOP until its lease lapses; go lets it continue.
 func zombie(t *testing.T, s once.Store, spec string) (file string, resume func() string) {
+	return zombieIn(t, s, spec, "zombie")
+}
+
+// zombieIn is zombie with the child's mode.
+func zombieIn(t *testing.T, s once.Store, spec, mode string) (file string, resume func() string) {
 	file = filepath.Join(t.TempDir(), "effects")
-	cmd, out := startChild(t, "zombie", spec, file, envLease+"="+childLease)
+	cmd, out := startChild(t, mode, spec, file, envLease+"="+childLease)
 	t.Cleanup(func() { cmd.Process.Kill() })
 	waitLines(t, cmd, out, file, 1)
 	stopBetweenWrites(t, cmd, s)
@@ -422,6 +428,29 @@ func testZombieTakeover(t *testing.T, h Harness) {
 	}
 	if got := trail(t, s, a.Key); got != "claimed,taken_over,succeeded,refused" {
 		t.Fatalf("trail %s", got)
+	}
+}
+
+// A worker paused (SIGSTOP) past its lease just before its note, while
+// another worker takes the action over and runs the effect, then goes
+// on: its note is refused (ErrFenced), so its effect never starts, and
+// the note is not written over the newer attempt's row.
+func testZombieNote(t *testing.T, h Harness) {
+	s, c, spec := setup(t, h, policyConfig(once.KindPolicy{Recovery: once.RetryWithProviderKey}))
+	file, resume := zombieIn(t, s, spec, "note")
+	res, err := once.Do(ctx(t), c, processIntent, func(context.Context, once.Attempt) (int, error) { return -2, nil })
+	if err != nil || res.Attempt != 2 {
+		t.Fatalf("takeover = %+v, %v", res, err)
+	}
+	if out := resume(); out != "fenced" {
+		t.Fatalf("the paused worker said %q, want its note refused (fenced)", out)
+	}
+	if exists(file + ".effect") {
+		t.Fatal("the paused worker's effect started after its note was refused")
+	}
+	a := mustGet(t, s, processKey())
+	if a.Status != once.StatusSucceeded || a.Attempt != 2 || string(a.Result) != "-2" || a.Error != "" {
+		t.Fatalf("stored %+v; the paused worker's note or outcome overwrote the newer attempt", a)
 	}
 }
 

@@ -1,0 +1,615 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
+)
+
+// TestNoteReplyLost: the database commits an attempt's note and its
+// reply is lost (the connection is cut after ReadyForQuery). Note
+// returns an error, the effect notes again and runs, once, and the
+// outcome is recorded on another connection.
+func TestNoteReplyLost(t *testing.T) {
+	testNoteLost(t, false)
+}
+
+// TestNoteHangs: the connection that carries an attempt's note hangs
+// after the database committed it. Note returns within ClaimTimeout
+// instead of waiting for ever, and the effect runs once and its outcome
+// is recorded.
+func TestNoteHangs(t *testing.T) {
+	testNoteLost(t, true)
+}
+
+func testNoteLost(t *testing.T, hang bool) {
+	c, _, proxy, s := faultClients(t, once.Config{ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "note-lost", Kind: "send_email", Target: "ada@example.com"}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	var first error
+	res, err := once.Do(context.Background(), c, in, func(ctx context.Context, a once.Attempt) (string, error) {
+		var lost <-chan struct{}
+		if hang {
+			lost = proxy.HangAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+		} else {
+			lost = proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+		}
+		first = a.Note(ctx, "sending Message-ID <x@once>")
+		if !happened(lost) {
+			t.Error("the note's reply was not lost")
+		}
+		if err := a.Note(ctx, "sending Message-ID <x@once>, again"); err != nil {
+			t.Errorf("the note sent again: %v", err)
+		}
+		ran.Add(1)
+		return "sent", nil
+	})
+	if first == nil {
+		t.Error("Note returned nil although its reply was lost")
+	}
+	if err != nil || res.Value != "sent" || ran.Load() != 1 {
+		t.Fatalf("Do = %+v, %v, the effect run %d times; want sent, once", res, err, ran.Load())
+	}
+	a, err := s.Get(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != once.StatusSucceeded || a.Attempt != 1 || a.Error != "" {
+		t.Fatalf("the row is %s at attempt %d with %q, want succeeded at attempt 1, the note replaced", a.Status, a.Attempt, a.Error)
+	}
+}
+
+// released puts in up for review through c and resolves it "retry", so
+// that it waits, released, for a delivery.
+func released(t *testing.T, c *once.Client, in once.Intent) once.Key {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+		t.Fatalf("Do = %v, want review", err)
+	}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Resolve(ctx, k, once.Resolution{Decision: once.DecisionRetry, By: "ada", Note: "bounced; send again"}); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// redriven counts the redriven events in key's trail.
+func redriven(t *testing.T, s once.Store, key once.Key) int {
+	t.Helper()
+	evs, err := s.Events(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Type == once.EventRedriven {
+			n++
+		}
+	}
+	return n
+}
+
+// refuseAfterLostMark is the proxied store with one fault added: when a
+// re-drive mark's reply is lost, the proxy refuses every connection
+// from then on, so that the reaper cannot read the row back to learn
+// whether its mark applied. The statements are the real ones.
+type refuseAfterLostMark struct {
+	once.Store
+	proxy *faultproxy.Proxy
+}
+
+func (s refuseAfterLostMark) Transition(ctx context.Context, t once.Transition) (bool, error) {
+	ok, err := s.Store.Transition(ctx, t)
+	if t.Waiting && err != nil {
+		s.proxy.Refuse(true)
+	}
+	return ok, err
+}
+
+// TestRedriveMarkReplyLost: the reaper's re-drive mark commits and its
+// reply is lost. The reaper reads the row back, finds its own mark, and
+// calls the Redrive hook in the same pass: once, with one redriven
+// event in the trail. The delivery runs the effect once, as attempt 2.
+func TestRedriveMarkReplyLost(t *testing.T) { testRedriveMarkLost(t, false) }
+
+// TestRedriveMarkHangs: the reaper's re-drive mark commits and its
+// connection hangs. The call gives up after ClaimTimeout, the row is
+// read back on another connection, and the hook is called once in the
+// same pass.
+func TestRedriveMarkHangs(t *testing.T) { testRedriveMarkLost(t, true) }
+
+func testRedriveMarkLost(t *testing.T, hang bool) {
+	const after = 500 * time.Millisecond
+	var hooked atomic.Int32
+	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
+		hooked.Add(1)
+		return nil
+	}}
+	cut, direct, proxy, s := faultClients(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol}, ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "mark-lost", Kind: "send_email", Target: "ada@example.com"}
+	k := released(t, direct, in)
+	r, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(after + 100*time.Millisecond)
+	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	if hang {
+		lost = proxy.HangAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	}
+	rep, err := r.RunOnce(context.Background())
+	if !happened(lost) {
+		t.Fatal("the mark's reply was not lost")
+	}
+	if err != nil || rep.Redriven != 1 || hooked.Load() != 1 || redriven(t, s, k) != 1 {
+		t.Fatalf("the pass whose mark's reply was lost = %+v, %v; hook called %d times, %d redriven events; want it handed on once, one event",
+			rep, err, hooked.Load(), redriven(t, s, k))
+	}
+	deliverOnce(t, direct, in)
+}
+
+// TestRedriveMarkReplyLostUnread: the reaper's re-drive mark commits,
+// its reply is lost, and the database cannot be reached to read the row
+// back within RecordTimeout. The reaper does not call the hook (it
+// cannot tell its mark applied) and says the pass failed. The re-drive
+// is not lost for good: once the database answers, a pass at least
+// RedriveAfter after the mark marks the action again and hands it on,
+// and the delivery runs the effect once.
+func TestRedriveMarkReplyLostUnread(t *testing.T) {
+	const after = 500 * time.Millisecond
+	var hooked atomic.Int32
+	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
+		hooked.Add(1)
+		return nil
+	}}
+	d, schema := newStore(t)
+	if err := d.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ps, proxy := proxiedStore(t, schema)
+	kinds := map[string]once.KindPolicy{"send_email": pol}
+	cut, err := once.New(once.Config{Store: refuseAfterLostMark{ps, proxy}, Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := once.New(once.Config{Store: d, Kinds: kinds, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := once.Intent{Run: "mark-lost-unread", Kind: "send_email", Target: "ada@example.com"}
+	k := released(t, direct, in)
+	r, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(after + 100*time.Millisecond)
+	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	rep, err := r.RunOnce(context.Background())
+	if !happened(lost) {
+		t.Fatal("the mark's reply was not lost")
+	}
+	if err == nil || hooked.Load() != 0 || redriven(t, d, k) != 1 {
+		t.Fatalf("the pass whose mark's reply was lost and unread = %+v, %v; hook called %d times, %d redriven events; want an error, no hook, the mark applied",
+			rep, err, hooked.Load(), redriven(t, d, k))
+	}
+	proxy.Refuse(false)
+	time.Sleep(after + 100*time.Millisecond)
+	rep, err = r.RunOnce(context.Background())
+	if err != nil || rep.Redriven != 1 || hooked.Load() != 1 || redriven(t, d, k) != 2 {
+		t.Fatalf("the pass after another RedriveAfter = %+v, %v; hook called %d times, %d redriven events; want it handed on once",
+			rep, err, hooked.Load(), redriven(t, d, k))
+	}
+	deliverOnce(t, direct, in)
+}
+
+// deliverOnce delivers the re-driven job in: the effect runs once, as
+// attempt 2, and a second delivery is absorbed.
+func deliverOnce(t *testing.T, c *once.Client, in once.Intent) {
+	t.Helper()
+	var ran atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		ran.Add(1)
+		return "sent", nil
+	}
+	res, err := once.Do(context.Background(), c, in, effect)
+	if err != nil || res.Attempt != 2 || res.Replayed {
+		t.Fatalf("the re-driven delivery = %+v, %v; want attempt 2 run", res, err)
+	}
+	res, err = once.Do(context.Background(), c, in, effect)
+	if err != nil || !res.Replayed || ran.Load() != 1 {
+		t.Fatalf("a second delivery = %+v, %v, the effect run %d times; want it replayed, one run", res, err, ran.Load())
+	}
+}
+
+// TestRedriveReaperPausedBetweenMarkAndHook: a reaper marks a waiting
+// action re-driven and pauses before its hook for longer than
+// RedriveAfter and the kind's lease. Another reaper marks it again and
+// its hook delivers the job: the effect runs. Then the first carries on
+// and its hook delivers the job again: the claim absorbs it (the stored
+// result is replayed) and the effect has run once.
+func TestRedriveReaperPausedBetweenMarkAndHook(t *testing.T) {
+	const after = 300 * time.Millisecond
+	const lease = 500 * time.Millisecond
+	in := once.Intent{Run: "mark-paused", Kind: "send_email", Target: "ada@example.com"}
+	var ran atomic.Int32
+	effect := func(context.Context, once.Attempt) (string, error) {
+		ran.Add(1)
+		return "sent", nil
+	}
+	var (
+		entered  = make(chan struct{})
+		resume   = make(chan struct{})
+		firstC   *once.Client
+		firstRes once.Result[string]
+		firstErr error
+	)
+	first := once.KindPolicy{RedriveAfter: after, Lease: lease, Redrive: func(ctx context.Context, _ once.Action) error {
+		close(entered)
+		<-resume
+		firstRes, firstErr = once.Do(context.Background(), firstC, in, effect)
+		return firstErr
+	}}
+	var secondRes once.Result[string]
+	var secondErr error
+	var secondC *once.Client
+	second := once.KindPolicy{RedriveAfter: after, Lease: lease, Redrive: func(ctx context.Context, _ once.Action) error {
+		secondRes, secondErr = once.Do(context.Background(), secondC, in, effect)
+		return secondErr
+	}}
+	var s once.Store
+	firstC, _, _, s = faultClients(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": first}, Logger: quiet})
+	// The second reaper's client has its own hook, over the same store.
+	secondC, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{"send_email": second}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released(t, secondC, in)
+	time.Sleep(after + 100*time.Millisecond)
+	r1, err := once.NewReaper(firstC, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := once.NewReaper(secondC, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r1.RunOnce(context.Background())
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first reaper never called its hook")
+	}
+	// Paused, between its mark and its hook, past RedriveAfter and the
+	// lease.
+	time.Sleep(lease + after)
+	rep, err := r2.RunOnce(context.Background())
+	if err != nil || rep.Redriven != 1 {
+		t.Fatalf("the second reaper's pass = %+v, %v; want it to re-drive the action the first marked and never handed on", rep, err)
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("the first reaper's pass: %v", err)
+	}
+	if secondErr != nil || secondRes.Value != "sent" || firstErr != nil || firstRes.Value != "sent" || !firstRes.Replayed || ran.Load() != 1 {
+		t.Fatalf("second delivery %+v, %v; first delivery %+v, %v; effect run %d times; want the second run, the first replayed, one run",
+			secondRes, secondErr, firstRes, firstErr, ran.Load())
+	}
+}
+
+// panicking runs Do of in over c with an effect that panics, and
+// returns Do's error; before gives the fault to arm just before the
+// panic.
+func panicking(t *testing.T, c *once.Client, in once.Intent, ran *atomic.Int32, before func()) (err error) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil && p != "nil map" {
+			panic(p)
+		}
+	}()
+	_, err = once.Do(context.Background(), c, in, func(context.Context, once.Attempt) (int, error) {
+		ran.Add(1)
+		if before != nil {
+			before()
+		}
+		panic("nil map")
+	})
+	return err
+}
+
+// TestPanicRecordReplyLost: the records of two panicking attempts
+// commit and their replies are lost. Each is read back, so the trail
+// holds both panics, and the third panicking attempt is still put up
+// for review: the effect ran three times.
+func TestPanicRecordReplyLost(t *testing.T) {
+	kinds := map[string]once.KindPolicy{"charge_card": {Recovery: once.RetryWithProviderKey}}
+	c, _, proxy, s := faultClients(t, once.Config{Kinds: kinds, ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "panic-lost", Kind: "charge_card", Target: "cus_1"}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	for i := range 6 {
+		var lost <-chan struct{}
+		err = panicking(t, c, in, &ran, func() {
+			if i < 2 {
+				lost = proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+			}
+		})
+		if lost != nil && !happened(lost) {
+			t.Fatalf("the record of panicking attempt %d did not lose its reply", i+1)
+		}
+	}
+	a, gerr := s.Get(context.Background(), k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if ran.Load() != 3 || a.Status != once.StatusReview || a.Attempt != 3 || !errors.Is(err, once.ErrReview) {
+		t.Fatalf("the effect ran %d times; the action is %s at attempt %d (%q); the last Do said %v; want 3 runs, then review", ran.Load(), a.Status, a.Attempt, a.Error, err)
+	}
+}
+
+// TestPanicCountHangs: at the third panicking attempt the read of the
+// trail that counts the panics hangs. The count is taken as 0 after
+// RecordTimeout, as it was before panics were counted: that attempt is
+// released, not put up for review, and the fourth is. The bound is
+// loose by one attempt per unreadable trail, not lost.
+func TestPanicCountHangs(t *testing.T) {
+	kinds := map[string]once.KindPolicy{"charge_card": {Recovery: once.RetryWithProviderKey}}
+	c, _, proxy, s := faultClients(t, once.Config{Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
+	in := once.Intent{Run: "panic-hang", Kind: "charge_card", Target: "cus_1"}
+	k, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	var hung <-chan struct{}
+	for i := range 6 {
+		err = panicking(t, c, in, &ran, func() {
+			if i == 2 {
+				hung = proxy.HangAfter([]byte("WHERE key = $1 ORDER BY id"), faultproxy.PostgresReady)
+			}
+		})
+	}
+	if !happened(hung) {
+		t.Fatal("the count's read never hung")
+	}
+	a, gerr := s.Get(context.Background(), k)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if ran.Load() != 4 || a.Status != once.StatusReview || a.Attempt != 4 || !errors.Is(err, once.ErrReview) {
+		t.Fatalf("the effect ran %d times; the action is %s at attempt %d (%q); the last Do said %v; want 4 runs, then review", ran.Load(), a.Status, a.Attempt, a.Error, err)
+	}
+}
+
+// TestKindHoldAfterLostRecoverable: the statement in which a reaper
+// takes due actions, each held for its own kind's hold
+// (RecoverRequest.KindHolds), commits and its reply is lost, or never
+// comes. The reaper decides nothing. The action is held for its kind's
+// hold (a 1 s lease), not Config.Default's (an hour): another reaper
+// decides it once that hold has passed.
+func TestKindHoldAfterLostRecoverable(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		name := "lost"
+		if hang {
+			name = "hung"
+		}
+		t.Run(name, func(t *testing.T) {
+			const hold = time.Second
+			cfg := once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: map[string]once.KindPolicy{"send_email": {Lease: hold}},
+				ClaimTimeout: time.Second, Logger: quiet}
+			cut, direct, proxy, s := faultClients(t, cfg)
+			ctx := context.Background()
+			in := once.Intent{Run: "hold-" + name, Kind: "send_email", Target: "ada@example.com"}
+			k, fp, _ := once.KeyOf(in)
+			if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond, Token: "dead-worker"}); err != nil || !cr.Claimed {
+				t.Fatalf("claim: %+v, %v", cr, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			r1, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2, err := once.NewReaper(direct, once.ReaperConfig{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lost <-chan struct{}
+			if hang {
+				lost = proxy.HangAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
+			} else {
+				lost = proxy.CutAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
+			}
+			taken := time.Now()
+			rep, err := r1.RunOnce(ctx)
+			if !happened(lost) {
+				t.Fatal("the reaper's statement did not lose its reply")
+			}
+			if err == nil || rep.Examined != 0 {
+				t.Fatalf("the pass whose reply was lost = %+v, %v; want an error and nothing decided", rep, err)
+			}
+			a, err := s.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Status != once.StatusInFlight || a.LeaseUntil.Before(taken) || a.LeaseUntil.Sub(taken) > hold+2*time.Second {
+				t.Fatalf("after the lost reply the action is %s, held until %v (%v after it was taken); want in flight, held for the kind's %v",
+					a.Status, a.LeaseUntil, a.LeaseUntil.Sub(taken), hold)
+			}
+			time.Sleep(time.Until(a.LeaseUntil) + 100*time.Millisecond)
+			rep, err = r2.RunOnce(ctx)
+			if err != nil || rep.Examined != 1 {
+				t.Fatalf("a pass after the kind's hold = %+v, %v; want the action decided", rep, err)
+			}
+			if a, err := s.Get(ctx, k); err != nil || a.Status == once.StatusInFlight {
+				t.Fatalf("after the second pass the action is %s, %v; want it decided", a.Status, err)
+			}
+		})
+	}
+}
+
+// TestAbandonRepeatedWithLostReplies: a person abandons an action in
+// review and the abandon's reply is lost after it committed; the row is
+// read back and the abandon reported done. The person abandons again:
+// refused (*ConflictError), and that refusal's own write loses its
+// reply, or hangs; they abandon a third time: refused again, and not
+// written, since the trail's last event is that refusal. The caller is
+// answered each time, and the trail holds one abandon and one refusal.
+func TestAbandonRepeatedWithLostReplies(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		name := "lost"
+		if hang {
+			name = "hung"
+		}
+		t.Run(name, func(t *testing.T) {
+			cut, direct, proxy, s := faultClients(t, once.Config{ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
+			ctx := context.Background()
+			in := once.Intent{Run: "abandon-" + name, Kind: "send_email", Target: "ada@example.com"}
+			if _, err := once.Do(ctx, direct, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
+				t.Fatalf("Do = %v, want review", err)
+			}
+			k, _, _ := once.KeyOf(in)
+			abandon := once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "the customer cancelled"}
+			lose := func(marker string) <-chan struct{} {
+				if hang {
+					return proxy.HangAfter([]byte(marker), faultproxy.PostgresReady)
+				}
+				return proxy.CutAfter([]byte(marker), faultproxy.PostgresReady)
+			}
+			lost := lose(pgMarkers.Transition)
+			if a, err := cut.Resolve(ctx, k, abandon); err != nil || a.Status != once.StatusFailed {
+				t.Fatalf("the abandon whose reply was lost = %s, %v; want it read back, failed", a.Status, err)
+			}
+			<-lost
+			lost = lose("origin) VALUES ($1")
+			var conflict *once.ConflictError
+			if _, err := cut.Resolve(ctx, k, abandon); !errors.As(err, &conflict) {
+				t.Fatalf("the second abandon = %v, want *ConflictError", err)
+			}
+			if !happened(lost) {
+				t.Fatal("the refusal's write did not lose its reply")
+			}
+			if _, err := cut.Resolve(ctx, k, abandon); !errors.As(err, &conflict) {
+				t.Fatalf("the third abandon = %v, want *ConflictError", err)
+			}
+			evs, err := s.Events(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resolved, refused := 0, 0
+			for _, e := range evs {
+				switch e.Type {
+				case once.EventResolved:
+					resolved++
+				case once.EventRefused:
+					refused++
+				}
+			}
+			if resolved != 1 || refused != 1 {
+				t.Fatalf("trail %s: %d resolved, %d refused; want one of each", trail(evs), resolved, refused)
+			}
+		})
+	}
+}
+
+// TestReaperPausedPastKindHold: a reaper takes a dead claim, held for
+// its kind's hold (a 500 ms lease), and pauses before deciding for
+// longer than that hold. Another reaper takes it over and puts it up
+// for review. The first then carries on: its decision is fenced by the
+// newer take, so the trail holds one review, not two.
+func TestReaperPausedPastKindHold(t *testing.T) {
+	const hold = 500 * time.Millisecond
+	kinds := map[string]once.KindPolicy{"send_email": {Lease: hold}}
+	entered, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	paused, other, _, s := faultClients(t, once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: kinds, Logger: quiet,
+		Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
+			if o.Type == once.EventLeaseExpired && o.Actor == once.ActorReaper && first.CompareAndSwap(false, true) {
+				close(entered)
+				<-resume
+			}
+		}}})
+	ctx := context.Background()
+	in := once.Intent{Run: "reaper-paused", Kind: "send_email", Target: "ada@example.com"}
+	k, fp, _ := once.KeyOf(in)
+	if cr, err := s.Claim(ctx, once.ClaimRequest{Key: k, Fingerprint: fp, Run: in.Run, Kind: in.Kind, Target: in.Target, Lease: time.Millisecond, Token: "dead-worker"}); err != nil || !cr.Claimed {
+		t.Fatalf("claim: %+v, %v", cr, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	r1, err := once.NewReaper(paused, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := once.NewReaper(other, once.ReaperConfig{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pass struct {
+		rep once.ReapReport
+		err error
+	}
+	done := make(chan pass, 1)
+	go func() {
+		rep, err := r1.RunOnce(ctx)
+		done <- pass{rep, err}
+	}()
+	select {
+	case <-entered:
+	case p := <-done:
+		t.Fatalf("the first reaper finished (%+v, %v) without taking the action", p.rep, p.err)
+	}
+	time.Sleep(hold + 200*time.Millisecond)
+	rep, err := r2.RunOnce(ctx)
+	close(resume)
+	p := <-done
+	if err != nil || rep.Review != 1 {
+		t.Fatalf("the second reaper's pass = %+v, %v; want it to take the action over and put it up for review", rep, err)
+	}
+	t.Logf("the paused reaper's pass: %+v, %v", p.rep, p.err)
+	if p.rep.Review != 0 {
+		t.Errorf("the paused reaper counted a review (%+v) after its hold was taken over", p.rep)
+	}
+	evs, err := s.Events(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := 0
+	for _, e := range evs {
+		if e.Type == once.EventReview {
+			reviews++
+		}
+	}
+	if a, err := s.Get(ctx, k); err != nil || a.Status != once.StatusReview || reviews != 1 {
+		t.Fatalf("the action is %s (%v); trail %s with %d reviews; want review, one", a.Status, err, trail(evs), reviews)
+	}
+}
+
+// happened waits for a fault proxy's cut or hang to be reported: the
+// proxy closes the connection just before it says so, so the client may
+// hear of the cut first.
+func happened(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	case <-time.After(5 * time.Second):
+		return false
+	}
+}
