@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/internal/faultproxy"
-	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
 
@@ -21,7 +21,7 @@ import (
 // can lose a reply or hang the connection at a chosen moment.
 func viaProxy(t *testing.T) (*faultproxy.Proxy, jetstream.JetStream) {
 	t.Helper()
-	u, err := url.Parse(testdb.RequireNATS(t))
+	u, err := url.Parse(natstest.Require(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +48,8 @@ func viaProxy(t *testing.T) (*faultproxy.Proxy, jetstream.JetStream) {
 // the stream once.
 func TestRedrivePubAckLost(t *testing.T) {
 	t.Parallel()
-	_, direct := testdb.NATS(t)
-	s := testdb.NATSStream(t, direct, jetstream.StreamConfig{})
+	_, direct := natstest.Connect(t)
+	s := natstest.Stream(t, direct, jetstream.StreamConfig{})
 	subject := s.CachedInfo().Config.Name + ".jobs"
 	p, js := viaProxy(t)
 	redrive := natsjs.Redrive(js, func(a once.Action) (*nats.Msg, error) {

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/natsjs"
 	"github.com/oncehq/once/sqlite"
 )
@@ -178,7 +178,7 @@ func TestWorkerKilled(t *testing.T) {
 			}
 
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), envChild+"="+file, envDB+"="+db, envNATS+"="+testdb.NATSURL(),
+			cmd.Env = append(os.Environ(), envChild+"="+file, envDB+"="+db, envNATS+"="+natstest.URL(),
 				envStream+"="+b.stream, envRecovery+"="+tc.recovery.String())
 			var stderr strings.Builder
 			cmd.Stderr = &stderr

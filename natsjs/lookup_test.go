@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
@@ -33,7 +34,7 @@ type privateNATS struct {
 
 func startPrivateNATS(t *testing.T) *privateNATS {
 	t.Helper()
-	testdb.RequireNATS(t)
+	natstest.Require(t)
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		bin = "/usr/sbin/nats-server"

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
@@ -69,8 +70,8 @@ type bundle struct {
 
 func setup(t *testing.T, cc jetstream.ConsumerConfig, oc once.Config) *bundle {
 	t.Helper()
-	nc, js := testdb.NATS(t)
-	s := testdb.NATSStream(t, js, jetstream.StreamConfig{})
+	nc, js := natstest.Connect(t)
+	s := natstest.Stream(t, js, jetstream.StreamConfig{})
 	name := s.CachedInfo().Config.Name
 	cc.Durable = "worker"
 	cc.AckPolicy = jetstream.AckExplicitPolicy
@@ -447,7 +448,7 @@ func TestInProgressKeepsMessage(t *testing.T) {
 
 func TestReaperRedrivesReleasedJob(t *testing.T) {
 	t.Parallel()
-	_, js := testdb.NATS(t)
+	_, js := natstest.Connect(t)
 	var b *bundle
 	build := func(a once.Action) (*nats.Msg, error) {
 		j, err := jobOf(a)
@@ -521,8 +522,8 @@ func TestReaperRedrivesReleasedJob(t *testing.T) {
 
 func TestRedriveMsgID(t *testing.T) {
 	t.Parallel()
-	_, js := testdb.NATS(t)
-	s := testdb.NATSStream(t, js, jetstream.StreamConfig{Duplicates: time.Minute})
+	_, js := natstest.Connect(t)
+	s := natstest.Stream(t, js, jetstream.StreamConfig{Duplicates: time.Minute})
 	subject := s.CachedInfo().Config.Name + ".jobs"
 	ctx := context.Background()
 	// The original job went out with its own id, as publishers set one
@@ -592,7 +593,7 @@ func TestConnectionLostMidEffect(t *testing.T) {
 
 	// Worker A on a connection of its own, which the test cuts while
 	// A's effect runs.
-	ncA, err := nats.Connect(testdb.NATSURL())
+	ncA, err := nats.Connect(natstest.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -771,7 +772,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := natsjs.New(nil, natsjs.Config{}); err == nil || !strings.Contains(err.Error(), "jetstream.JetStream") {
 		t.Errorf("New(nil): %v", err)
 	}
-	_, js := testdb.NATS(t)
+	_, js := natstest.Connect(t)
 	for _, cfg := range []natsjs.Config{
 		{Progress: -1}, {Concurrency: -1}, {RetryDelay: time.Minute, MaxRetryDelay: time.Second},
 	} {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
@@ -144,7 +145,7 @@ func TestPoisonDoesNotKillWorkerProcess(t *testing.T) {
 	b := setup(t, jetstream.ConsumerConfig{AckWait: 5 * time.Second}, once.Config{})
 	file := filepath.Join(t.TempDir(), "done")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+file, envPoison+"=1", envNATS+"="+testdb.NATSURL(), envStream+"="+b.stream)
+	cmd.Env = append(os.Environ(), envChild+"="+file, envPoison+"=1", envNATS+"="+natstest.URL(), envStream+"="+b.stream)
 	var stderr testdb.LockedBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
@@ -23,7 +24,7 @@ import (
 // a retry of the first and swallowed while the reaper counts it re-driven.
 func TestRedriveAgainWithinDuplicateWindow(t *testing.T) {
 	t.Parallel()
-	_, js := testdb.NATS(t)
+	_, js := natstest.Connect(t)
 	var subject string
 	build := func(a once.Action) (*nats.Msg, error) {
 		j, err := jobOf(a)
@@ -35,7 +36,7 @@ func TestRedriveAgainWithinDuplicateWindow(t *testing.T) {
 	}
 	pol := once.KindPolicy{Recovery: once.RetryWithProviderKey, Redrive: natsjs.Redrive(js, build), RedriveAfter: 50 * time.Millisecond}
 	oc := once.Config{Kinds: map[string]once.KindPolicy{"charge": pol}}
-	s := testdb.NATSStream(t, js, jetstream.StreamConfig{Duplicates: time.Minute})
+	s := natstest.Stream(t, js, jetstream.StreamConfig{Duplicates: time.Minute})
 	stream := s.CachedInfo().Config.Name
 	subject = stream + ".jobs"
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/natsjs"
 )
@@ -30,8 +31,8 @@ type order struct {
 // job: the charge replays, the email runs its second attempt.
 func TestRedriveJobWithSeveralEffects(t *testing.T) {
 	t.Parallel()
-	_, js := testdb.NATS(t)
-	s := testdb.NATSStream(t, js, jetstream.StreamConfig{})
+	_, js := natstest.Connect(t)
+	s := natstest.Stream(t, js, jetstream.StreamConfig{})
 	stream := s.CachedInfo().Config.Name
 	prefix := stream + ".orders"
 	redrive := natsjs.RedriveJob(js, stream, prefix)
@@ -128,8 +129,8 @@ func TestRedriveJobWithSeveralEffects(t *testing.T) {
 // to do, not publish anything.
 func TestRedriveJobGone(t *testing.T) {
 	t.Parallel()
-	_, js := testdb.NATS(t)
-	s := testdb.NATSStream(t, js, jetstream.StreamConfig{Retention: jetstream.WorkQueuePolicy})
+	_, js := natstest.Connect(t)
+	s := natstest.Stream(t, js, jetstream.StreamConfig{Retention: jetstream.WorkQueuePolicy})
 	stream := s.CachedInfo().Config.Name
 	err := natsjs.RedriveJob(js, stream, stream+".orders")(context.Background(), once.Action{Key: "k", Run: "order-1", Attempt: 1})
 	if err == nil || !strings.Contains(err.Error(), "holds no message") || !strings.Contains(err.Error(), "WorkQueue") {

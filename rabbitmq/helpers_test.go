@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/brokertest/rabbitmqtest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/rabbitmq"
 	"github.com/oncehq/once/sqlite"
@@ -43,10 +44,10 @@ type bundle struct {
 // Queue (a Redrive hook, say).
 func setup(t *testing.T, cfg rabbitmq.Config, ocfg func(*rabbitmq.Queue) once.Config) *bundle {
 	t.Helper()
-	b := &bundle{url: testdb.RequireRabbitMQ(t)}
+	b := &bundle{url: rabbitmqtest.Require(t)}
 	name := uniqueName(t)
 	if cfg.Conn == nil {
-		cfg.Conn = testdb.DialRabbitMQ(t)
+		cfg.Conn = rabbitmqtest.Dial(t)
 	}
 	cfg.Queue = name
 	if cfg.DeadLetterQueue != "" {
@@ -151,7 +152,7 @@ type consumer struct {
 func consume(t *testing.T, b *bundle, conn *amqp.Connection, queue string) *consumer {
 	t.Helper()
 	if conn == nil {
-		conn = testdb.DialRabbitMQ(t)
+		conn = rabbitmqtest.Dial(t)
 	}
 	ch, err := conn.Channel()
 	if err != nil {

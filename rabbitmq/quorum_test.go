@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/internal/brokertest/rabbitmqtest"
 	"github.com/oncehq/once/rabbitmq"
 )
 
@@ -23,7 +23,7 @@ func TestRetryQueuesAreQuorum(t *testing.T) {
 	t.Parallel()
 	const floor = 300 * time.Millisecond
 	b := setup(t, rabbitmq.Config{MinRetryDelay: floor, MaxRetryDelay: 600 * time.Millisecond}, nil)
-	conn := testdb.DialRabbitMQ(t)
+	conn := rabbitmqtest.Dial(t)
 	redeclare := func(name string, args amqp.Table) error {
 		ch, err := conn.Channel()
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/internal/brokertest/rabbitmqtest"
 	"github.com/oncehq/once/rabbitmq"
 )
 
@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	// An Example cannot skip: without a broker (and outside CI, where a
 	// missing broker fails every test) the examples are left out, as the
 	// tests skip.
-	if err := testdb.RabbitMQReachable(); err != nil && os.Getenv("CI") != "true" {
+	if err := rabbitmqtest.Reachable(); err != nil && os.Getenv("CI") != "true" {
 		skip := "^Example"
 		if s := flag.Lookup("test.skip").Value.String(); s != "" {
 			skip = s + "|" + skip
@@ -379,7 +379,7 @@ func TestDeclare(t *testing.T) {
 	if err := b.q.Declare(context.Background()); err != nil {
 		t.Fatalf("declaring twice: %v", err)
 	}
-	q2, err := rabbitmq.New(rabbitmq.Config{Conn: testdb.DialRabbitMQ(t), Queue: b.q.Name(), QueueArgs: amqp.Table{"x-max-length": int32(5)}})
+	q2, err := rabbitmq.New(rabbitmq.Config{Conn: rabbitmqtest.Dial(t), Queue: b.q.Name(), QueueArgs: amqp.Table{"x-max-length": int32(5)}})
 	if err != nil {
 		t.Fatal(err)
 	}

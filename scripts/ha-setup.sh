@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the chaos harness's --ha mode and the tests of
-# internal/chaos/ha need: pg_auto_failover's pg_autoctl, from Debian's
+# lab/chaos/ha need: pg_auto_failover's pg_autoctl, from Debian's
 # postgresql-15-auto-failover (it brings PostgreSQL 15's server with it).
 # Does nothing when pg_autoctl is there already. Prints pg_autoctl's path.
 #

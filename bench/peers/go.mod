@@ -2,6 +2,8 @@ module github.com/oncehq/once/bench/peers
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	github.com/dbos-inc/dbos-transact-golang v1.8.0
 	github.com/jackc/pgx/v5 v5.13.0

@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/oncehq/once/internal/cli"
+	"github.com/oncehq/once/lab/cli"
 )
 
 func main() {

@@ -25,9 +25,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/mailbox"
-	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/lab/mailbox"
+	"github.com/oncehq/once/lab/provider"
 	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/smtpsend"
 	"github.com/oncehq/once/sqlite"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncehq/once/internal/mailbox"
+	"github.com/oncehq/once/lab/mailbox"
 )
 
 // TestMainIsShort keeps the example what it claims to be: a worker in

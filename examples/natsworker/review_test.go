@@ -8,7 +8,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
-	"github.com/oncehq/once/internal/mailbox"
+	"github.com/oncehq/once/lab/mailbox"
 	"github.com/oncehq/once/sqlite"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/internal/brokertest/natstest"
 	"github.com/oncehq/once/natsjs"
 )
 
@@ -31,7 +31,7 @@ type run struct {
 // test ends, and its output logged if the test failed.
 func start(t *testing.T, smtpAddr, providerURL string) *run {
 	t.Helper()
-	url := testdb.RequireNATS(t)
+	url := natstest.Require(t)
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("building the example needs the go command: %v", err)
@@ -41,8 +41,8 @@ func start(t *testing.T, smtpAddr, providerURL string) *run {
 	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	_, js := testdb.NATS(t)
-	r := &run{js: js, stream: testdb.NATSStream(t, js, jetstream.StreamConfig{}).CachedInfo().Config.Name, dbPath: filepath.Join(dir, "once.db"), exited: make(chan error, 1), out: &output{}}
+	_, js := natstest.Connect(t)
+	r := &run{js: js, stream: natstest.Stream(t, js, jetstream.StreamConfig{}).CachedInfo().Config.Name, dbPath: filepath.Join(dir, "once.db"), exited: make(chan error, 1), out: &output{}}
 	r.cmd = exec.Command(bin, "-redrive-after", "3s") // longer than a retried job's wait
 	r.cmd.Env = append(os.Environ(),
 		"NATS_URL="+url, "SMTP_ADDR="+smtpAddr, "PROVIDER_URL="+providerURL,

@@ -36,8 +36,8 @@ import (
 	"time"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/mailbox"
-	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/lab/mailbox"
+	"github.com/oncehq/once/lab/provider"
 	"github.com/oncehq/once/sqlite"
 )
 
