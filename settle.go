@@ -1,0 +1,264 @@
+package once
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// panicked is the outcome of an effect that panicked: unknown, since
+// it may have happened before it panicked.
+type panicked struct{ value any }
+
+func (p *panicked) Error() string { return fmt.Sprintf("panic: %v", p.value) }
+
+// maxPanics is how many attempts of one action may panic before it is
+// put up for review, also under RetryWithProviderKey.
+const maxPanics = 3
+
+// panickedBefore counts the attempts of a before its own that ended in
+// a panic its worker recorded; 0 when the trail cannot be read, as it
+// was before the count.
+func (c *Client) panickedBefore(ctx context.Context, a Action) int {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+	defer cancel()
+	evs, err := c.store.Events(rctx, a.Key)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Attempt < a.Attempt && e.Actor == ActorWorker && e.Type == EventReleased && strings.HasPrefix(e.Note, "outcome unknown: panic: ") {
+			n++
+		}
+	}
+	return n
+}
+
+// abandon gives up a won claim whose effect never ran, for cause. A
+// first claim is released for the next delivery: left in flight, its
+// lease would lapse and recovery would treat it as an effect that may
+// have happened (under AskPerson, put it to a person). So is a takeover
+// under RetryWithProviderKey, whose next attempt carries the provider's
+// key, which absorbs the attempt before it if that one lands late. A
+// takeover under VerifyThenDecide is not released: the attempt before
+// it may yet land, and a release would let the next delivery run the
+// effect without the verifier being asked again. It is marked unknown,
+// due at once, so the next delivery or the reaper asks the verifier
+// again, and the trail says that this attempt never ran
+// (TestFailedRenewalOfATakeoverAsksTheVerifierAgain,
+// TestCallerGoneAfterATakeoverAsksTheVerifierAgain,
+// TestAbandonedTakeoverTrailSaysNothingRan).
+func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause error, takeover bool) outcome {
+	recovery := pol.recoveryOf(a)
+	if !takeover || recovery != VerifyThenDecide {
+		return c.releaseUnrun(ctx, pol, a, cause)
+	}
+	// The attempts before it that may have run are not all a.Attempt-1:
+	// that one may be a takeover abandoned too.
+	note := fmt.Sprintf("attempt %d, a takeover, never ran (%s); whether an earlier attempt's effect happened is still unknown, and the verifier is asked again",
+		a.Attempt, unrunNote(cause))
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: time.Millisecond, Error: note,
+		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
+	// Not recorded, the takeover stays in flight, unless the write
+	// commits yet: recovery decides again when its lease expires.
+	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", nil, func() error {
+		return &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: note, Status: StatusUnknown, Due: time.Now().Add(t.Lease), err: cause}
+	})
+}
+
+// recordUnrun records t, which takes a won claim whose effect never ran
+// (for cause) out of flight, and returns done's error when it applied.
+// Not recorded, t may yet commit, or the claim stay in flight: the
+// *RecordError says what ran, nothing, and what failed, what.
+//
+// verified is the verifier's time when its answer decided t
+// (verifyReleased): t is then recovery's decision, not the worker's.
+func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, verified *time.Duration, done func() error) outcome {
+	o := outcome{key: a.Key, attempt: a.Attempt}
+	ok, err := c.record(ctx, a, t)
+	switch {
+	case err != nil:
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: fmt.Errorf("nothing ran (%v), and %s failed: %w", cause, what, err)}
+	case !ok:
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Unrun: true}
+	default:
+		obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: recovery}
+		if verified != nil {
+			obs.Duration, obs.Recovered = *verified, true
+		}
+		c.emit(ctx, obs)
+		o.err = done()
+	}
+	return o
+}
+
+// unrunNote says why a won claim's effect never ran.
+func unrunNote(cause error) string {
+	switch {
+	case errors.Is(cause, errLeaseSpent):
+		return "the process stalled between the claim and the effect for longer than the lease"
+	case errors.Is(cause, errNotRenewed):
+		return "the claim's lease could not be renewed before the effect started (" + cause.Error() + ")"
+	}
+	return "the caller's context ended before the effect ran: " + cause.Error()
+}
+
+// releaseUnrun releases a won claim whose effect never ran. If the
+// release cannot be written either, the claim is left so, and the error
+// says the release was not recorded.
+func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cause error) outcome {
+	note := unrunNote(cause)
+	if errors.Is(cause, errLeaseSpent) || errors.Is(cause, errNotRenewed) {
+		note += "; nothing ran"
+	}
+	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
+		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
+	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", nil, func() error {
+		return fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
+	})
+}
+
+// fromInFlight is the From of a transition out of a claim. Stores only
+// read it.
+var fromInFlight = []Status{StatusInFlight}
+
+// outcomeTransition is the transition that records what an effect
+// returned, by the rules in Do's doc and the kind's recovery. It does no
+// I/O. resultErr is set when the effect succeeded but its value cannot be
+// stored (too large, not JSON); the action is then put up for review.
+func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err error) (t Transition, resultErr error) {
+	switch classify(err) {
+	case StatusSucceeded:
+		// A slow worker whose claim was decided meanwhile may still say
+		// how it ended (settle tries again from the decision). A newer
+		// attempt fences it out through the attempt number.
+		t = Transition{To: StatusSucceeded, From: fromInFlight, Event: Event{Type: EventSucceeded}}
+		t.Result, resultErr = encodeResult(value, maxResult)
+		if resultErr != nil {
+			t = Transition{To: StatusReview, From: fromInFlight, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
+		}
+	case StatusReleased:
+		t = Transition{To: StatusReleased, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventReleased}}
+	case StatusFailed:
+		t = Transition{To: StatusFailed, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventFailed}}
+	default:
+		// Unknown: a person is asked at once, a provider-idempotent
+		// effect is released for the next delivery, and a verifiable one
+		// is left due for verification right away.
+		t = Transition{From: fromInFlight, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
+		switch pol.Recovery {
+		case RetryWithProviderKey:
+			t.To, t.Event.Type = StatusReleased, EventReleased
+		case VerifyThenDecide:
+			t.To, t.Event.Type, t.Lease = StatusUnknown, EventUnknown, time.Millisecond
+		default:
+			t.To, t.Event.Type = StatusReview, EventReview
+		}
+	}
+	t.Key, t.Attempt = a.Key, a.Attempt
+	t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, StatusInFlight, t.To, ActorWorker
+	if t.Event.Note == "" {
+		t.Event.Note = t.Error
+	}
+	return t, resultErr
+}
+
+// encodeResult encodes an effect's value for storage, within the cap.
+func encodeResult(v any, maxResult int) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrResultNotJSON, err)
+	}
+	if len(b) > maxResult {
+		return nil, fmt.Errorf("%w: its result is %d bytes, over Config.MaxResultBytes (%d); return a smaller value (an id, not a document)", ErrResultTooLarge, len(b), maxResult)
+	}
+	if err := checkResult(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// settle records what the effect returned and reports it: to the hooks,
+// the log, and as the outcome Do returns.
+func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any, ferr error, noted string, took time.Duration) (outcome, Observation) {
+	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, ferr)
+	if noted != "" && ferr != nil && classify(ferr) == StatusUnknown {
+		// What the effect noted it was doing (Attempt.Note): what the
+		// person who decides an unknown outcome looks for.
+		t.Error, t.Event.Note = withNote(t.Error, noted), withNote(t.Event.Note, noted)
+	}
+	var pe *panicked
+	if errors.As(ferr, &pe) && t.To == StatusReleased {
+		// A panic is the effect's own bug, and the next attempt would
+		// most likely panic again: released each time for the next
+		// delivery, or a re-drive, it ran for ever
+		// (TestRepeatedPanicsGoToReview).
+		if n := c.panickedBefore(ctx, a); n+1 >= maxPanics {
+			why := fmt.Sprintf("the effect panicked in %d attempts, and another would most likely panic again: a person decides", n+1)
+			t.To, t.Event.Type = StatusReview, EventReview
+			t.Error, t.Event.Note = why+"; "+t.Error, why+"; "+t.Event.Note
+		}
+	}
+	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
+	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
+
+	wanted := t.To
+	t, ok, err := c.recordAs(ctx, a, t)
+	obs.Event = t.Event
+	if err == nil && ok && wanted == StatusSucceeded && t.To != StatusSucceeded {
+		// The database refused the result; a placeholder put the
+		// action up for review.
+		resultErr = fmt.Errorf("%w: the database refused it", ErrResultNotJSON)
+	}
+	if err == nil && !ok && (t.To == StatusSucceeded || t.To == StatusFailed) {
+		// Not in flight any more. If recovery or a person decided while
+		// this attempt was cut off (released, put up for review,
+		// abandoned) and no newer attempt claimed it, the outcome has
+		// become known: record it over the decision, which stays in the
+		// trail beside it.
+		t, ok, err = c.recordLate(ctx, a, t)
+		obs.Event = t.Event
+	}
+	if err != nil {
+		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
+		return o, obs
+	}
+	if !ok {
+		// Superseded: say so in the trail, so an operator sees the late
+		// outcome beside whatever won.
+		c.log.Warn("once: attempt superseded; outcome not recorded", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "outcome", t.To)
+		obs.Event = Event{Key: a.Key, Type: EventRefused, Attempt: a.Attempt, To: t.To, Actor: ActorWorker, Origin: c.origin,
+			Note: fmt.Sprintf("late outcome of attempt %d (%s) refused: the action had moved on", a.Attempt, t.To)}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+		err := c.store.AppendEvent(actx, storableEvent(obs.Event))
+		cancel()
+		if err != nil {
+			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
+		}
+		c.emit(ctx, obs)
+		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
+		return o, obs
+	}
+	c.emit(ctx, obs)
+	switch {
+	case t.To == StatusSucceeded:
+	case resultErr != nil:
+		c.log.Warn("once: result not stored; action put up for review", "key", a.Key, "kind", a.Kind, "err", resultErr)
+		o.err = fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, resultErr)
+	case classify(ferr) == StatusReleased:
+		o.value, o.err = nil, fmt.Errorf("once: action %s attempt %d released: %w", a.Key, a.Attempt, ferr)
+	case t.To == StatusFailed:
+		o.value, o.err = nil, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
+	default:
+		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
+		o.value, o.err = nil, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
+		if t.To == StatusUnknown {
+			o.err.(*UnknownOutcomeError).Due = time.Now().Add(t.Lease)
+		}
+	}
+	return o, obs
+}
