@@ -131,29 +131,11 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 		return Result[T]{}, err
 	}
 	s := store.BindTx(tx)
-	w := c.waiting(opt)
-	var cr ClaimResult
-	for {
-		cr, err = c.claim(ctx, s, req, nil)
-		if err != nil {
-			return Result[T]{}, err
-		}
-		if cr.Claimed {
-			break
-		}
-		var stop error
-		if live(cr, req) {
-			var again bool
-			again, stop = w.wait(ctx, s, cr.Action, cr.Action.Kind, cr.Action.LeaseUntil.Sub(cr.Now))
-			if again {
-				continue
-			}
-		}
-		// Recovery needs a transaction of its own; inside the caller's
-		// it only answers.
-		return finish[T](w.finish(c.answer(ctx, req, cr), stop))
+	w, ans, ok := c.acquire(ctx, req, pol, opt, s)
+	if !ok {
+		return finish[T](ans)
 	}
-	a := cr.Action
+	a := w.a
 	ctx, end := c.started(ctx, a)
 	runCtx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
 	started := time.Now()
@@ -172,7 +154,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 			}
 		}
 	}()
-	value, ferr := fn(runCtx, tx, attemptOf(a, in))
+	value, ferr := fn(runCtx, tx, Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in, Token: a.Token})
 	returned = true
 	took := time.Since(started)
 	if ferr != nil {
@@ -186,11 +168,11 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
 		return Result[T]{}, err
 	}
-	ok, err := s.Transition(ctx, storableTransition(c.stamp(t)))
+	applied, err := s.Transition(ctx, storableTransition(c.stamp(t)))
 	switch {
 	case err != nil:
 		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
-	case !ok:
+	case !applied:
 		err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusSucceeded}
 	}
 	o := Observation{Event: t.Event, Kind: a.Kind, Duration: took}
@@ -267,21 +249,47 @@ func decodeStored[T any](raw json.RawMessage) (T, error) {
 	return v, err
 }
 
-// do is the protocol: claim, then execute, refuse, replay, or recover the
-// standing attempt once and go round again.
+// do is Do without its type parameter: claim, then run and settle.
 func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outcome {
 	req, pol, err := c.prepare(in)
 	if err != nil {
 		return outcome{err: err}
 	}
-	w := c.waiting(o)
+	w, ans, ok := c.acquire(ctx, req, pol, o, nil)
+	if !ok {
+		return ans
+	}
+	return c.execute(ctx, pol, in, w, fn)
+}
+
+// won is a claim this caller won.
+type won struct {
+	// a is the action as claimed: the new attempt.
+	a Action
+	// sent is when the claim's request was sent: the lease counts from
+	// then for this process, since the database started it later.
+	sent time.Time
+	// takeover says recovery took a lapsed attempt over for this one.
+	takeover bool
+}
+
+// acquire is the protocol's loop, which Do, DoTx and Claim share: claim,
+// and when another attempt stands, answer from it, wait for it, or
+// recover it once and go round again. It returns the claim this caller
+// won, or, when it won none, the answer (ok false). tx, when set, is the
+// client's store bound to a caller's transaction: there a claim is not
+// read back (the transaction fails as a whole) and recovery, which needs
+// a transaction of its own, only answers.
+func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, o doOptions, tx Store) (w won, ans outcome, ok bool) {
+	s, pending := tx, (*pendingClaims)(nil)
+	if tx == nil {
+		s, pending = c.store, new(pendingClaims)
+	}
+	wait := c.waiting(o)
 	recovered := false
-	var pending pendingClaims
 	for {
-		// The lease counts from when the claim was sent: the database
-		// starts it later than that, never sooner.
 		sent := time.Now()
-		cr, err := c.claim(ctx, c.store, req, &pending)
+		cr, err := c.claim(ctx, s, req, pending)
 		if err != nil {
 			var held *InFlightError
 			if errors.As(err, &held) && held.InTransaction {
@@ -292,34 +300,34 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 				// waits on the transaction while it is open, and takes
 				// the key once it has rolled back.
 				seen := Action{Key: req.Key, Status: cr.Action.Status, Attempt: cr.Action.Attempt}
-				again, stop := w.wait(ctx, c.store, seen, req.Kind, c.claimTimeout)
+				again, stop := wait.wait(ctx, s, seen, req.Kind, c.claimTimeout)
 				if again {
 					continue
 				}
-				return w.finish(outcome{key: req.Key, err: err}, stop)
+				return won{}, wait.finish(outcome{key: req.Key, err: err}, stop), false
 			}
-			return outcome{err: err}
+			return won{}, outcome{err: err}, false
 		}
 		if cr.Claimed {
 			if at, ok := pending.sent(cr.Action.Token); ok {
 				sent = at
 			}
-			if cr.Action.Attempt > 1 {
-				var o outcome
-				var decided bool
-				if o, sent, decided = c.verifyReleased(ctx, pol, cr.Action, sent); decided {
-					return o
+			if cr.Action.Attempt > 1 && tx == nil {
+				o, renewed, decided := c.verifyReleased(ctx, pol, cr.Action, sent)
+				if decided {
+					return won{}, o, false
 				}
+				sent = renewed
 			}
-			return c.execute(ctx, pol, in, cr.Action, fn, sent, false)
+			return won{a: cr.Action, sent: sent}, outcome{}, true
 		}
 		a := cr.Action
 		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
-		if recovered || !due || a.Fingerprint != req.Fingerprint {
+		if tx != nil || recovered || !due || a.Fingerprint != req.Fingerprint {
 			var stop error
 			if live(cr, req) {
 				var again bool
-				again, stop = w.wait(ctx, c.store, a, a.Kind, a.LeaseUntil.Sub(cr.Now))
+				again, stop = wait.wait(ctx, s, a, a.Kind, a.LeaseUntil.Sub(cr.Now))
 				if again {
 					// A new round: whatever stands now, including a
 					// lease that ran out meanwhile, is met afresh.
@@ -327,7 +335,7 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 					continue
 				}
 			}
-			return w.finish(c.answer(ctx, req, cr), stop)
+			return won{}, wait.finish(c.answer(ctx, req, cr), stop), false
 		}
 		// The standing attempt's outcome is unknown and due: apply the
 		// kind's recovery here, so the worker that meets a dead claim
@@ -336,13 +344,13 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 		sent = time.Now()
 		r, err := c.recoverKey(ctx, pol, a.Key)
 		if err != nil {
-			return outcome{err: err}
+			return won{}, outcome{err: err}, false
 		}
 		switch r.decision {
 		case decTakeover:
-			return c.execute(ctx, pol, in, r.action, fn, sent, true)
+			return won{a: r.action, sent: sent, takeover: true}, outcome{}, true
 		case decSucceeded:
-			return outcome{key: a.Key, attempt: r.action.Attempt, stored: r.result, replayed: true}
+			return won{}, outcome{key: a.Key, attempt: r.action.Attempt, stored: r.result, replayed: true}, false
 		}
 		// Anything else (put up for review, released, moved on under
 		// us): claim again; a release is claimed by this caller, and any
@@ -350,10 +358,20 @@ func (c *Client) do(ctx context.Context, in Intent, fn effect, o doOptions) outc
 	}
 }
 
+// asError is the answer Claim gives for an outcome in which this caller
+// won no claim: a replay is a *ReplayedError.
+func (o outcome) asError() error {
+	if o.err == nil && o.replayed {
+		return &ReplayedError{Key: o.key, Attempt: o.attempt, Result: o.stored}
+	}
+	return o.err
+}
+
 // execute runs the effect of a won claim and records its outcome. sent
 // is when the claim's request was sent, where its lease starts for this
 // process.
-func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Action, fn effect, sent time.Time, takeover bool) outcome {
+func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, w won, fn effect) outcome {
+	a, sent, takeover := w.a, w.sent, w.takeover
 	if c.log.Enabled(ctx, slog.LevelDebug) {
 		// Checked first: the arguments would cost allocations on every
 		// claim that nobody logs.
@@ -380,14 +398,14 @@ func (c *Client) execute(ctx context.Context, pol KindPolicy, in Intent, a Actio
 		return unrun(outcome{key: a.Key, attempt: a.Attempt, err: err})
 	}
 	started := time.Now()
-	att := attemptOf(a, in)
-	att.noter = &noter{c: c, lease: pol.storedLease(), key: a.Key, attempt: a.Attempt}
+	att := c.attemptOf(pol, a, in, sent, true)
 	settle := func(value any, err error) outcome {
-		o, obs := c.settle(ctx, pol, a, value, err, att.noter.noted(), time.Since(started))
-		end(obs, o.err)
+		s := c.settle(ctx, pol, a, value, err, att.noter.noted(), time.Since(started))
+		o := s.answer(a, value, err)
+		end(s.obs, o.err)
 		return o
 	}
-	value, err := c.run(ctx, pol, a, att, fn, sent, func(p any) {
+	value, err := c.run(ctx, pol, att, fn, sent, func(p any) {
 		// The effect panicked (or called runtime.Goexit): it may have
 		// happened. Record that honestly before the panic goes on.
 		settle(nil, &panicked{p})
@@ -408,10 +426,10 @@ var errLeaseSpent = errors.New("the claim's lease ran out before the effect star
 // run runs the effect under the kind's deadline while a heartbeat keeps
 // the claim. If the effect does not return (a panic, runtime.Goexit),
 // aborted is called before the panic goes on up the stack.
-func (c *Client) run(ctx context.Context, pol KindPolicy, a Action, att Attempt, fn effect, sent time.Time, aborted func(p any)) (value any, err error) {
+func (c *Client) run(ctx context.Context, pol KindPolicy, att Attempt, fn effect, sent time.Time, aborted func(p any)) (value any, err error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runCtx, cancelTimeout := context.WithTimeout(runCtx, pol.MaxExecution)
-	hb := c.startHeartbeat(ctx, cancel, a, pol, sent)
+	hb := c.startHeartbeat(ctx, cancel, att.h, sent)
 	returned := false
 	defer func() {
 		hb.stop()

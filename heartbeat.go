@@ -63,6 +63,8 @@ type heartbeat struct {
 	attempt int
 	pol     KindPolicy
 	sent    time.Time
+	// h is the attempt's claim, whose Deadline each heartbeat moves.
+	h *held
 
 	mu      sync.Mutex
 	stopped bool
@@ -74,8 +76,9 @@ type heartbeat struct {
 
 // startHeartbeat starts keeping a's claim, whose lease counts from sent,
 // for an effect that cancel stops. Call stop when the effect returns.
-func (c *Client) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, a Action, pol KindPolicy, sent time.Time) *heartbeat {
-	hb := &heartbeat{c: c, ctx: ctx, cancel: cancel, key: a.Key, attempt: a.Attempt, pol: pol, sent: sent}
+func (c *Client) startHeartbeat(ctx context.Context, cancel context.CancelCauseFunc, h *held, sent time.Time) *heartbeat {
+	hb := &heartbeat{c: c, ctx: ctx, cancel: cancel, key: h.a.Key, attempt: h.a.Attempt, pol: h.pol, sent: sent, h: h}
+	pol := h.pol
 	hb.first = time.AfterFunc(min(pol.Lease/3, hb.stopIn(sent)), hb.begin)
 	return hb
 }
@@ -125,6 +128,7 @@ func (hb *heartbeat) run(ctx context.Context) {
 			hb.c.log.Warn("once: heartbeat failed; the lease may expire", "key", hb.key, "attempt", hb.attempt, "err", err)
 		case held:
 			hb.expire.Reset(hb.stopIn(sentAt))
+			hb.h.renewedAt(sentAt)
 		default:
 			hb.c.log.Warn("once: claim lost while the effect ran", "key", hb.key, "attempt", hb.attempt)
 			hb.cancel(&FencedError{Key: hb.key, Attempt: hb.attempt, Outcome: StatusInFlight})

@@ -182,10 +182,31 @@ func encodeResult(v any, maxResult int) (json.RawMessage, error) {
 	return b, nil
 }
 
-// settle records what the effect returned and reports it: to the hooks,
-// the log, and as the outcome Do returns.
-func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any, ferr error, noted string, took time.Duration) (outcome, Observation) {
+// settled is what recording an attempt's outcome came to.
+type settled struct {
+	// t is the transition written (or tried last).
+	t Transition
+	// resultErr is set when the effect succeeded but its value could
+	// not be stored: the action was put up for review.
+	resultErr error
+	// err is a *RecordError (not written), a *FencedError (refused)
+	// or a *ConflictError (this attempt had settled otherwise).
+	err error
+	obs Observation
+}
+
+// settle records what the effect returned (value, ferr), by the rules in
+// Do's doc and the kind's recovery, and reports it to the hooks and the
+// log. It is the one place an attempt's outcome is written, for Do and
+// for the settling methods of an Attempt alike.
+func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any, ferr error, noted string, took time.Duration) settled {
 	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, ferr)
+	if a.Token != "" {
+		// Made from the claim's token and what was asked, so that
+		// settling again, here or in a process that rebuilt the
+		// attempt, knows its own write.
+		t.Token = settleToken(a.Token, classify(ferr))
+	}
 	if noted != "" && ferr != nil && classify(ferr) == StatusUnknown {
 		// What the effect noted it was doing (Attempt.Note): what the
 		// person who decides an unknown outcome looks for.
@@ -203,8 +224,10 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 			t.Error, t.Event.Note = why+"; "+t.Error, why+"; "+t.Event.Note
 		}
 	}
-	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
+	s := func(t Transition, err error) settled {
+		return settled{t: t, resultErr: resultErr, err: err, obs: obs}
+	}
 
 	wanted := t.To
 	t, ok, err := c.recordAs(ctx, a, t)
@@ -213,6 +236,16 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// The database refused the result; a placeholder put the
 		// action up for review.
 		resultErr = fmt.Errorf("%w: the database refused it", ErrResultNotJSON)
+	}
+	if err == nil && !ok && a.Token != "" {
+		// Refused: this attempt may have settled already, in a call
+		// whose answer was lost or in another process.
+		switch cur, again, known := c.settledBefore(ctx, a); {
+		case known && again == classify(ferr):
+			return s(t, nil)
+		case known:
+			return s(t, &ConflictError{Op: "settle as " + string(classify(ferr)), Current: cur})
+		}
 	}
 	if err == nil && !ok && (t.To == StatusSucceeded || t.To == StatusFailed) {
 		// Not in flight any more. If recovery or a person decided while
@@ -224,8 +257,7 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		obs.Event = t.Event
 	}
 	if err != nil {
-		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err}
-		return o, obs
+		return s(t, &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: err})
 	}
 	if !ok {
 		// Superseded: say so in the trail, so an operator sees the late
@@ -240,25 +272,52 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 			c.log.Warn("once: could not record a refused outcome", "key", a.Key, "err", err)
 		}
 		c.emit(ctx, obs)
-		o.err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To}
-		return o, obs
+		return s(t, &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To})
 	}
 	c.emit(ctx, obs)
-	switch {
-	case t.To == StatusSucceeded:
-	case resultErr != nil:
+	if resultErr != nil {
 		c.log.Warn("once: result not stored; action put up for review", "key", a.Key, "kind", a.Kind, "err", resultErr)
-		o.err = fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, resultErr)
+	} else if t.To != StatusSucceeded && classify(ferr) == StatusUnknown {
+		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
+	}
+	return s(t, nil)
+}
+
+// settledBefore reads a back after a refused outcome and reports
+// whether this attempt had settled it already, and as what was asked:
+// the row carries the token of one of its outcomes. known is false when
+// it had not, or the row could not be read.
+func (c *Client) settledBefore(ctx context.Context, a Action) (cur Action, asked Status, known bool) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.recordTimeout)
+	cur, err := c.store.Get(gctx, a.Key)
+	cancel()
+	if err != nil || cur.Attempt != a.Attempt {
+		return cur, "", false
+	}
+	asked, known = settledAs(cur, a.Token)
+	return cur, asked, known
+}
+
+// answer is what Do returns for its effect's outcome, once settled.
+func (s settled) answer(a Action, value any, ferr error) outcome {
+	o := outcome{key: a.Key, attempt: a.Attempt, ran: true, value: value}
+	t := s.t
+	switch {
+	case s.err != nil:
+		o.err = s.err
+	case t.To == StatusSucceeded:
+	case s.resultErr != nil:
+		o.err = fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, s.resultErr)
 	case classify(ferr) == StatusReleased:
 		o.value, o.err = nil, fmt.Errorf("once: action %s attempt %d released: %w", a.Key, a.Attempt, ferr)
 	case t.To == StatusFailed:
 		o.value, o.err = nil, &FailedError{Key: a.Key, Attempt: a.Attempt, Message: t.Error, err: ferr}
 	default:
-		c.log.Warn("once: outcome unknown", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "err", ferr)
-		o.value, o.err = nil, &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
+		e := &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: ferr.Error(), Status: t.To, err: ferr}
 		if t.To == StatusUnknown {
-			o.err.(*UnknownOutcomeError).Due = time.Now().Add(t.Lease)
+			e.Due = time.Now().Add(t.Lease)
 		}
+		o.value, o.err = nil, e
 	}
-	return o, obs
+	return o
 }
