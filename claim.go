@@ -159,7 +159,7 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		o.err = &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
 	case StatusUnknown:
 		due := a.LeaseUntil
-		if a.Recovery == VerifyThenDecide && !c.takesVerify(a.Kind) {
+		if a.Recovery.KindOnly() && !c.takesVerify(a.Kind) {
 			// This process will not decide it (it knows nothing of the
 			// kind); a delivery sent back at once would only loop. Come
 			// back a lease from now.
@@ -202,7 +202,8 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 // claim's lease now counts from.
 func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, sent time.Time) (o outcome, renewed time.Time, decided bool) {
 	recovery := pol.recoveryOf(a)
-	if recovery != VerifyThenDecide || pol.Verifier == nil {
+	verifier := recovery.rules().verifier(pol)
+	if verifier == nil {
 		return outcome{}, sent, false
 	}
 	// A claim whose reply was slow, or read back after it was lost, may
@@ -222,7 +223,7 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 	before.Attempt, before.Status = a.Attempt-1, StatusReleased
 	vctx, cancel := context.WithDeadline(ctx, sent.Add(min(pol.MaxExecution, pol.Lease-pol.margin())))
 	started := time.Now()
-	landed, result, err := safeVerify(vctx, pol.Verifier, before)
+	landed, result, err := safeVerify(vctx, verifier, before)
 	cancel()
 	took := time.Since(started)
 	switch {
@@ -240,14 +241,11 @@ func (c *Client) verifyReleased(ctx context.Context, pol KindPolicy, a Action, s
 	default:
 		return outcome{}, sent, false
 	}
-	ev := Event{Key: a.Key, Type: EventVerified, Attempt: a.Attempt, From: StatusInFlight, To: StatusSucceeded, Actor: ActorWorker,
-		Note: fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)}
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusSucceeded, Result: result}
+	t := verifyFirst.of(a, ActorWorker)
+	t.Result, t.Event.Note = result, fmt.Sprintf("before attempt %d ran, the verifier found an earlier attempt's effect landed; attempt %d did not run", a.Attempt, a.Attempt)
 	if why := c.unstorable(result); why != "" {
-		t.To, t.Result, t.Error = StatusReview, nil, fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but %s", a.Attempt, why)
-		ev.Type, ev.To, ev.Note = EventReview, StatusReview, t.Error
+		t = putToReview.of(a, ActorWorker).noting(fmt.Sprintf("attempt %d did not run: the verifier says an earlier attempt's effect landed, but %s", a.Attempt, why))
 	}
-	t.Event = ev
 	o = c.recordUnrun(ctx, recovery, a, t, errors.New("an earlier attempt's effect landed"), "recording what the verifier found", &took, func() error {
 		if t.To == StatusReview {
 			return &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: t.Error}

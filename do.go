@@ -28,57 +28,26 @@ type Result[T any] struct {
 // caller that presents it.
 //
 // The first caller claims the key (one atomic insert the database
-// arbitrates) and runs fn, which gets the attempt number and a provider
-// idempotency key; its result is stored. Every later caller gets the
-// stored result back with Replayed set, without running fn.
+// arbitrates) and runs fn with the attempt's number and a provider
+// idempotency key; its result is stored, and every later caller gets it
+// back with Replayed set, without running fn. What fn returns decides
+// what is recorded: nil (succeeded), RetryLater(err) (released for the
+// next delivery), Permanent(err) (failed, a *FailedError to every
+// duplicate), or any other error, a panic or a timeout (unknown: the
+// kind's Recovery decides, never a guess). The package doc's
+// "Outcomes" says each in full.
 //
-// What fn returns decides what is recorded:
-//   - nil error: succeeded, the value is stored (it must encode as JSON);
-//   - RetryLater(err): the effect did not happen; the claim is released
-//     and the error returned, so the job goes back to its queue;
-//   - Permanent(err): the effect did not happen and never will; stored as
-//     failed, a *FailedError to this caller and every duplicate;
-//   - any other error, a panic, or a timeout: the outcome is unknown, and
-//     the kind's recovery decides, never a guess: AskPerson puts it up for
-//     review, RetryWithProviderKey releases it for the next delivery
-//     (which runs it again with the same provider key), and
-//     VerifyThenDecide leaves it unknown until its verifier is asked. A
-//     panic goes on up the stack once recorded; the third attempt of one
-//     action to panic is put up for review under RetryWithProviderKey
-//     too, since another would most likely panic again.
-//
-// fn's context is cancelled at the kind's MaxExecution, when the claim is
-// lost, and when ctx is. A cancellation it returns as a plain error is an
-// unknown outcome like any other (by default a person reviews it): on a
-// graceful shutdown, an effect that knows it sent nothing should return
-// RetryLater(ctx.Err()) instead, so the next delivery runs it.
-//
-// A caller that meets a claim held by another attempt gets an
-// *InFlightError and should return its job to the queue. A caller whose
-// payload differs from the first attempt's gets a *FingerprintError.
-// Neither runs fn.
-//
-// With WaitFor(d), a caller that meets a live claim waits up to d for
-// that attempt's outcome instead: its result replayed, its permanent
-// failure, or, when it was released, a claim of the caller's own. Wait
-// where someone is waiting for the answer itself and nobody will bring
-// the job back: an HTTP handler (idemhttp.Config.Wait), an agent's tool
-// call. A queue worker should rarely wait long: it holds a delivery (and
-// the broker's ack timer runs) while a redelivery after the lease would
-// serve as well; a short wait, well under its ack wait, spares a round
-// trip through the queue when duplicates arrive together.
+// fn's context ends at the kind's MaxExecution, when the claim is lost,
+// and when ctx does. A caller that meets a claim held by another attempt
+// gets an *InFlightError, and one whose payload differs from the first
+// attempt's a *FingerprintError; neither runs fn. With WaitFor(d) it
+// waits up to d for the other attempt's outcome instead.
 //
 // Do returns the effect's value together with an error when the effect
-// ran but its outcome could not be stored as it happened. The value is
-// real: act on it, but do not run the effect again.
-//   - *RecordError (ErrNotRecorded): the database was unreachable for
-//     Config.RecordTimeout; the claim stays in flight and recovery decides
-//     when its lease runs out.
-//   - *FencedError (ErrFenced): the attempt was superseded while it ran
-//     (its lease lapsed and recovery moved on); the trail shows the late
-//     outcome beside the decision.
-//   - ErrResultTooLarge or ErrResultNotJSON: the effect happened but its
-//     value cannot be stored; the action was put up for review.
+// ran but its outcome could not be stored as it happened (*RecordError,
+// *FencedError, ErrResultTooLarge): act on the value, but do not run the
+// effect again. Claim is the first half of Do, for an effect that runs
+// elsewhere.
 func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Context, Attempt) (T, error), opts ...DoOption) (Result[T], error) {
 	if c == nil {
 		return Result[T]{}, errors.New("once: Do called with a nil *Client; build one with once.New")
@@ -162,25 +131,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
 		return Result[T]{}, err
 	}
-	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, nil)
-	if resultErr != nil {
-		err := fmt.Errorf("once: action %s: %w; roll the transaction back", a.Key, resultErr)
-		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
-		return Result[T]{}, err
-	}
-	applied, err := s.Transition(ctx, storableTransition(c.stamp(t)))
-	switch {
-	case err != nil:
-		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
-	case !applied:
-		err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusSucceeded}
-	}
-	o := Observation{Event: t.Event, Kind: a.Kind, Duration: took}
-	if err == nil {
-		c.emit(ctx, o)
-	}
-	end(o, err)
-	if err != nil {
+	if err := c.settleTx(ctx, s, pol, a, value, took, end); err != nil {
 		return Result[T]{}, err
 	}
 	return Result[T]{Value: value, Key: a.Key, Attempt: a.Attempt}, nil

@@ -37,29 +37,34 @@ func (c *Client) wrote(ctx context.Context, key Key, token string, patience time
 	}
 }
 
-// transition applies t, and when its reply is lost reads the row back to
-// tell whether it applied: a decision or a resolution that committed is
-// reported applied, not failed or refused.
+// How the ledger writes a transition. Every write is fenced by its
+// attempt (and hold), carries a token, and is read back when a reply is
+// lost; the two differ in how hard they try and what counts as theirs.
+type writing int
+
+const (
+	// aDecision is recovery's, a person's or a reaper's: one try within
+	// ClaimTimeout, read back by its token when the reply is lost. Not
+	// written, the caller decides again later.
+	aDecision writing = iota
+	// anOutcome is an attempt's: an effect that happened must be
+	// recorded, so it is tried for RecordTimeout, what the database
+	// refuses is replaced by a placeholder, and a lost reply is read
+	// back by its token or by the worker's event in the trail.
+	anOutcome
+)
+
+// transition writes a decision (see aDecision) and reports whether it
+// applied: one that committed is reported applied, not failed or refused.
 func (c *Client) transition(ctx context.Context, t Transition) (bool, error) {
-	t = storableTransition(c.stamp(t))
-	if t.Token == "" {
-		t.Token = newToken()
-	}
-	cctx, cancel := c.call(ctx)
-	ok, err := c.store.Transition(cctx, t)
-	cancel()
-	if err != nil {
-		if _, mine, _ := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
-			return true, nil
-		}
-	}
+	_, ok, err := c.write(ctx, t, aDecision)
 	return ok, err
 }
 
 // lateStatuses are where a decision taken while an attempt was cut off
 // leaves the action: a late outcome of the same attempt is recorded from
 // them.
-var lateStatuses = []Status{StatusReview, StatusReleased, StatusFailed}
+var lateStatuses = fromDecided
 
 // recordLate records t from the status the action stands in now, if it
 // is still at t's attempt and in one of lateStatuses. A decision that
@@ -83,10 +88,14 @@ func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transi
 		if cur.Attempt != a.Attempt || !slices.Contains(lateStatuses, cur.Status) {
 			return t, false, nil
 		}
-		t.From = []Status{cur.Status}
-		t.Event.From = cur.Status
+		m := succeedLate
+		if t.To == StatusFailed {
+			m = failLate
+		}
+		late := m.of(cur, ActorWorker)
+		t.From, t.Event.From = late.From, late.Event.From
 		t.Event.Note = strings.TrimPrefix(fmt.Sprintf("%s; late outcome of attempt %d, recorded after the action was %s", note, a.Attempt, cur.Status), "; ")
-		ok, err := c.record(ctx, a, t)
+		ok, err := c.record(ctx, t)
 		if ok || err != nil {
 			return t, ok, err
 		}
@@ -94,28 +103,40 @@ func (c *Client) recordLate(ctx context.Context, a Action, t Transition) (Transi
 	return t, false, nil
 }
 
-// record writes an outcome, retrying while the database is unreachable.
-// It runs on a context detached from the caller's: an effect that
-// happened must be recorded even if the caller has given up waiting.
-// It reports false when the attempt was fenced out.
-func (c *Client) record(ctx context.Context, a Action, t Transition) (bool, error) {
-	_, ok, err := c.recordAs(ctx, a, t)
+// record writes an attempt's outcome (see anOutcome) on a context
+// detached from the caller's: an effect that happened must be recorded
+// even if the caller has given up waiting. It reports false when the
+// attempt was fenced out.
+func (c *Client) record(ctx context.Context, t Transition) (bool, error) {
+	_, ok, err := c.write(ctx, t, anOutcome)
 	return ok, err
 }
 
-// recordAs is record, also returning the transition it wrote: t, or a
-// placeholder for what the database refused.
-func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transition, bool, error) {
+// write is the ledger's one write: t, stamped and tokened, as how says.
+// It returns the transition written: t, or a placeholder for what the
+// database refused.
+func (c *Client) write(ctx context.Context, t Transition, how writing) (Transition, bool, error) {
+	t = storableTransition(c.stamp(t))
+	if t.Token == "" {
+		t.Token = newToken()
+	}
+	if how == aDecision {
+		cctx, cancel := c.call(ctx)
+		ok, err := c.store.Transition(cctx, t)
+		cancel()
+		if err != nil {
+			if _, mine, _ := c.wrote(ctx, t.Key, t.Token, c.recordTimeout); mine {
+				return t, true, nil
+			}
+		}
+		return t, ok, err
+	}
 	detached := context.WithoutCancel(ctx)
 	deadline := time.Now().Add(c.recordTimeout)
 	// rctx bounds all the tries. It is made when a try fails: the first
 	// try's deadline is the earlier of its own and RecordTimeout's, and
 	// most outcomes are recorded by it.
 	var rctx context.Context
-	t = storableTransition(c.stamp(t))
-	if t.Token == "" {
-		t.Token = newToken()
-	}
 	try := max(c.recordTimeout/3, time.Second)
 	backoff := 20 * time.Millisecond
 	// cause is the first try's error that was not its deadline: what
@@ -171,11 +192,11 @@ func (c *Client) recordAs(ctx context.Context, a Action, t Transition) (Transiti
 			if !ok {
 				return t, false, fmt.Errorf("the database refused even a placeholder: %w", err)
 			}
-			c.log.Warn("once: the database refused the outcome; recording a placeholder", "key", a.Key, "outcome", t.To, "err", err)
+			c.log.Warn("once: the database refused the outcome; recording a placeholder", "key", t.Key, "outcome", t.To, "err", err)
 			t = p
 			continue
 		}
-		c.log.Warn("once: recording outcome failed; retrying", "key", a.Key, "outcome", t.To, "err", err)
+		c.log.Warn("once: recording outcome failed; retrying", "key", t.Key, "outcome", t.To, "err", err)
 		select {
 		case <-rctx.Done():
 			if cause != nil && ranOutOfTime(lastErr) {

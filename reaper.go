@@ -206,9 +206,9 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 			// Otherwise its application's reaper re-drives it.
 			continue
 		}
-		t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusReleased}, To: StatusReleased, Error: a.Error, Waiting: true,
-			Event: Event{Key: a.Key, Type: EventRedriven, Attempt: a.Attempt, From: StatusReleased, To: StatusReleased, Actor: ActorReaper,
-				Note: fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))}}
+		t := redrive.of(a, ActorReaper)
+		t.Error, t.Waiting = a.Error, true
+		t.Event.Note = fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))
 		ok, err := r.c.transition(ctx, t)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))

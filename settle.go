@@ -54,15 +54,15 @@ func (c *Client) panickedBefore(ctx context.Context, a Action) int {
 // TestAbandonedTakeoverTrailSaysNothingRan).
 func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause error, takeover bool) outcome {
 	recovery := pol.recoveryOf(a)
-	if !takeover || recovery != VerifyThenDecide {
+	if !takeover || recovery.rules().unrunTakeover().to == StatusReleased {
 		return c.releaseUnrun(ctx, pol, a, cause)
 	}
 	// The attempts before it that may have run are not all a.Attempt-1:
 	// that one may be a takeover abandoned too.
 	note := fmt.Sprintf("attempt %d, a takeover, never ran (%s); whether an earlier attempt's effect happened is still unknown, and the verifier is asked again",
 		a.Attempt, unrunNote(cause))
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusUnknown, Lease: time.Millisecond, Error: note,
-		Event: Event{Key: a.Key, Type: EventUnknown, Attempt: a.Attempt, From: StatusInFlight, To: StatusUnknown, Actor: ActorWorker, Note: note}}
+	t := recovery.rules().unrunTakeover().of(a, ActorWorker).noting(note)
+	t.Lease = time.Millisecond
 	// Not recorded, the takeover stays in flight, unless the write
 	// commits yet: recovery decides again when its lease expires.
 	return c.recordUnrun(ctx, recovery, a, t, cause, "marking the takeover unknown", nil, func() error {
@@ -79,7 +79,7 @@ func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause er
 // (verifyReleased): t is then recovery's decision, not the worker's.
 func (c *Client) recordUnrun(ctx context.Context, recovery Recovery, a Action, t Transition, cause error, what string, verified *time.Duration, done func() error) outcome {
 	o := outcome{key: a.Key, attempt: a.Attempt}
-	ok, err := c.record(ctx, a, t)
+	ok, err := c.record(ctx, t)
 	switch {
 	case err != nil:
 		o.err = &RecordError{Key: a.Key, Attempt: a.Attempt, Outcome: t.To, Err: fmt.Errorf("nothing ran (%v), and %s failed: %w", cause, what, err)}
@@ -115,16 +115,11 @@ func (c *Client) releaseUnrun(ctx context.Context, pol KindPolicy, a Action, cau
 	if errors.Is(cause, errLeaseSpent) || errors.Is(cause, errNotRenewed) {
 		note += "; nothing ran"
 	}
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: fromInFlight, To: StatusReleased, Error: note,
-		Event: Event{Key: a.Key, Type: EventReleased, Attempt: a.Attempt, From: StatusInFlight, To: StatusReleased, Actor: ActorWorker, Note: note}}
+	t := release.of(a, ActorWorker).noting(note)
 	return c.recordUnrun(ctx, pol.Recovery, a, t, cause, "the release", nil, func() error {
 		return fmt.Errorf("once: action %s attempt %d released unrun: %w (%w)", a.Key, a.Attempt, ErrRetryLater, cause)
 	})
 }
-
-// fromInFlight is the From of a transition out of a claim. Stores only
-// read it.
-var fromInFlight = []Status{StatusInFlight}
 
 // outcomeTransition is the transition that records what an effect
 // returned, by the rules in Do's doc and the kind's recovery. It does no
@@ -136,33 +131,21 @@ func outcomeTransition(pol KindPolicy, maxResult int, a Action, value any, err e
 		// A slow worker whose claim was decided meanwhile may still say
 		// how it ended (settle tries again from the decision). A newer
 		// attempt fences it out through the attempt number.
-		t = Transition{To: StatusSucceeded, From: fromInFlight, Event: Event{Type: EventSucceeded}}
+		t = succeed.of(a, ActorWorker)
 		t.Result, resultErr = encodeResult(value, maxResult)
 		if resultErr != nil {
-			t = Transition{To: StatusReview, From: fromInFlight, Error: "the effect succeeded but " + resultErr.Error(), Event: Event{Type: EventReview}}
+			t = putToReview.of(a, ActorWorker).noting("the effect succeeded but " + resultErr.Error())
 		}
 	case StatusReleased:
-		t = Transition{To: StatusReleased, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventReleased}}
+		t = release.of(a, ActorWorker).noting(err.Error())
 	case StatusFailed:
-		t = Transition{To: StatusFailed, From: fromInFlight, Error: err.Error(), Event: Event{Type: EventFailed}}
+		t = fail.of(a, ActorWorker).noting(err.Error())
 	default:
-		// Unknown: a person is asked at once, a provider-idempotent
-		// effect is released for the next delivery, and a verifiable one
-		// is left due for verification right away.
-		t = Transition{From: fromInFlight, Error: err.Error(), Event: Event{Note: "outcome unknown: " + err.Error()}}
-		switch pol.Recovery {
-		case RetryWithProviderKey:
-			t.To, t.Event.Type = StatusReleased, EventReleased
-		case VerifyThenDecide:
-			t.To, t.Event.Type, t.Lease = StatusUnknown, EventUnknown, time.Millisecond
-		default:
-			t.To, t.Event.Type = StatusReview, EventReview
-		}
-	}
-	t.Key, t.Attempt = a.Key, a.Attempt
-	t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, StatusInFlight, t.To, ActorWorker
-	if t.Event.Note == "" {
-		t.Event.Note = t.Error
+		// Unknown: the kind's recovery says what it becomes (review,
+		// released, or unknown and due for its verifier).
+		m, lease := pol.Recovery.rules().unknown()
+		t = m.of(a, ActorWorker)
+		t.Error, t.Event.Note, t.Lease = err.Error(), "outcome unknown: "+err.Error(), lease
 	}
 	return t, resultErr
 }
@@ -220,8 +203,9 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// (TestRepeatedPanicsGoToReview).
 		if n := c.panickedBefore(ctx, a); n+1 >= maxPanics {
 			why := fmt.Sprintf("the effect panicked in %d attempts, and another would most likely panic again: a person decides", n+1)
-			t.To, t.Event.Type = StatusReview, EventReview
-			t.Error, t.Event.Note = why+"; "+t.Error, why+"; "+t.Event.Note
+			r := putToReview.of(a, ActorWorker)
+			r.Error, r.Event.Note, r.Token = why+"; "+t.Error, why+"; "+t.Event.Note, t.Token
+			t = r
 		}
 	}
 	obs := Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took}
@@ -230,7 +214,7 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 	}
 
 	wanted := t.To
-	t, ok, err := c.recordAs(ctx, a, t)
+	t, ok, err := c.write(ctx, t, anOutcome)
 	obs.Event = t.Event
 	if err == nil && ok && wanted == StatusSucceeded && t.To != StatusSucceeded {
 		// The database refused the result; a placeholder put the
@@ -320,4 +304,29 @@ func (s settled) answer(a Action, value any, ferr error) outcome {
 		o.value, o.err = nil, e
 	}
 	return o
+}
+
+// settleTx records a success inside the caller's transaction: one write,
+// since the transaction commits or fails as a whole, and no placeholder,
+// since the caller rolls back what cannot be stored.
+func (c *Client) settleTx(ctx context.Context, s Store, pol KindPolicy, a Action, value any, took time.Duration, end func(Observation, error)) error {
+	t, resultErr := outcomeTransition(pol, c.maxResult, a, value, nil)
+	if resultErr != nil {
+		err := fmt.Errorf("once: action %s: %w; roll the transaction back", a.Key, resultErr)
+		end(Observation{Event: Event{Key: a.Key, Attempt: a.Attempt, From: StatusInFlight, Actor: ActorWorker}, Kind: a.Kind, Duration: took}, err)
+		return err
+	}
+	applied, err := s.Transition(ctx, storableTransition(c.stamp(t)))
+	switch {
+	case err != nil:
+		err = fmt.Errorf("once: action %s: recording the result in the transaction: %w", a.Key, err)
+	case !applied:
+		err = &FencedError{Key: a.Key, Attempt: a.Attempt, Outcome: StatusSucceeded}
+	}
+	o := Observation{Event: t.Event, Kind: a.Kind, Duration: took}
+	if err == nil {
+		c.emit(ctx, o)
+	}
+	end(o, err)
+	return err
 }

@@ -172,7 +172,7 @@ func testAttemptRebuilt(t *testing.T, h Harness) {
 		number int
 		token  string
 	}{
-		{"wrong token", a.Number, "X" + a.Token[1:]},
+		{"wrong token", a.Number, otherToken(a.Token)},
 		{"wrong number", a.Number + 1, a.Token},
 	} {
 		if _, err := other.Attempt(ctx(t), a.Key, bad.number, bad.token); !errors.Is(err, once.ErrFenced) {
@@ -284,6 +284,14 @@ func testAttemptInDo(t *testing.T, h Harness) {
 	if err := (once.Attempt{Key: res.Key, Number: 1}).Succeed(ctx(t), "x"); err == nil {
 		t.Fatal("Succeed on an attempt made by hand succeeded; want it refused")
 	}
+}
+
+// otherToken is tok with its first character changed.
+func otherToken(tok string) string {
+	if tok[0] == 'A' {
+		return "B" + tok[1:]
+	}
+	return "A" + tok[1:]
 }
 
 // Succeed commits and its reply is lost: the holder reads the row back
