@@ -22,6 +22,7 @@ func attemptTests() []namedTest {
 		{name: "AttemptLapsedIsFenced", fn: testAttemptLapsed},
 		{name: "AttemptInDoIsDos", fn: testAttemptInDo},
 		{name: "FaultAttemptSucceedReplyLost", fn: testFaultAttemptReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultAttemptHeartbeatHangs", fn: testFaultAttemptHeartbeatHangs, needs: needFaults},
 	}
 }
 
@@ -319,5 +320,28 @@ func testFaultAttemptReplyLost(t *testing.T, h Harness) {
 	}
 	if tr := trail(t, s, a.Key); tr != "claimed,succeeded" {
 		t.Fatalf("trail %s; want the outcome recorded once", tr)
+	}
+}
+
+// The holder's connection hangs instead of failing: Heartbeat gives up
+// once its tries outlast the attempt's deadline, saying the lease
+// lapsed, rather than hang with it (or until the test's context ends); once the partition heals, nothing else took the action, and
+// a heartbeat renews the claim.
+func testFaultAttemptHeartbeatHangs(t *testing.T, h Harness) {
+	cfg := once.Config{Default: once.KindPolicy{Lease: 2 * time.Second}}
+	c, _, s, f := faultClients(t, h, cfg)
+	a := claim(t, c, intent(1))
+	f.Hang(true)
+	err := a.Heartbeat(ctx(t))
+	f.Hang(false)
+	var fe *once.FencedError
+	if !errors.As(err, &fe) || !fe.Lapsed {
+		t.Fatalf("Heartbeat over a hung connection = %v; want a *FencedError saying the lease lapsed", err)
+	}
+	if err := a.Heartbeat(ctx(t)); err != nil {
+		t.Fatalf("Heartbeat after the partition healed: %v", err)
+	}
+	if st := mustGet(t, s, a.Key); st.Status != once.StatusInFlight || st.Attempt != 1 {
+		t.Fatalf("row = %s attempt %d; want the claim still held", st.Status, st.Attempt)
 	}
 }
