@@ -30,6 +30,53 @@
 // knows whether its write applied. Dispose tells a worker, for every
 // error Do returns, whether to ack its job, retry it, or drop it.
 //
+// # Outcomes
+//
+// What an effect in Do returns decides what is recorded:
+//   - nil error: succeeded, the value is stored (it must encode as JSON);
+//   - RetryLater(err): the effect did not happen; the claim is released
+//     and the error returned, so the job goes back to its queue;
+//   - Permanent(err): the effect did not happen and never will; stored as
+//     failed, a *FailedError to this caller and every duplicate;
+//   - any other error, a panic, or a timeout: the outcome is unknown, and
+//     the kind's recovery decides (below). A panic goes on up the stack
+//     once recorded; the third attempt of one action to panic is put up
+//     for review under RetryWithProviderKey too, since another would most
+//     likely panic again.
+//
+// A cancellation the effect returns as a plain error is an unknown
+// outcome like any other: on a graceful shutdown, an effect that knows it
+// sent nothing should return RetryLater(ctx.Err()), so the next delivery
+// runs it.
+//
+// Do returns the effect's value together with an error when the effect
+// ran but its outcome could not be stored as it happened. The value is
+// real: act on it, but do not run the effect again.
+//   - *RecordError (ErrNotRecorded): the database was unreachable for
+//     Config.RecordTimeout; the claim stays in flight and recovery decides
+//     when its lease runs out.
+//   - *FencedError (ErrFenced): the attempt was superseded while it ran
+//     (its lease lapsed and recovery moved on); the trail shows the late
+//     outcome beside the decision.
+//   - ErrResultTooLarge or ErrResultNotJSON: the effect happened but its
+//     value cannot be stored; the action was put up for review.
+//
+// An attempt held by hand (Client.Claim, or Client.Attempt in a process
+// that did not claim it) is settled with Succeed, Fail, Release or
+// Unknown, which record the same outcomes through the same write.
+//
+// # Waiting
+//
+// With WaitFor(d), a caller that meets a live claim waits up to d for
+// that attempt's outcome: its result replayed, its permanent failure, or,
+// when it was released, a claim of the caller's own. Wait where someone
+// waits for the answer itself and nobody will bring the job back: an HTTP
+// handler (idemhttp.Config.Wait), an agent's tool call. A queue worker
+// should rarely wait long: it holds a delivery (and the broker's ack
+// timer runs) while a redelivery after the lease would serve as well; a
+// short wait, well under its ack wait, spares a round trip through the
+// queue when duplicates arrive together.
+//
 // # When the outcome is unknown
 //
 // A claim whose lease lapsed, or an effect that returned an unclassified

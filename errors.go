@@ -218,9 +218,17 @@ type FencedError struct {
 	// recovery decided for it (a verifier's answer), or its release
 	// unrun, not an outcome of the effect.
 	Unrun bool
+	// Lapsed says no heartbeat got through before the attempt's
+	// deadline (Attempt.Heartbeat); Err is the last one's error. The
+	// claim may still be this attempt's, but its effect must stop.
+	Lapsed bool
+	Err    error
 }
 
 func (e *FencedError) Error() string {
+	if e.Lapsed {
+		return fmt.Sprintf("once: attempt %d of action %s: no heartbeat got through before its deadline (%v); stop the effect, since recovery may take the action over", e.Attempt, e.Key, e.Err)
+	}
 	if e.Unrun {
 		return fmt.Sprintf("once: attempt %d of action %s was superseded before its effect ran; nothing ran, and what it would have recorded (%s) was not",
 			e.Attempt, e.Key, e.Outcome)
@@ -228,6 +236,34 @@ func (e *FencedError) Error() string {
 	return fmt.Sprintf("once: attempt %d of action %s was superseded; its outcome (%s) was not recorded", e.Attempt, e.Key, e.Outcome)
 }
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+func (e *FencedError) Unwrap() error        { return e.Err }
+
+// ErrReplayed: Claim met an action an earlier attempt completed; its
+// stored result is in the *ReplayedError.
+var ErrReplayed = errors.New("once: action already succeeded")
+
+// ReplayedError is the answer Claim gives a duplicate of an action that
+// succeeded: its stored result, for the caller to use as Do's replay
+// would. It is an answer, not a failure: nothing is to be run.
+type ReplayedError struct {
+	Key     Key
+	Attempt int
+	// Result is the stored JSON result.
+	Result json.RawMessage
+}
+
+func (e *ReplayedError) Error() string {
+	return fmt.Sprintf("once: action %s already succeeded (attempt %d); its stored result is %d bytes, and nothing is to be run", e.Key, e.Attempt, len(e.Result))
+}
+func (e *ReplayedError) Is(target error) bool { return target == ErrReplayed }
+
+// Decode decodes the stored result into v.
+func (e *ReplayedError) Decode(v any) error {
+	if err := json.Unmarshal(e.Result, v); err != nil {
+		return &DecodeError{Key: e.Key, Attempt: e.Attempt, Type: fmt.Sprintf("%T", v), Result: e.Result, err: err}
+	}
+	return nil
+}
 
 // RecordError reports an outcome that could not be written.
 type RecordError struct {

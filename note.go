@@ -57,7 +57,9 @@ func (n *noter) noted() string {
 }
 
 func (n *noter) note(ctx context.Context, note string) error {
-	t := storableTransition(Transition{Key: n.key, Attempt: n.attempt, From: fromInFlight, To: StatusInFlight, Lease: n.lease, Error: note})
+	t := writeNote.of(Action{Key: n.key, Attempt: n.attempt, Status: StatusInFlight}, ActorWorker)
+	t.Lease, t.Error = n.lease, note
+	t = storableTransition(t)
 	// One call, not read back when its reply is lost: the effect waits
 	// on it, and a note that may not have been written costs nothing.
 	cctx, cancel := n.c.call(ctx)

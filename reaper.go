@@ -206,9 +206,9 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 			// Otherwise its application's reaper re-drives it.
 			continue
 		}
-		t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{StatusReleased}, To: StatusReleased, Error: a.Error, Waiting: true,
-			Event: Event{Key: a.Key, Type: EventRedriven, Attempt: a.Attempt, From: StatusReleased, To: StatusReleased, Actor: ActorReaper,
-				Note: fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))}}
+		t := redrive.of(a, ActorReaper)
+		t.Error, t.Waiting = a.Error, true
+		t.Event.Note = fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))
 		ok, err := r.c.transition(ctx, t)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))
@@ -231,19 +231,25 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 	return firstErr
 }
 
-// countUnverifiable counts the due VerifyThenDecide actions this
-// reaper may not take, so an operator running one without the
+// countUnverifiable counts the due actions this reaper may not take
+// because only a process holding their kind's verifier decides them
+// (Recovery.KindOnly), so an operator running one without the
 // application's verifiers is told they wait for another process.
 func (r *Reaper) countUnverifiable(ctx context.Context, rep *ReapReport) error {
-	cctx, cancel := r.c.call(ctx)
-	acts, err := r.c.store.List(cctx, Filter{Due: true, Recovery: VerifyThenDecide, OldestFirst: true, Limit: r.cfg.MaxPerPass})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("once: reaper: counting actions awaiting a verifier: %w", err)
-	}
-	for _, a := range acts {
-		if r.c.Policy(a.Kind).Verifier == nil {
-			rep.AwaitingVerifier++
+	for _, rec := range Recoveries() {
+		if !rec.KindOnly() {
+			continue
+		}
+		cctx, cancel := r.c.call(ctx)
+		acts, err := r.c.store.List(cctx, Filter{Due: true, Recovery: rec, OldestFirst: true, Limit: r.cfg.MaxPerPass})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("once: reaper: counting actions awaiting a verifier: %w", err)
+		}
+		for _, a := range acts {
+			if rec.rules().verifier(r.c.Policy(a.Kind)) == nil {
+				rep.AwaitingVerifier++
+			}
 		}
 	}
 	return nil

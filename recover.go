@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -31,12 +30,7 @@ func (d decision) String() string {
 // dies, the action comes back after this long; a duplicate that meets the
 // hold is told to come back then. Each action is held for its own kind's,
 // by inline recovery and the reaper alike.
-func (p KindPolicy) hold() time.Duration {
-	if p.Recovery == VerifyThenDecide {
-		return p.MaxExecution + p.Lease
-	}
-	return p.Lease
-}
+func (p KindPolicy) hold() time.Duration { return p.Recovery.rules().hold(p) }
 
 // recovery is what recovering one action came to.
 type recovery struct {
@@ -87,97 +81,92 @@ func newToken() string {
 // returns the verifier's result when it found the effect landed.
 func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, actor string, canExecute bool) (decision, json.RawMessage, error) {
 	pol.Recovery = pol.recoveryOf(a)
-	reason := a.Error
+	d := &deciding{c: c, ctx: ctx, pol: pol, recovery: pol.Recovery, a: a, hold: hold, actor: actor, canExecute: canExecute, reason: a.Error}
 	if a.Status == StatusInFlight {
-		reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
+		d.reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
 		if a.Error != "" {
 			// What the effect noted it was about to do (Attempt.Note):
 			// what a person should look for.
-			reason = withNote(reason, a.Error)
+			d.reason = withNote(d.reason, a.Error)
 		}
 		c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventLeaseExpired, Attempt: a.Attempt, From: a.Status, Actor: actor}, Kind: a.Kind, Recovery: pol.Recovery})
 	}
-	if pol.Recovery == VerifyThenDecide && pol.Verifier == nil {
-		// Recorded VerifyThenDecide, taken by a process that configures
-		// the kind without a verifier (the application changed its
-		// policy): it cannot ask the provider, and must not guess, so a
-		// person decides. Processes that know nothing of the kind never
-		// take such an action (Recoverable).
-		pol.Recovery = AskPerson
-		reason = strings.TrimPrefix(reason+"; ", "; ") + fmt.Sprintf("recorded verify_then_decide, but this process configures %s without a verifier", a.Kind)
-	}
-	// Hold makes every decision conditional on the hold this caller took:
-	// a worker whose heartbeat came back, or a second recoverer after the
-	// hold ran out, clears or replaces the token and wins instead.
-	base := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, VerifyFailures: a.VerifyFailures, Hold: hold}
-	var took time.Duration // the verifier's, when one was asked
-	apply := func(t Transition, d decision) (decision, json.RawMessage, error) {
-		t.Event.Key, t.Event.Attempt, t.Event.From, t.Event.To, t.Event.Actor = a.Key, a.Attempt, a.Status, t.To, actor
-		if t.NewAttempt {
-			// The trail names the attempt a takeover starts; so do hooks.
-			t.Event.Attempt++
-		}
-		ok, err := c.transition(ctx, t)
-		if err != nil {
-			return decChanged, nil, fmt.Errorf("once: recovering action %s: %w", a.Key, err)
-		}
-		if !ok {
-			return decChanged, nil, nil
-		}
-		c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: pol.Recovery, Duration: took, Recovered: true})
-		c.log.Info("once: recovered", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", pol.Recovery, "outcome", d, "by", actor)
-		return d, t.Result, nil
-	}
-	retry := func(note string) (decision, json.RawMessage, error) {
-		t := base
-		if canExecute {
-			t.To, t.NewAttempt, t.Lease, t.VerifyFailures = StatusInFlight, true, pol.storedLease(), 0
-			t.Event = Event{Type: EventTakenOver, Note: note}
-			return apply(t, decTakeover)
-		}
-		t.To, t.Error = StatusReleased, note
-		t.Event = Event{Type: EventReleased, Note: note}
-		return apply(t, decReleased)
-	}
-	review := func(why string) (decision, json.RawMessage, error) {
-		t := base
-		t.To, t.Error = StatusReview, why
-		t.Event = Event{Type: EventReview, Note: why}
-		return apply(t, decReview)
-	}
+	return pol.Recovery.rules().lapsed(d)
+}
 
-	switch pol.Recovery {
-	case RetryWithProviderKey:
-		return retry(reason + "; retried with the same provider idempotency key")
-	case VerifyThenDecide:
-		vctx, cancel := context.WithTimeout(ctx, pol.MaxExecution)
-		started := time.Now()
-		landed, result, err := safeVerify(vctx, pol.Verifier, a)
-		cancel()
-		took = time.Since(started)
-		if err != nil {
-			n := a.VerifyFailures + 1
-			if n >= pol.MaxVerifyFailures {
-				return review(fmt.Sprintf("%s; the verifier could not tell %d times, last: %v", reason, n, err))
-			}
-			t := base
-			t.To, t.Lease, t.VerifyFailures, t.Error = a.Status, pol.backoff(n), n, a.Error
-			t.Event = Event{Type: EventVerifyFailed, Note: fmt.Sprintf("verifier failed (%d of %d): %v; asking again in %v", n, pol.MaxVerifyFailures, err, pol.backoff(n))}
-			return apply(t, decBackoff)
-		}
-		if landed {
-			if why := c.unstorable(result); why != "" {
-				return review(fmt.Sprintf("%s; the verifier says it landed but %s", reason, why))
-			}
-			t := base
-			t.To, t.Result = StatusSucceeded, result
-			t.Event = Event{Type: EventVerified, Note: "the verifier found the effect landed"}
-			return apply(t, decSucceeded)
-		}
-		return retry(reason + "; the verifier found no trace of it")
-	default:
-		return review(reason)
+// deciding is one decision recovery is taking: what a Recovery's rules
+// decide with. Every decision is conditional on the hold the caller
+// took: a worker whose heartbeat came back, or a second recoverer after
+// the hold ran out, clears or replaces the token and wins instead.
+type deciding struct {
+	c   *Client
+	ctx context.Context
+	pol KindPolicy
+	// recovery is what decided, for the hooks and the log: the policy's,
+	// or AskPerson when it could not be applied.
+	recovery   Recovery
+	a          Action
+	hold       string
+	actor      string
+	canExecute bool
+	// reason is why the action is being recovered, for the trail.
+	reason string
+	// took is the verifier's time, when one was asked.
+	took time.Duration
+}
+
+// of is m on the held action, by the recoverer.
+func (d *deciding) of(m move) Transition {
+	t := m.of(d.a, d.actor)
+	t.VerifyFailures, t.Hold = d.a.VerifyFailures, d.hold
+	return t
+}
+
+// apply writes t, the decision d came to.
+func (d *deciding) apply(t Transition, dec decision) (decision, json.RawMessage, error) {
+	c, a := d.c, d.a
+	ok, err := c.transition(d.ctx, t)
+	if err != nil {
+		return decChanged, nil, fmt.Errorf("once: recovering action %s: %w", a.Key, err)
 	}
+	if !ok {
+		return decChanged, nil, nil
+	}
+	c.emit(d.ctx, Observation{Event: t.Event, Kind: a.Kind, Recovery: d.recovery, Duration: d.took, Recovered: true})
+	c.log.Info("once: recovered", "key", a.Key, "kind", a.Kind, "attempt", a.Attempt, "recovery", d.recovery, "outcome", dec, "by", d.actor)
+	return dec, t.Result, nil
+}
+
+// retry runs the effect again: a worker takes the action over as the
+// next attempt, a reaper releases it for the next delivery.
+func (d *deciding) retry(note string) (decision, json.RawMessage, error) {
+	if d.canExecute {
+		t := d.of(takeOver)
+		t.Lease, t.VerifyFailures, t.Event.Note = d.pol.storedLease(), 0, note
+		return d.apply(t, decTakeover)
+	}
+	return d.apply(d.of(recoverRelease).noting(note), decReleased)
+}
+
+// review puts the action up for review, for why.
+func (d *deciding) review(why string) (decision, json.RawMessage, error) {
+	return d.apply(d.of(recoverReview).noting(why), decReview)
+}
+
+// verified records the verifier's finding that the effect landed.
+func (d *deciding) verified(result json.RawMessage) (decision, json.RawMessage, error) {
+	t := d.of(recoverVerified)
+	t.Result, t.Event.Note = result, "the verifier found the effect landed"
+	return d.apply(t, decSucceeded)
+}
+
+// verifyLater leaves the action where it is, to ask the verifier again
+// after the n-th failure's backoff.
+func (d *deciding) verifyLater(n int, err error) (decision, json.RawMessage, error) {
+	t := d.of(verifyLater)
+	t.Lease, t.VerifyFailures, t.Error = d.pol.backoff(n), n, d.a.Error
+	t.Event.Note = fmt.Sprintf("verifier failed (%d of %d): %v; asking again in %v", n, d.pol.MaxVerifyFailures, err, d.pol.backoff(n))
+	return d.apply(t, decBackoff)
 }
 
 // recoveryOf is the recovery that applies to a: the one its row

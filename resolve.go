@@ -69,20 +69,22 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt || abandoned(a, r) {
 		return a, c.refuseResolution(ctx, r, a)
 	}
-	t := Transition{Key: a.Key, Attempt: a.Attempt, From: []Status{a.Status}, ResolvedBy: r.By, ResolveNote: r.Note,
-		Event: Event{Key: a.Key, Attempt: a.Attempt, Type: EventResolved, From: a.Status, Actor: r.By, Note: string(r.Decision) + ": " + r.Note}}
+	var t Transition
 	switch r.Decision {
 	case DecisionDone:
-		t.To, t.Result = StatusSucceeded, r.Result
+		t = resolveDone.of(a, r.By)
+		t.Result = r.Result
 		if len(t.Result) == 0 {
 			t.Result = json.RawMessage("null")
 		}
 	case DecisionRetry:
-		t.To, t.Error = StatusReleased, "released by "+r.By+": "+r.Note
+		t = resolveRetry.of(a, r.By)
+		t.Error = "released by " + r.By + ": " + r.Note
 	case DecisionAbandon:
-		t.To, t.Error = StatusFailed, abandonedBy(r.By)+r.Note
+		t = resolveAbandon.of(a, r.By)
+		t.Error = abandonedBy(r.By) + r.Note
 	}
-	t.Event.To = t.To
+	t.ResolvedBy, t.ResolveNote, t.Event.Note = r.By, r.Note, string(r.Decision)+": "+r.Note
 	ok, err := c.transition(ctx, t)
 	if err != nil {
 		return a, fmt.Errorf("once: resolving action %s: %w", key, err)

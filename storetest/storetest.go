@@ -149,6 +149,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, edgeTests()...)
 	tests = append(tests, faultTests()...)
 	tests = append(tests, waitTests()...)
+	tests = append(tests, attemptTests()...)
 	run(t, h, tests)
 }
 
