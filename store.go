@@ -86,7 +86,10 @@ type Action struct {
 	ResolveNote string
 	// Token is the token of the last write that set one (a claim, a
 	// takeover, an outcome, a resolution): a writer whose reply was lost
-	// reads the row back and knows whether its write applied.
+	// reads the row back and knows whether its write applied. While an
+	// attempt is in flight it is the claim's token, which rebuilds the
+	// attempt (Client.Attempt): show it to nobody who may not settle it.
+	// The console and the command never show it.
 	Token string
 	// Recovery is the recovery its kind had when it was last claimed:
 	// every process that recovers it applies this, whatever kinds it was
