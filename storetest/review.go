@@ -19,6 +19,8 @@ func reviewTests() []namedTest {
 		{name: "ReviewTakeoverAttemptRebuilds", fn: testReviewTakeoverRebuilds},
 		{name: "ReviewRebuildOfReviewedSuccessSaysSo", fn: testReviewRebuildOfReviewedSuccess},
 		{name: "ReviewDoAttemptNotSettledByRebuild", fn: testReviewDoAttemptNotSettledByRebuild},
+		{name: "ReviewRebuiltUnknownKeepsRowRecovery", fn: testReviewRebuiltUnknownKeepsRowRecovery},
+		{name: "ReviewConflictNamesWhereTheRowWent", fn: testReviewConflictNamesWhereTheRowWent},
 		{name: "FaultReviewLateOutcomeAfterTakeoverRefused", fn: testFaultReviewLateOutcomeAfterTakeover, needs: needFaults | needLostReplies},
 		{name: "FaultReviewDoLateOutcomeAfterTakeoverRefused", fn: testFaultReviewDoLateOutcomeAfterTakeover, needs: needFaults | needLostReplies},
 		{name: "FaultReviewRetriedSettleReachesHooks", fn: testFaultReviewRetriedSettleReachesHooks, needs: needFaults | needLostReplies},
@@ -122,6 +124,53 @@ func testReviewDoAttemptNotSettledByRebuild(t *testing.T, h Harness) {
 	}
 	if doErr != nil || row.Status != once.StatusSucceeded || string(row.Result) != `"sent"` {
 		t.Errorf("Do = %+v, %v, row %s %s; want the effect's value recorded", res, doErr, row.Status, row.Result)
+	}
+}
+
+// The row records the recovery its kind had when it was claimed, and
+// every process applies that one. A server whose own default retries
+// rebuilds an AskPerson attempt and says its outcome is unknown: the
+// action goes to a person, not back to the queue to run again.
+func testReviewRebuiltUnknownKeepsRowRecovery(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	server := client(t, s, once.Config{Default: once.KindPolicy{Recovery: once.RetryWithProviderKey}})
+	in := intent(1)
+	a := claim(t, c, in)
+	if got := mustGet(t, s, a.Key).Recovery; got != once.AskPerson {
+		t.Fatalf("row recovery %v; want ask_person", got)
+	}
+	r, err := server.Attempt(ctx(t), a.Key, a.Number, a.Token)
+	if err != nil {
+		t.Fatalf("Attempt: %v", err)
+	}
+	_ = r.Unknown(ctx(t), errors.New("timeout reading the reply"))
+	if st := mustGet(t, s, a.Key); st.Status != once.StatusReview {
+		t.Errorf("row after the rebuilt attempt's Unknown = %s; want review, as its recorded recovery says", st.Status)
+	}
+	var effects counter
+	_, _ = once.Do(ctx(t), c, in, effects.fn("again"))
+	if effects.n.Load() != 0 {
+		t.Errorf("the effect ran again after an unknown outcome of an AskPerson action")
+	}
+}
+
+// A settle refused because the attempt settled otherwise names where
+// the row went (review, for an unknown outcome under AskPerson), not
+// what the first settle asked for, which is no status the row has.
+func testReviewConflictNamesWhereTheRowWent(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, once.Config{})
+	a := claim(t, c, intent(1))
+	if err := a.Unknown(ctx(t), errors.New("timeout")); err != nil {
+		t.Fatalf("Unknown: %v", err)
+	}
+	row := mustGet(t, s, a.Key)
+	err := a.Succeed(ctx(t), "x")
+	var ce *once.ConflictError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Succeed after Unknown = %v; want a *ConflictError", err)
+	}
+	if ce.Current.Status != row.Status {
+		t.Errorf("ConflictError says the action is now %s; the row is %s: %v", ce.Current.Status, row.Status, err)
 	}
 }
 
