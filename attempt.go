@@ -33,7 +33,9 @@ type Attempt struct {
 	Intent Intent
 	// Token proves the claim. With Key and Number it rebuilds the
 	// attempt in a process that did not claim it (Client.Attempt), so
-	// treat it as a secret of the claim's holder.
+	// treat it as a secret of the claim's holder. Empty in Do and DoTx,
+	// which settle the attempt themselves: a rebuild would settle it
+	// behind their backs.
 	Token string
 
 	// noter writes Note for a claimed attempt; nil for one made by hand.
@@ -71,11 +73,18 @@ type settlement struct {
 // attemptOf is the Attempt of a won claim, held for the rest of it.
 func (c *Client) attemptOf(pol KindPolicy, a Action, in Intent, sent time.Time, byDo bool) Attempt {
 	h := &held{c: c, pol: pol, a: a, byDo: byDo, started: time.Now(), renewed: sent}
-	return Attempt{
+	att := Attempt{
 		Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in, Token: a.Token,
 		noter: &noter{c: c, lease: pol.storedLease(), key: a.Key, attempt: a.Attempt},
 		h:     h,
 	}
+	if byDo {
+		// Do's effect gets no token to hand on: Do records what it
+		// returns, and nothing else may settle its claim
+		// (TestClient/ReviewDoAttemptNotSettledByRebuild).
+		att.Token = ""
+	}
+	return att
 }
 
 // Claim claims in for this caller without running anything: the first
