@@ -175,7 +175,7 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 		}
 		// Settled by this attempt already: the rebuilt one gives its
 		// answer again.
-		done = &settlement{to: to}
+		done = &settlement{to: to, err: unstoredSuccess(cur, to)}
 	}
 	a := cur
 	a.Token = token

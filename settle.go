@@ -225,6 +225,10 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// Refused: this attempt may have settled already, in a call
 		// whose answer was lost or in another process.
 		switch cur, again, known := c.settledBefore(ctx, a); {
+		case known && again == classify(ferr) && resultErr == nil:
+			// The same answer, also when that success's result could
+			// not be stored (TestClient/ReviewRebuildOfReviewedSuccessSaysSo).
+			return s(t, unstoredSuccess(cur, again))
 		case known && again == classify(ferr):
 			return s(t, nil)
 		case known:
@@ -280,6 +284,16 @@ func (c *Client) settledBefore(ctx context.Context, a Action) (cur Action, asked
 	}
 	asked, known = settledAs(cur, a.Token)
 	return cur, asked, known
+}
+
+// unstoredSuccess is the answer to settling again a success that cur,
+// which carries its token, holds up for review: its result could not be
+// stored. Nil when cur holds what was asked.
+func unstoredSuccess(cur Action, asked Status) error {
+	if asked != StatusSucceeded || cur.Status == StatusSucceeded {
+		return nil
+	}
+	return &ReviewError{Key: cur.Key, Attempt: cur.Attempt, Reason: cur.Error}
 }
 
 // answer is what Do returns for its effect's outcome, once settled.
