@@ -64,10 +64,11 @@ type held struct {
 	done *settlement
 }
 
-// settlement is what settling an attempt came to.
+// settlement is what settling an attempt came to: what was asked (to),
+// the status that left the row in, and the answer.
 type settlement struct {
-	to  Status
-	err error
+	to, status Status
+	err        error
 }
 
 // attemptOf is the Attempt of a won claim, held for the rest of it.
@@ -175,7 +176,7 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 		}
 		// Settled by this attempt already: the rebuilt one gives its
 		// answer again.
-		done = &settlement{to: to, err: unstoredSuccess(cur, to)}
+		done = &settlement{to: to, status: cur.Status, err: unstoredSuccess(cur, to)}
 	}
 	a := cur
 	a.Token = token
@@ -332,10 +333,14 @@ func (a Attempt) settle(ctx context.Context, want Status, value any, ferr error)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if d := h.done; d != nil {
-		if d.to == want {
+		if d.to == want || errors.Is(d.err, ErrFenced) {
+			// A superseded attempt settles nothing, whatever is asked.
 			return d.err
 		}
-		return &ConflictError{Op: "settle as " + string(want), Current: Action{Key: a.Key, Attempt: a.Number, Status: d.to}}
+		// The status the outcome left the row in: an unknown outcome
+		// is review, released or unknown by the kind's recovery
+		// (TestClient/ReviewConflictNamesWhereTheRowWent).
+		return &ConflictError{Op: "settle as " + string(want), Current: Action{Key: a.Key, Attempt: a.Number, Status: d.status}}
 	}
 	s := h.c.settle(ctx, h.pol, h.a, value, ferr, a.noter.noted(), time.Since(h.started))
 	err := s.err
@@ -346,7 +351,7 @@ func (a Attempt) settle(ctx context.Context, want Status, value any, ferr error)
 	if !errors.As(err, &conflict) && !errors.Is(err, ErrNotRecorded) {
 		// A write that may yet apply is not an answer: calling again
 		// tries again.
-		h.done = &settlement{to: want, err: err}
+		h.done = &settlement{to: want, status: s.t.To, err: err}
 	}
 	return err
 }
