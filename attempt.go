@@ -164,6 +164,10 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 		return nil, fmt.Errorf("once: rebuilding attempt %d of action %s: %w", number, key, err)
 	}
 	pol := c.Policy(cur.Kind)
+	// The row's recovery decides an unknown outcome, as it does when
+	// its lease lapses: this process may configure the kind otherwise,
+	// or not at all (TestClient/ReviewRebuiltUnknownKeepsRowRecovery).
+	pol.Recovery = pol.recoveryOf(cur)
 	var done *settlement
 	switch {
 	case cur.Attempt != number:
