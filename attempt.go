@@ -62,6 +62,9 @@ type held struct {
 	renewed time.Time
 	// done is the first settle's answer, which every later call gets.
 	done *settlement
+	// unrecorded says a settle was not recorded, as far as it knew: a
+	// later one that finds it written tells the hooks.
+	unrecorded bool
 }
 
 // settlement is what settling an attempt came to: what was asked (to),
@@ -351,6 +354,13 @@ func (a Attempt) settle(ctx context.Context, want Status, value any, ferr error)
 	if err == nil && s.resultErr != nil {
 		err = fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, s.resultErr)
 	}
+	if s.found && h.unrecorded {
+		// An earlier call of this attempt wrote it, with its reply lost
+		// past RecordTimeout: the hooks hear of it now, once
+		// (TestClient/FaultReviewRetriedSettleReachesHooks).
+		h.c.emit(ctx, s.obs)
+	}
+	h.unrecorded = h.unrecorded || errors.Is(err, ErrNotRecorded)
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) && !errors.Is(err, ErrNotRecorded) {
 		// A write that may yet apply is not an answer: calling again

@@ -176,6 +176,9 @@ type settled struct {
 	// or a *ConflictError (this attempt had settled otherwise).
 	err error
 	obs Observation
+	// found says the row held this outcome already, written by this
+	// attempt before: nothing was written, and the hooks were not told.
+	found bool
 }
 
 // settle records what the effect returned (value, ferr), by the rules in
@@ -225,12 +228,16 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// Refused: this attempt may have settled already, in a call
 		// whose answer was lost or in another process.
 		switch cur, again, known := c.settledBefore(ctx, a); {
-		case known && again == classify(ferr) && resultErr == nil:
+		case known && again == classify(ferr):
 			// The same answer, also when that success's result could
 			// not be stored (TestClient/ReviewRebuildOfReviewedSuccessSaysSo).
-			return s(t, unstoredSuccess(cur, again))
-		case known && again == classify(ferr):
-			return s(t, nil)
+			var err error
+			if resultErr == nil {
+				err = unstoredSuccess(cur, again)
+			}
+			found := s(t, err)
+			found.found = true
+			return found
 		case known:
 			return s(t, &ConflictError{Op: "settle as " + string(classify(ferr)), Current: cur})
 		}
