@@ -33,7 +33,9 @@ type Attempt struct {
 	Intent Intent
 	// Token proves the claim. With Key and Number it rebuilds the
 	// attempt in a process that did not claim it (Client.Attempt), so
-	// treat it as a secret of the claim's holder.
+	// treat it as a secret of the claim's holder. Empty in Do and DoTx,
+	// which settle the attempt themselves: a rebuild would settle it
+	// behind their backs.
 	Token string
 
 	// noter writes Note for a claimed attempt; nil for one made by hand.
@@ -60,22 +62,33 @@ type held struct {
 	renewed time.Time
 	// done is the first settle's answer, which every later call gets.
 	done *settlement
+	// unrecorded says a settle was not recorded, as far as it knew: a
+	// later one that finds it written tells the hooks.
+	unrecorded bool
 }
 
-// settlement is what settling an attempt came to.
+// settlement is what settling an attempt came to: what was asked (to),
+// the status that left the row in, and the answer.
 type settlement struct {
-	to  Status
-	err error
+	to, status Status
+	err        error
 }
 
 // attemptOf is the Attempt of a won claim, held for the rest of it.
 func (c *Client) attemptOf(pol KindPolicy, a Action, in Intent, sent time.Time, byDo bool) Attempt {
 	h := &held{c: c, pol: pol, a: a, byDo: byDo, started: time.Now(), renewed: sent}
-	return Attempt{
+	att := Attempt{
 		Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in, Token: a.Token,
 		noter: &noter{c: c, lease: pol.storedLease(), key: a.Key, attempt: a.Attempt},
 		h:     h,
 	}
+	if byDo {
+		// Do's effect gets no token to hand on: Do records what it
+		// returns, and nothing else may settle its claim
+		// (TestClient/ReviewDoAttemptNotSettledByRebuild).
+		att.Token = ""
+	}
+	return att
 }
 
 // Claim claims in for this caller without running anything: the first
@@ -154,6 +167,10 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 		return nil, fmt.Errorf("once: rebuilding attempt %d of action %s: %w", number, key, err)
 	}
 	pol := c.Policy(cur.Kind)
+	// The row's recovery decides an unknown outcome, as it does when
+	// its lease lapses: this process may configure the kind otherwise,
+	// or not at all (TestClient/ReviewRebuiltUnknownKeepsRowRecovery).
+	pol.Recovery = pol.recoveryOf(cur)
 	var done *settlement
 	switch {
 	case cur.Attempt != number:
@@ -166,7 +183,7 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 		}
 		// Settled by this attempt already: the rebuilt one gives its
 		// answer again.
-		done = &settlement{to: to}
+		done = &settlement{to: to, status: cur.Status, err: unstoredSuccess(cur, to)}
 	}
 	a := cur
 	a.Token = token
@@ -323,21 +340,32 @@ func (a Attempt) settle(ctx context.Context, want Status, value any, ferr error)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if d := h.done; d != nil {
-		if d.to == want {
+		if d.to == want || errors.Is(d.err, ErrFenced) {
+			// A superseded attempt settles nothing, whatever is asked.
 			return d.err
 		}
-		return &ConflictError{Op: "settle as " + string(want), Current: Action{Key: a.Key, Attempt: a.Number, Status: d.to}}
+		// The status the outcome left the row in: an unknown outcome
+		// is review, released or unknown by the kind's recovery
+		// (TestClient/ReviewConflictNamesWhereTheRowWent).
+		return &ConflictError{Op: "settle as " + string(want), Current: Action{Key: a.Key, Attempt: a.Number, Status: d.status}}
 	}
 	s := h.c.settle(ctx, h.pol, h.a, value, ferr, a.noter.noted(), time.Since(h.started))
 	err := s.err
 	if err == nil && s.resultErr != nil {
 		err = fmt.Errorf("once: action %s: %w; it was put up for review", a.Key, s.resultErr)
 	}
+	if s.found && h.unrecorded {
+		// An earlier call of this attempt wrote it, with its reply lost
+		// past RecordTimeout: the hooks hear of it now, once
+		// (TestClient/FaultReviewRetriedSettleReachesHooks).
+		h.c.emit(ctx, s.obs)
+	}
+	h.unrecorded = h.unrecorded || errors.Is(err, ErrNotRecorded)
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) && !errors.Is(err, ErrNotRecorded) {
 		// A write that may yet apply is not an answer: calling again
 		// tries again.
-		h.done = &settlement{to: want, err: err}
+		h.done = &settlement{to: want, status: s.t.To, err: err}
 	}
 	return err
 }

@@ -123,7 +123,7 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 			}
 		}
 	}()
-	value, ferr := fn(runCtx, tx, Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in, Token: a.Token})
+	value, ferr := fn(runCtx, tx, Attempt{Key: a.Key, Number: a.Attempt, ProviderKey: string(a.Key), Intent: in})
 	returned = true
 	took := time.Since(started)
 	if ferr != nil {

@@ -157,7 +157,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 			break
 		}
 		a := got[0]
-		d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, token, ActorReaper, false)
+		d, _, err := r.c.decide(ctx, r.c.Policy(a.Kind), a, token, ActorReaper, "")
 		if err != nil {
 			// Go on with the others; this one comes back when its
 			// hold runs out.

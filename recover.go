@@ -59,13 +59,18 @@ func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key) (recov
 		return recovery{decision: decChanged}, nil
 	}
 	a := got[0]
-	d, result, err := c.decide(ctx, pol, a, token, ActorWorker, true)
+	// The takeover is written with a token of its own: the new
+	// attempt's, which rebuilds it and makes its outcomes' tokens. The
+	// row's (the attempt it takes over) is known to that one's holder
+	// (TestClient/ReviewTakeoverAttemptRebuilds).
+	claim := newToken()
+	d, result, err := c.decide(ctx, pol, a, token, ActorWorker, claim)
 	if err != nil {
 		return recovery{}, err
 	}
 	if d == decTakeover {
 		a.Attempt++
-		a.Status, a.VerifyFailures, a.Error = StatusInFlight, 0, ""
+		a.Status, a.VerifyFailures, a.Error, a.Token = StatusInFlight, 0, "", claim
 	}
 	return recovery{decision: d, action: a, result: result}, nil
 }
@@ -76,12 +81,13 @@ func newToken() string {
 }
 
 // decide applies pol's recovery to a, which the caller holds (see
-// Store.Recoverable). canExecute says whether the caller can run the
-// effect itself (a worker in Do) or only release it (the reaper). It
-// returns the verifier's result when it found the effect landed.
-func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, actor string, canExecute bool) (decision, json.RawMessage, error) {
+// Store.Recoverable). takeover is the token a takeover claims the
+// action with, when the caller can run the effect itself (a worker in
+// Do); empty, the caller (the reaper) only releases it. It returns the
+// verifier's result when it found the effect landed.
+func (c *Client) decide(ctx context.Context, pol KindPolicy, a Action, hold, actor, takeover string) (decision, json.RawMessage, error) {
 	pol.Recovery = pol.recoveryOf(a)
-	d := &deciding{c: c, ctx: ctx, pol: pol, recovery: pol.Recovery, a: a, hold: hold, actor: actor, canExecute: canExecute, reason: a.Error}
+	d := &deciding{c: c, ctx: ctx, pol: pol, recovery: pol.Recovery, a: a, hold: hold, actor: actor, takeover: takeover, reason: a.Error}
 	if a.Status == StatusInFlight {
 		d.reason = fmt.Sprintf("the worker of attempt %d stopped answering: its lease expired", a.Attempt)
 		if a.Error != "" {
@@ -104,11 +110,13 @@ type deciding struct {
 	pol KindPolicy
 	// recovery is what decided, for the hooks and the log: the policy's,
 	// or AskPerson when it could not be applied.
-	recovery   Recovery
-	a          Action
-	hold       string
-	actor      string
-	canExecute bool
+	recovery Recovery
+	a        Action
+	hold     string
+	actor    string
+	// takeover is the token a takeover is written with; empty when the
+	// caller cannot run the effect, and releases instead.
+	takeover string
 	// reason is why the action is being recovered, for the trail.
 	reason string
 	// took is the verifier's time, when one was asked.
@@ -140,9 +148,9 @@ func (d *deciding) apply(t Transition, dec decision) (decision, json.RawMessage,
 // retry runs the effect again: a worker takes the action over as the
 // next attempt, a reaper releases it for the next delivery.
 func (d *deciding) retry(note string) (decision, json.RawMessage, error) {
-	if d.canExecute {
+	if d.takeover != "" {
 		t := d.of(takeOver)
-		t.Lease, t.VerifyFailures, t.Event.Note = d.pol.storedLease(), 0, note
+		t.Lease, t.VerifyFailures, t.Event.Note, t.Token = d.pol.storedLease(), 0, note, d.takeover
 		return d.apply(t, decTakeover)
 	}
 	return d.apply(d.of(recoverRelease).noting(note), decReleased)

@@ -176,6 +176,9 @@ type settled struct {
 	// or a *ConflictError (this attempt had settled otherwise).
 	err error
 	obs Observation
+	// found says the row held this outcome already, written by this
+	// attempt before: nothing was written, and the hooks were not told.
+	found bool
 }
 
 // settle records what the effect returned (value, ferr), by the rules in
@@ -226,7 +229,15 @@ func (c *Client) settle(ctx context.Context, pol KindPolicy, a Action, value any
 		// whose answer was lost or in another process.
 		switch cur, again, known := c.settledBefore(ctx, a); {
 		case known && again == classify(ferr):
-			return s(t, nil)
+			// The same answer, also when that success's result could
+			// not be stored (TestClient/ReviewRebuildOfReviewedSuccessSaysSo).
+			var err error
+			if resultErr == nil {
+				err = unstoredSuccess(cur, again)
+			}
+			found := s(t, err)
+			found.found = true
+			return found
 		case known:
 			return s(t, &ConflictError{Op: "settle as " + string(classify(ferr)), Current: cur})
 		}
@@ -280,6 +291,16 @@ func (c *Client) settledBefore(ctx context.Context, a Action) (cur Action, asked
 	}
 	asked, known = settledAs(cur, a.Token)
 	return cur, asked, known
+}
+
+// unstoredSuccess is the answer to settling again a success that cur,
+// which carries its token, holds up for review: its result could not be
+// stored. Nil when cur holds what was asked.
+func unstoredSuccess(cur Action, asked Status) error {
+	if asked != StatusSucceeded || cur.Status == StatusSucceeded {
+		return nil
+	}
+	return &ReviewError{Key: cur.Key, Attempt: cur.Attempt, Reason: cur.Error}
 }
 
 // answer is what Do returns for its effect's outcome, once settled.

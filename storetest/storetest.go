@@ -150,6 +150,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, faultTests()...)
 	tests = append(tests, waitTests()...)
 	tests = append(tests, attemptTests()...)
+	tests = append(tests, reviewTests()...)
 	run(t, h, tests)
 }
 
