@@ -174,12 +174,14 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 	var done *settlement
 	switch {
 	case cur.Attempt != number:
-		return nil, &FencedError{Key: key, Attempt: number, Outcome: cur.Status}
+		return nil, fmt.Errorf("once: attempt %d of action %s cannot be rebuilt: the action is at attempt %d (%s) now: %w",
+			number, key, cur.Attempt, cur.Status, &FencedError{Key: key, Attempt: number, Outcome: cur.Status})
 	case cur.Status == StatusInFlight && cur.Token == token:
 	default:
 		to, ok := settledAs(cur, token)
 		if !ok {
-			return nil, &FencedError{Key: key, Attempt: number, Outcome: cur.Status}
+			return nil, fmt.Errorf("once: attempt %d of action %s cannot be rebuilt: the token is not its claim's, or recovery or a person decided the action (%s) since: %w",
+				number, key, cur.Status, &FencedError{Key: key, Attempt: number, Outcome: cur.Status})
 		}
 		// Settled by this attempt already: the rebuilt one gives its
 		// answer again.

@@ -255,7 +255,7 @@ func (c *Client) readBack(ctx context.Context, t Transition) (bool, error) {
 		return false, nil
 	case err != nil:
 		return false, err
-	case cur.Token == t.Token:
+	case cur.Token == t.Token && cur.Attempt == t.Attempt:
 		return true, nil
 	}
 	evs, err := c.store.Events(ctx, t.Key)

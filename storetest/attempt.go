@@ -176,8 +176,9 @@ func testAttemptRebuilt(t *testing.T, h Harness) {
 		{"wrong token", a.Number, otherToken(a.Token)},
 		{"wrong number", a.Number + 1, a.Token},
 	} {
-		if _, err := other.Attempt(ctx(t), a.Key, bad.number, bad.token); !errors.Is(err, once.ErrFenced) {
-			t.Fatalf("Attempt with %s = %v; want ErrFenced", bad.name, err)
+		_, err := other.Attempt(ctx(t), a.Key, bad.number, bad.token)
+		if !errors.Is(err, once.ErrFenced) || !strings.Contains(err.Error(), "cannot be rebuilt") {
+			t.Fatalf("Attempt with %s = %v; want ErrFenced, saying it cannot be rebuilt", bad.name, err)
 		}
 	}
 	for _, bad := range []struct {
