@@ -109,7 +109,7 @@ func Stream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) je
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.CreateStream(ctx, cfg)
+	s, err := create(ctx, js, cfg)
 	if err != nil {
 		t.Fatalf("creating stream %s: %v", cfg.Name, err)
 	}
@@ -132,4 +132,38 @@ func Stream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) je
 		}
 	})
 	return s
+}
+
+// create creates a stream, once the anchor stands.
+func create(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if err := anchor(ctx, js); err != nil {
+		return nil, err
+	}
+	return js.CreateStream(ctx, cfg)
+}
+
+// anchorName is a stream the tests make and never delete.
+const anchorName = "once_test_anchor"
+
+var (
+	anchorMu sync.Mutex
+	anchored bool
+)
+
+// anchor makes sure one stream always stands on the server. The server
+// removes the account's store directory when its last stream is
+// deleted, and a stream made at that moment fails ("error creating
+// store for stream", 10049): tests in parallel packages delete their
+// streams as others make theirs. With the anchor the directory stays.
+func anchor(ctx context.Context, js jetstream.JetStream) error {
+	anchorMu.Lock()
+	defer anchorMu.Unlock()
+	if anchored {
+		return nil
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: anchorName, Subjects: []string{anchorName + ".>"}, MaxMsgs: 1}); err != nil {
+		return fmt.Errorf("making the anchor stream %s: %w", anchorName, err)
+	}
+	anchored = true
+	return nil
 }
