@@ -196,6 +196,7 @@ var (
 	_ once.Store            = (*Store)(nil)
 	_ once.TxBinder[pgx.Tx] = (*Store)(nil)
 	_ once.Waiter           = (*Store)(nil)
+	_ once.Migrator         = (*Store)(nil)
 )
 
 // notifyChannel is the channel the store's statements notify on.
@@ -1139,9 +1140,9 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, s.q.recent, ts, max(limit, 1))
 }
 
-// Versions returns every migration version the schema records, in
-// order, none if it has no migration table: a build refuses a schema
-// migrated by a newer one, or one whose record has a gap.
+// Versions implements once.Migrator: every migration version the schema
+// records, in order, none if it has no migration table. A build refuses
+// a schema migrated by a newer one, or one whose record has a gap.
 func (s *Store) Versions(ctx context.Context) ([]int, error) {
 	var exists bool
 	mt := s.names.Table("migration")
@@ -1279,8 +1280,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return err
 }
 
-// MigrateApplied is Migrate, and returns the migrations this call ran:
-// none when another migrator ran them first.
+// MigrateApplied implements once.Migrator: it is Migrate, and returns
+// the migrations this call ran, none when another migrator ran them
+// first.
 func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
 		return nil, errors.New("postgres store: Migrate cannot run inside a caller's transaction")

@@ -149,6 +149,7 @@ var (
 	_ once.Store             = (*Store)(nil)
 	_ once.TxBinder[*sql.Tx] = (*Store)(nil)
 	_ once.Waiter            = (*Store)(nil)
+	_ once.Migrator          = (*Store)(nil)
 )
 
 // Open opens the database file at path, creating it if it does not exist,
@@ -1038,9 +1039,9 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, stRecent, js, max(limit, 1))
 }
 
-// Versions returns every migration version the schema records, in
-// order, none if it has no migration table: a build refuses a schema
-// migrated by a newer one, or one whose record has a gap.
+// Versions implements once.Migrator: every migration version the schema
+// records, in order, none if it has no migration table. A build refuses
+// a schema migrated by a newer one, or one whose record has a gap.
 func (s *Store) Versions(ctx context.Context) ([]int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`, s.names.Prefix+"migration").Scan(&n); err != nil {
@@ -1253,8 +1254,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return err
 }
 
-// MigrateApplied is Migrate, and returns the migrations this call ran:
-// none when another migrator ran them first.
+// MigrateApplied implements once.Migrator: it is Migrate, and returns
+// the migrations this call ran, none when another migrator ran them
+// first.
 func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
 		return nil, errors.New("sqlite store: Migrate cannot run inside a caller's transaction")

@@ -24,26 +24,22 @@ type Store struct {
 }
 
 // Versions returns the migration versions the schema records (see
-// postgres.Store.Versions and sqlite.Store.Versions).
+// once.Migrator).
 func (s *Store) Versions(ctx context.Context) ([]int, error) {
-	v, ok := s.Store.(interface {
-		Versions(context.Context) ([]int, error)
-	})
+	m, ok := s.Store.(once.Migrator)
 	if !ok {
-		return nil, fmt.Errorf("%s cannot list its schema's versions", s.Name)
+		return nil, fmt.Errorf("%s cannot list its schema's versions (it is no once.Migrator)", s.Name)
 	}
-	return v.Versions(ctx)
+	return m.Versions(ctx)
 }
 
 // MigrateApplied migrates the schema and returns the migrations this
 // call ran, none when another migrator ran them first (see
-// postgres.Store.MigrateApplied and sqlite.Store.MigrateApplied).
+// once.Migrator).
 func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
-	m, ok := s.Store.(interface {
-		MigrateApplied(context.Context) ([]once.Migration, error)
-	})
+	m, ok := s.Store.(once.Migrator)
 	if !ok {
-		return nil, fmt.Errorf("%s cannot say which migrations it applied", s.Name)
+		return nil, fmt.Errorf("%s cannot say which migrations it applied (it is no once.Migrator)", s.Name)
 	}
 	return m.MigrateApplied(ctx)
 }
