@@ -353,7 +353,7 @@ type EventQuery struct {
 	After int64
 	// Limit caps the page's written events; zero means 100. The one or
 	// two events a store never writes, which the action's row tells (the
-	// first claim and the first attempt's outcome: sqlrows.WithHappyPath),
+	// first claim and the first attempt's outcome: storekit.WithHappyPath),
 	// come on top, in the page where they fall.
 	Limit int
 }

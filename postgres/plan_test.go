@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/sqlrows"
 	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/storekit"
 )
 
 // Inline recovery of one key must find it by its primary key, whatever
@@ -85,8 +85,8 @@ SELECT md5('o' || g::text), '', 'r', g, 'k', '', (ARRAY['in_flight', 'unknown', 
 	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
 		t.Fatal(err)
 	}
-	review, args := sqlrows.ListClause(once.Filter{Status: once.StatusReview, Limit: 50}, listDialect)
-	waiting, wargs := sqlrows.ListClause(once.Filter{Waiting: true, OldestFirst: true, Limit: 50}, listDialect)
+	review, args := storekit.ListClause(once.Filter{Status: once.StatusReview, Limit: 50}, listDialect)
+	waiting, wargs := storekit.ListClause(once.Filter{Waiting: true, OldestFirst: true, Limit: 50}, listDialect)
 	for _, c := range []struct {
 		name, sql, index string
 		args             []any

@@ -83,9 +83,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/migrate"
-	"github.com/oncehq/once/internal/sqlrows"
-	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storekit"
 )
 
 //go:embed migrations/*.sql
@@ -164,7 +162,7 @@ type Store struct {
 	owned  bool
 	inTx   bool
 	addr   string
-	names  migrate.Names
+	names  storekit.Names
 	q      queries
 	schema string
 	// listen is the store's listening connection, shared with the stores
@@ -189,7 +187,7 @@ type Store struct {
 	// Config.Unbatched.
 	batch *batcher
 	// counts is the last count of the finished actions (stats.go).
-	counts *statcount.Counts
+	counts *storekit.Counts
 }
 
 var (
@@ -210,7 +208,7 @@ const (
 )
 
 // names fills in cfg's defaults and checks it.
-func (cfg Config) names() (Config, migrate.Names, error) {
+func (cfg Config) names() (Config, storekit.Names, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "public"
 	}
@@ -219,9 +217,9 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	}
 	switch {
 	case cfg.MaxBatch < 0:
-		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.MaxBatch is %d; it must be positive, or zero for %d", cfg.MaxBatch, defaultMaxBatch)
+		return cfg, storekit.Names{}, fmt.Errorf("postgres: Config.MaxBatch is %d; it must be positive, or zero for %d", cfg.MaxBatch, defaultMaxBatch)
 	case cfg.BatchesInFlight < 0:
-		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.BatchesInFlight is %d; it must be positive, or zero for %d", cfg.BatchesInFlight, defaultBatchesInFlight)
+		return cfg, storekit.Names{}, fmt.Errorf("postgres: Config.BatchesInFlight is %d; it must be positive, or zero for %d", cfg.BatchesInFlight, defaultBatchesInFlight)
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = defaultMaxBatch
@@ -229,13 +227,13 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	if cfg.BatchesInFlight == 0 {
 		cfg.BatchesInFlight = defaultBatchesInFlight
 	}
-	if err := migrate.CheckSchema("postgres: Config.Schema", cfg.Schema, false); err != nil {
-		return cfg, migrate.Names{}, err
+	if err := storekit.CheckSchema("postgres: Config.Schema", cfg.Schema, false); err != nil {
+		return cfg, storekit.Names{}, err
 	}
-	if err := migrate.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
-		return cfg, migrate.Names{}, err
+	if err := storekit.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
+		return cfg, storekit.Names{}, err
 	}
-	return cfg, migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}, nil
+	return cfg, storekit.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}, nil
 }
 
 // Migrations returns the schema migrations rendered for cfg's schema and
@@ -246,7 +244,7 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Load(migrationFS, "migrations", names)
+	return storekit.LoadMigrations(migrationFS, "migrations", names)
 }
 
 // New returns a store over an existing pool. It does no I/O. The first
@@ -601,7 +599,7 @@ SELECT i, (SELECT count(*) FROM n) FROM u`),
 		// comes back, and claimRest reads it again with a fresh snapshot
 		// (TestClaimSeesARowCommittedAfterItsSnapshot).
 		// A first claim writes no event: the row, with its origin, is
-		// the trail's first entry (sqlrows.WithHappyPath).
+		// the trail's first entry (storekit.WithHappyPath).
 		claim: r.Replace(`
 WITH standing AS (
     SELECT $C FROM $T WHERE key = $1
@@ -720,7 +718,7 @@ RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
 		// What a page of a trail needs of the rest of it
-		// (sqlrows.TrailInfo): $2 is the row's status, $3 its
+		// (storekit.TrailInfo): $2 is the row's status, $3 its
 		// completed_at. It reads the key's events through their index,
 		// and keeps none of them.
 		trailInfo: r.Replace(`
@@ -731,11 +729,11 @@ SELECT count(*), coalesce(bool_or(attempt = 1 AND type = 'claimed'), false),
 FROM $E WHERE key = $1`),
 		eventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3`),
 		eventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = $1 AND id < $2 ORDER BY id DESC LIMIT $3`),
-		listBrief:    `SELECT ` + sqlrows.BriefColumns(columns, "NULL::bytea", "NULL::json") + ` FROM ` + table,
+		listBrief:    `SELECT ` + storekit.BriefColumns(columns, "NULL::bytea", "NULL::json") + ` FROM ` + table,
 		count:        `SELECT count(*) FROM ` + table,
 		eventsRow:    r.Replace(`SELECT $C, origin FROM $T WHERE key = $1`),
 		// The worker's outcome of attempt 1, which the row describes and
-		// the trail does not hold (sqlrows.WithHappyPath), written out
+		// the trail does not hold (storekit.WithHappyPath), written out
 		// before a decision changes the row; nothing when the trail holds
 		// an event that took the row where it stands.
 		lockOutcome: r.Replace(`
@@ -746,7 +744,7 @@ SELECT key, completed_at, status, 1, 'in_flight', status, 'worker', '', $ORIGIN 
 WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') AND completed_at IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
 		// The trail's events of the given types, newest first, with the
-		// happy path's that were not written (sqlrows.WithHappyPath) made
+		// happy path's that were not written (storekit.WithHappyPath) made
 		// from the action rows: a first claim for a row whose trail does
 		// not hold one, the worker's outcome of attempt 1 for a row that
 		// stands there with no event that took it there. Asked only for
@@ -927,7 +925,7 @@ func (s *Store) claimRest(ctx context.Context, req once.ClaimRequest, res once.C
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
+		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -1044,7 +1042,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var err error
 	v := req.Verifiable
 	vk, ve := nonNil(v.Kinds), nonNil(v.Except)
-	holds, err := sqlrows.KindHolds(req.KindHolds, time.Duration.Microseconds)
+	holds, err := storekit.KindHolds(req.KindHolds, time.Duration.Microseconds)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -1062,7 +1060,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	}
 	defer rows.Close()
 	var now time.Time
-	out, err := sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) {
+	out, err := storekit.Collect(rows, func(r storekit.Rows) (a once.Action, err error) {
 		return a, scanAction(r, &a, &now)
 	})
 	if err != nil {
@@ -1083,7 +1081,7 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 }
 
 // Events implements once.Store. The happy path's events, which are not
-// written, are made from the action row (sqlrows.WithHappyPath).
+// written, are made from the action row (storekit.WithHappyPath).
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
 	var a once.Action
 	var origin string
@@ -1098,7 +1096,7 @@ func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) 
 		// the trail is what was written.
 		return stored, err
 	}
-	return sqlrows.WithHappyPath(a, origin, stored), nil
+	return storekit.WithHappyPath(a, origin, stored), nil
 }
 
 // EventPage implements once.Store.
@@ -1110,7 +1108,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return once.EventPage{}, s.wrap(err)
 	}
-	var info sqlrows.TrailInfo
+	var info storekit.TrailInfo
 	var completed *time.Time
 	if !a.CompletedAt.IsZero() {
 		completed = &a.CompletedAt
@@ -1119,7 +1117,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 		&info.Written, &info.Claimed, &info.ClaimOrigin, &info.Decided, &info.FirstAfter); err != nil {
 		return once.EventPage{}, s.wrap(err)
 	}
-	after, limit := sqlrows.PageCursor(q)
+	after, limit := storekit.PageCursor(q)
 	stmt := s.q.eventsAfter
 	if q.Newest {
 		stmt = s.q.eventsBefore
@@ -1128,7 +1126,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil {
 		return once.EventPage{}, err
 	}
-	return sqlrows.Page(a, found, origin, info, rows, q, limit), nil
+	return storekit.Page(a, found, origin, info, rows, q, limit), nil
 }
 
 // RecentEvents implements once.Store.
@@ -1176,17 +1174,17 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 }
 
 func (s *Store) queryEvents(ctx context.Context, stmt string, args ...any) ([]once.Event, error) {
-	return query(ctx, s, sqlrows.Event(func(t time.Time) time.Time { return t }), stmt, args...)
+	return query(ctx, s, storekit.ScanEvent(func(t time.Time) time.Time { return t }), stmt, args...)
 }
 
 // query runs a query and scans every row with scan.
-func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, error), stmt string, args ...any) ([]T, error) {
+func query[T any](ctx context.Context, s *Store, scan func(storekit.Rows) (T, error), stmt string, args ...any) ([]T, error) {
 	rows, err := s.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	out, err := sqlrows.Collect(rows, scan)
+	out, err := storekit.Collect(rows, scan)
 	return out, s.wrap(err)
 }
 
@@ -1233,7 +1231,7 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	clause, args := sqlrows.ListClause(f, listDialect)
+	clause, args := storekit.ListClause(f, listDialect)
 	head := s.q.list
 	if f.Brief {
 		head = s.q.listBrief
@@ -1243,14 +1241,14 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 
 // Count implements once.Store.
 func (s *Store) Count(ctx context.Context, f once.Filter) (int64, error) {
-	clause, args := sqlrows.CountClause(f, listDialect)
+	clause, args := storekit.CountClause(f, listDialect)
 	var n int64
 	err := s.db.QueryRow(ctx, s.q.count+clause, args...).Scan(&n)
 	return n, s.wrap(err)
 }
 
 // listDialect is how List writes its filters.
-var listDialect = sqlrows.Dialect{
+var listDialect = storekit.Dialect{
 	Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 	Time:        func(t time.Time) any { return t },
 	Waiting: func(def string) string {
@@ -1261,12 +1259,12 @@ var listDialect = sqlrows.Dialect{
 }
 
 // scanOne scans one action.
-func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
+func scanOne(r storekit.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
 
 // Migrations returns the schema migrations rendered for this store's
 // schema and prefix, for users who run their own migration tool.
 func (s *Store) Migrations() ([]once.Migration, error) {
-	return migrate.Load(migrationFS, "migrations", s.names)
+	return storekit.LoadMigrations(migrationFS, "migrations", s.names)
 }
 
 // Migrate implements once.Store. It takes a transaction-scoped advisory
@@ -1313,7 +1311,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 			return nil, s.wrap(err)
 		}
 	}
-	ran, err := migrate.Apply(ctx, migrate.Tx{
+	ran, err := storekit.ApplyMigrations(ctx, storekit.MigrationTx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.Exec(ctx, sql, args...)
 			return err
@@ -1324,7 +1322,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.Int)
+			return storekit.Collect(rows, storekit.ScanInt)
 		},
 		Table: s.names.Table("migration"),
 		Columns: `(

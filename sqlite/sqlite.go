@@ -38,9 +38,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/migrate"
-	"github.com/oncehq/once/internal/sqlrows"
-	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storekit"
 )
 
 //go:embed migrations/*.sql
@@ -77,7 +75,7 @@ func (cfg Config) check() (Config, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "once_"
 	}
-	return cfg, migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false)
+	return cfg, storekit.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false)
 }
 
 // Migrations returns the schema migrations rendered for cfg's prefix,
@@ -88,7 +86,7 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Load(migrationFS, "migrations", migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent})
+	return storekit.LoadMigrations(migrationFS, "migrations", storekit.Names{Prefix: cfg.Prefix, Quote: quoteIdent})
 }
 
 // busyTimeout is how long a statement waits for another connection or
@@ -127,7 +125,7 @@ type Store struct {
 	// another *sql.DB, so it runs their text.
 	ownTx *sql.Tx
 	path  string
-	names migrate.Names
+	names storekit.Names
 	q     queries
 	stmts *statements
 	// writer admits this store's writes to SQLite's write lock one at a
@@ -139,7 +137,7 @@ type Store struct {
 	// Config.Unbatched.
 	group *group
 	// counts is the last count of the finished actions, for Stats.
-	counts *statcount.Counts
+	counts *storekit.Counts
 	// closed is closed by Close: its waiters can read nothing more.
 	closed    chan struct{}
 	closeOnce *sync.Once
@@ -207,7 +205,7 @@ func Open(path string, cfg Config) (*Store, error) {
 }
 
 func newStore(db *sql.DB, path string, cfg Config) *Store {
-	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
+	names := storekit.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	q := buildQueries(names.Table("action"), names.Table("event"))
 	var g *group
 	if !cfg.Unbatched {
@@ -475,12 +473,12 @@ func buildQueries(table, events string) queries {
 	purgeOlder := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1`)
 	var q queries
 	q.list = r.Replace(`SELECT $C FROM $T`)
-	q.listBrief = `SELECT ` + sqlrows.BriefColumns(columns, "NULL", "NULL") + ` FROM ` + table
+	q.listBrief = `SELECT ` + storekit.BriefColumns(columns, "NULL", "NULL") + ` FROM ` + table
 	q.count = `SELECT count(*) FROM ` + table
 	q.text = [nStmt]string{
 		// A new key, in one statement that is its own transaction. A
 		// first claim writes no event: the row, with its origin, is the
-		// trail's first entry (sqlrows.WithHappyPath). DO NOTHING: a key
+		// trail's first entry (storekit.WithHappyPath). DO NOTHING: a key
 		// that stands is answered by selectRow, or claimed again by
 		// reclaim, in a transaction of their own. It returns only the
 		// time: the rest of the row is the request's (claimedRow).
@@ -520,7 +518,7 @@ WHERE key = ?1 AND attempt = ?2 AND status = ?11 AND (?12 = '' OR hold_token = ?
 		// it), the outcome is written, with its time and its origin:
 		// the row will tell it no more. The condition is the
 		// transition's, so both apply or neither, and the trail's test
-		// for a written outcome is sqlrows.WithHappyPath's, so a row
+		// for a written outcome is storekit.WithHappyPath's, so a row
 		// from before the happy path, whose outcome was written, gets no
 		// second one.
 		stBackfill: r.Replace(`
@@ -536,7 +534,7 @@ WHERE key = ?1 AND attempt = ?2 AND attempt = 1 AND status IN ('succeeded', 'fai
 		stEventsRow: r.Replace(`SELECT $C, origin FROM $T WHERE key = ?1`),
 		stEvents:    r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
 		// What a page of a trail needs of the rest of it
-		// (sqlrows.TrailInfo): ?2 is the row's status, ?3 its
+		// (storekit.TrailInfo): ?2 is the row's status, ?3 its
 		// completed_at.
 		stTrailInfo: r.Replace(`
 SELECT count(*), coalesce(max(attempt = 1 AND type = 'claimed'), 0),
@@ -547,7 +545,7 @@ FROM $E WHERE key = ?1`),
 		stEventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id > ?2 ORDER BY id LIMIT ?3`),
 		stEventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3`),
 		// The trail's events of the given types, newest first, with the
-		// happy path's that were not written (sqlrows.WithHappyPath) made
+		// happy path's that were not written (storekit.WithHappyPath) made
 		// from the action rows: a first claim for a row whose trail does
 		// not hold one, the worker's outcome of attempt 1 for a row that
 		// stands there with no event that took it there. Times are
@@ -591,7 +589,7 @@ RETURNING $C, $NOW`),
 		// The open statuses' counts, each branch read through the
 		// partial index whose condition it implies (action_due,
 		// action_open), and the finished ones', which read the log
-		// (package statcount). TestPlans holds the first's plan.
+		// (storekit.Counts). TestPlans holds the first's plan.
 		stOpenStats: r.Replace(`
 SELECT kind, status, recovery, count(*) FROM (
     SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
@@ -625,7 +623,7 @@ func leaseMS(d time.Duration) int64 {
 }
 
 // scanOne scans one action.
-func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
+func scanOne(r storekit.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
 
 // scanAction scans the column list, plus extra destinations.
 func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
@@ -760,7 +758,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		err := s.grouped(ctx, len(req.Payload), func(ctx context.Context, w *Store) error {
 			return w.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
 				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-				sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
+				storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
 		})
 		if err == nil {
 			return once.ClaimResult{Claimed: true, Action: claimedRow(req, now), Now: msTime(now)}, nil
@@ -772,7 +770,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	err := s.inWriteTx(ctx, func(tx *Store) error {
 		res = once.ClaimResult{}
 		err := tx.queryRow(ctx, stReclaim, scan, string(req.Key), string(req.Fingerprint), leaseMS(req.Lease), req.Token,
-			sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
+			storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
 		if err == nil {
 			res.Claimed = true
 			err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),
@@ -803,7 +801,7 @@ func claimedRow(req once.ClaimRequest, now int64) once.Action {
 	a := once.Action{Key: req.Key, Fingerprint: req.Fingerprint, Run: req.Run, Step: req.Step, Kind: req.Kind, Target: req.Target,
 		Payload: bytes.Clone(req.Payload), Status: once.StatusInFlight, Attempt: 1, LeaseUntil: msTime(now + leaseMS(req.Lease)),
 		CreatedAt: msTime(now), ClaimedAt: msTime(now), UpdatedAt: msTime(now), Token: req.Token,
-		Recovery: once.ParseRecovery(sqlrows.RecoveryText(req.Recovery)), Redrive: req.Redrive}
+		Recovery: once.ParseRecovery(storekit.RecoveryText(req.Recovery)), Redrive: req.Redrive}
 	if ms, ok := optMillis(req.Retention).(int64); ok {
 		a.Retention = time.Duration(ms) * time.Millisecond
 	}
@@ -829,7 +827,7 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 }
 
 // Transition implements once.Store. The worker's outcome of attempt 1
-// writes no event (sqlrows.Unwritten): it is one statement, its own
+// writes no event (storekit.Unwritten): it is one statement, its own
 // transaction. A transition with an event to write, or one that takes an
 // action out of such an outcome, which must then be written first, runs
 // in a transaction.
@@ -838,7 +836,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	event := sqlrows.EventToWrite(t)
+	event := storekit.EventToWrite(t)
 	size := len(t.Result) + len(t.Error) + len(t.ResolveNote)
 	backfill := slices.Contains(t.From, once.StatusSucceeded) || slices.Contains(t.From, once.StatusFailed)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
@@ -936,7 +934,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		}
 		// Both statements number their parameters alike, so one list
 		// serves: ?1 is the key or the limit.
-		holds, err := sqlrows.KindHolds(req.KindHolds, leaseMS)
+		holds, err := storekit.KindHolds(req.KindHolds, leaseMS)
 		if err != nil {
 			return err
 		}
@@ -949,7 +947,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 			return err
 		}
 		defer rows.Close()
-		out, err = sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) {
+		out, err = storekit.Collect(rows, func(r storekit.Rows) (a once.Action, err error) {
 			return a, scanAction(r, &a, &now)
 		})
 		if err != nil {
@@ -977,7 +975,7 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 }
 
 // Events implements once.Store. The happy path's events, which are not
-// written, are made from the action row (sqlrows.WithHappyPath).
+// written, are made from the action row (storekit.WithHappyPath).
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
 	var a once.Action
 	var origin string
@@ -992,7 +990,7 @@ func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) 
 		// the trail is what was written.
 		return stored, err
 	}
-	return sqlrows.WithHappyPath(a, origin, stored), nil
+	return storekit.WithHappyPath(a, origin, stored), nil
 }
 
 // EventPage implements once.Store.
@@ -1004,7 +1002,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return once.EventPage{}, s.wrap(err)
 	}
-	var info sqlrows.TrailInfo
+	var info storekit.TrailInfo
 	var completed any
 	if !a.CompletedAt.IsZero() {
 		completed = a.CompletedAt.UnixMilli()
@@ -1014,7 +1012,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	}, string(q.Key), string(a.Status), completed); err != nil {
 		return once.EventPage{}, s.wrap(err)
 	}
-	after, limit := sqlrows.PageCursor(q)
+	after, limit := storekit.PageCursor(q)
 	stmt := stEventsAfter
 	if q.Newest {
 		stmt = stEventsBefore
@@ -1023,7 +1021,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil {
 		return once.EventPage{}, err
 	}
-	return sqlrows.Page(a, found, origin, info, rows, q, limit), nil
+	return storekit.Page(a, found, origin, info, rows, q, limit), nil
 }
 
 // RecentEvents implements once.Store.
@@ -1055,7 +1053,7 @@ func (s *Store) Versions(ctx context.Context) ([]int, error) {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	vs, err := sqlrows.Collect(rows, sqlrows.Int)
+	vs, err := storekit.Collect(rows, storekit.ScanInt)
 	return vs, s.wrap(err)
 }
 
@@ -1076,36 +1074,36 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 
 func (s *Store) queryEvents(ctx context.Context, id stmtID, args ...any) ([]once.Event, error) {
 	rows, err := s.query(ctx, id, args...)
-	return collect(s, rows, err, sqlrows.Event(msTime))
+	return collect(s, rows, err, storekit.ScanEvent(msTime))
 }
 
 // collect scans every row of a query's rows with scan.
-func collect[T any](s *Store, rows *sql.Rows, err error, scan func(sqlrows.Rows) (T, error)) ([]T, error) {
+func collect[T any](s *Store, rows *sql.Rows, err error, scan func(storekit.Rows) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	out, err := sqlrows.Collect(rows, scan)
+	out, err := storekit.Collect(rows, scan)
 	return out, s.wrap(err)
 }
 
 // Stats implements once.Store. It counts every action while the log
-// holds fewer than statcount.LiveRows finished ones; past that, it counts
+// holds fewer than storekit.LiveRows finished ones; past that, it counts
 // the open ones at each call and takes the finished ones from a count
 // made now and then, in the background, whose cells say when (AsOf).
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 	if s.inTx {
 		rows, err := s.query(ctx, stStats)
-		return collect(s, rows, err, sqlrows.StatusCount)
+		return collect(s, rows, err, storekit.ScanStatusCount)
 	}
 	all, err := s.counts.Stats(ctx)
 	return all, s.wrap(err)
 }
 
-// newCounts returns the counts Stats answers from (package statcount).
+// newCounts returns the counts Stats answers from (storekit.Counts).
 // The stores BindTx makes share them, but count within their
 // transaction.
-func newCounts(s *Store) *statcount.Counts {
+func newCounts(s *Store) *storekit.Counts {
 	cells := func(id stmtID) func(context.Context) ([]once.StatusCount, error) {
 		return func(ctx context.Context) ([]once.StatusCount, error) {
 			rows, err := s.query(ctx, id)
@@ -1113,10 +1111,10 @@ func newCounts(s *Store) *statcount.Counts {
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.StatusCount)
+			return storekit.Collect(rows, storekit.ScanStatusCount)
 		}
 	}
-	return statcount.New(statcount.Queries{
+	return storekit.NewCounts(storekit.StatQueries{
 		All:      cells(stStats),
 		Open:     cells(stOpenStats),
 		Finished: cells(stFinishedStats),
@@ -1150,7 +1148,7 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 		if err != nil {
 			return err
 		}
-		keys, err = sqlrows.Collect(rows, sqlrows.String)
+		keys, err = storekit.Collect(rows, storekit.ScanString)
 		rows.Close()
 		if err != nil {
 			return err
@@ -1200,11 +1198,11 @@ func (s *Store) Count(ctx context.Context, f once.Filter) (int64, error) {
 
 // listQuery is List's statement for f (or Count's), and its arguments.
 func (s *Store) listQuery(f once.Filter, count bool) (string, []any) {
-	clauseOf := sqlrows.ListClause
+	clauseOf := storekit.ListClause
 	if count {
-		clauseOf = sqlrows.CountClause
+		clauseOf = storekit.CountClause
 	}
-	clause, args := clauseOf(f, sqlrows.Dialect{
+	clause, args := clauseOf(f, storekit.Dialect{
 		Placeholder: func(int) string { return "?" },
 		Time: func(t time.Time) any {
 			// Rows hold whole milliseconds: one at or after Since is at
@@ -1241,7 +1239,7 @@ func (s *Store) listQuery(f once.Filter, count bool) (string, []any) {
 // Migrations returns the schema migrations rendered for this store's
 // prefix, for users who run their own migration tool.
 func (s *Store) Migrations() ([]once.Migration, error) {
-	return migrate.Load(migrationFS, "migrations", s.names)
+	return storekit.LoadMigrations(migrationFS, "migrations", s.names)
 }
 
 // Migrate implements once.Store. It runs in one transaction that begins
@@ -1280,7 +1278,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 // apply records and runs the migrations tx has not seen, and returns
 // those it ran.
 func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once.Migration, error) {
-	return migrate.Apply(ctx, migrate.Tx{
+	return storekit.ApplyMigrations(ctx, storekit.MigrationTx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
@@ -1291,7 +1289,7 @@ func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.Int)
+			return storekit.Collect(rows, storekit.ScanInt)
 		},
 		Table: s.names.Table("migration"),
 		Columns: `(
