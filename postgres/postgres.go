@@ -693,13 +693,14 @@ SELECT count(*), (SELECT count(*) FROM n) FROM u`),
 		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
 		// concurrent reapers on disjoint batches. $8 maps kinds to their
 		// holds in microseconds (RecoverRequest.KindHolds); $2 holds the
-		// others.
+		// others. $9 are the recoveries only the kinds $5, or all but $7
+		// when $6, may take (once.Verifiable).
 		recoverable: r.Replace(`
 WITH due AS (
     SELECT key FROM $T
     WHERE status IN ('in_flight', 'unknown') AND lease_until <= now()
       AND ($4::timestamptz IS NULL OR lease_until <= $4)
-      AND (recovery <> 'verify_then_decide' OR kind = ANY($5) OR ($6 AND NOT (kind = ANY($7))))
+      AND (NOT (recovery = ANY($9)) OR kind = ANY($5) OR ($6 AND NOT (kind = ANY($7))))
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -713,7 +714,7 @@ RETURNING $C, now()`),
 		recoverKey: r.Replace(`
 UPDATE $T SET lease_until = now() + coalesce(($7::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
 WHERE key = $1 AND $S IN ('in_flight', 'unknown') AND lease_until <= now()
-  AND (recovery <> 'verify_then_decide' OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
+  AND (NOT (recovery = ANY($8)) OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
 RETURNING $C, now()`),
 		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
 		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
@@ -1041,19 +1042,19 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var rows pgx.Rows
 	var err error
 	v := req.Verifiable
-	vk, ve := nonNil(v.Kinds), nonNil(v.Except)
+	vk, ve, vr := nonNil(v.Kinds), nonNil(v.Except), nonNil(v.Recoveries)
 	holds, err := storekit.KindHolds(req.KindHolds, time.Duration.Microseconds)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if req.Key != "" {
-		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve, holds)
+		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve, holds, vr)
 	} else {
 		var dueBy any
 		if !req.DueBy.IsZero() {
 			dueBy = req.DueBy
 		}
-		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve, holds)
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve, holds, vr)
 	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)

@@ -568,12 +568,14 @@ SELECT $V FROM (
 ) ORDER BY at DESC, pos DESC, ord DESC, rid DESC LIMIT ?2`),
 		// Takes a batch of due actions and holds them, in one statement
 		// under the database's write lock, so no two callers share one.
+		// ?9 are the recoveries only the kinds ?5, or all but ?7 when ?6,
+		// may take (once.Verifiable).
 		stRecoverable: r.Replace(`
 UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
 WHERE key IN (
     SELECT key FROM $T
     WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
-      AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
+      AND (recovery NOT IN (SELECT value FROM json_each(?9)) OR kind IN (SELECT value FROM json_each(?5))
            OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
     ORDER BY lease_until
     LIMIT ?1)
@@ -582,7 +584,7 @@ RETURNING $C, $NOW`),
 		stRecoverKey: r.Replace(`
 UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
 WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
-  AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
+  AND (recovery NOT IN (SELECT value FROM json_each(?9)) OR kind IN (SELECT value FROM json_each(?5))
        OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
 RETURNING $C, $NOW`),
 		stStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
@@ -932,13 +934,17 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		if err != nil {
 			return err
 		}
+		vr, err := jsonStrings(req.Verifiable.Recoveries)
+		if err != nil {
+			return err
+		}
 		// Both statements number their parameters alike, so one list
 		// serves: ?1 is the key or the limit.
 		holds, err := storekit.KindHolds(req.KindHolds, leaseMS)
 		if err != nil {
 			return err
 		}
-		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve, holds}
+		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve, holds, vr}
 		if req.Key != "" {
 			id, args[0] = stRecoverKey, string(req.Key)
 		}

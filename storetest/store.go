@@ -30,6 +30,7 @@ func storeTests() []namedTest {
 		{name: "RecoverableDue", fn: testRecoverableDue},
 		{name: "RecoverableDisjoint", fn: testRecoverableDisjoint},
 		{name: "RecoverableKindHolds", fn: testRecoverableKindHolds},
+		{name: "RecoverableVerifiable", fn: testRecoverableVerifiable},
 		{name: "TransitionWaiting", fn: testTransitionWaiting},
 		{name: "Events", fn: testEvents},
 		{name: "Stats", fn: testStats},
