@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/faultproxy"
@@ -18,16 +19,38 @@ import (
 // reached through a loopback fault proxy, as a worker on another machine
 // would reach the same database.
 func pgFaults(t *testing.T, spec string) (once.Store, storetest.Faults) {
-	s, p := proxiedStoreWith(t, specConfig(spec))
-	return s, proxyFaults{p}
+	cfg := specConfig(spec)
+	s, p := proxiedStoreWith(t, cfg)
+	return s, proxyFaults{p: p, locker: sharedPool(t), schema: cfg.Schema}
 }
 
-// pgMarkers are texts found only in the claim of a new key and in
-// Transition's statement.
-var pgMarkers = storetest.Markers{Claim: "ON CONFLICT (key) DO NOTHING", Transition: "WITH u AS ("}
+// pgMarkers are texts found only in the claim of a new key, in
+// Transition's statement, in the read of a trail, in Recoverable's batch
+// and in AppendEvent's statement.
+var pgMarkers = storetest.Markers{Claim: "ON CONFLICT (key) DO NOTHING", Transition: "WITH u AS (",
+	Events: "WHERE key = $1 ORDER BY id", Recoverable: "ORDER BY lease_until", AppendEvent: "origin) VALUES ($1"}
 
-// proxyFaults are storetest.Faults on a fault proxy.
-type proxyFaults struct{ p *faultproxy.Proxy }
+// proxyFaults are storetest.Faults on a fault proxy. Lock locks a row
+// of schema's action table through locker, a pool that reaches the
+// database directly.
+type proxyFaults struct {
+	p      *faultproxy.Proxy
+	locker *pgxpool.Pool
+	schema string
+}
+
+func (f proxyFaults) Lock(ctx context.Context, key once.Key) (func() error, error) {
+	tx, err := f.locker.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	table := pgx.Identifier{f.schema, "once_action"}.Sanitize()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE key = $1 FOR UPDATE`, string(key)); err != nil {
+		tx.Rollback(ctx)
+		return nil, err
+	}
+	return func() error { return tx.Rollback(context.Background()) }, nil
+}
 
 func (f proxyFaults) Hang(on bool) {
 	f.p.Blackout(on)

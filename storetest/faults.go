@@ -31,6 +31,11 @@ type Faults interface {
 	// instead of closing. The channel closes when it happened. Needs
 	// Features.LostReplies.
 	LoseReply(marker string, hang bool) <-chan struct{}
+	// Lock holds key's row locked, in a transaction of the harness's own
+	// on the database, until unlock ends it: every write to the row
+	// waits meanwhile, as behind a slow or long transaction. On a store
+	// whose database has one write lock (SQLite) every write waits.
+	Lock(ctx context.Context, key once.Key) (unlock func() error, err error)
 }
 
 // Markers name the statements LoseReply can aim at, in the store's own
@@ -40,6 +45,13 @@ type Markers struct {
 	Claim string
 	// Transition is text found only in Store.Transition's statement.
 	Transition string
+	// Events is text found only in Store.Events' read of the trail.
+	Events string
+	// Recoverable is text found only in Store.Recoverable's statement
+	// that takes a batch (RecoverRequest.Key empty).
+	Recoverable string
+	// AppendEvent is text found only in Store.AppendEvent's statement.
+	AppendEvent string
 }
 
 // faultTests are the partial-failure cases: every one needs

@@ -1,34 +1,59 @@
-package postgres_test
+package storetest
 
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/idemhttp"
 )
 
-// TestNoteReplyLost: the database commits an attempt's note and its
+// More partial failures, each between the faulted store and its
+// database: a note's, a re-drive mark's, a panic's record and a
+// reaper's batch whose replies are lost or hang, and reapers paused
+// past what they hold.
+
+func partialTests() []namedTest {
+	return []namedTest{
+		{name: "NoteReplyLost", fn: testNoteReplyLost, needs: needFaults | needLostReplies, serial: true},
+		{name: "NoteHangs", fn: testNoteHangs, needs: needFaults | needLostReplies, serial: true},
+		{name: "RedriveMarkReplyLost", fn: testRedriveMarkReplyLost, needs: needFaults | needLostReplies, serial: true},
+		{name: "RedriveMarkHangs", fn: testRedriveMarkHangs, needs: needFaults | needLostReplies, serial: true},
+		{name: "RedriveMarkReplyLostUnread", fn: testRedriveMarkReplyLostUnread, needs: needFaults | needLostReplies | needRefusal, serial: true},
+		{name: "RedriveReaperPausedBetweenMarkAndHook", fn: testRedriveReaperPausedBetweenMarkAndHook, needs: needFaults, serial: true},
+		{name: "PanicRecordReplyLost", fn: testPanicRecordReplyLost, needs: needFaults | needLostReplies, serial: true},
+		{name: "PanicCountHangs", fn: testPanicCountHangs, needs: needFaults | needLostReplies, serial: true},
+		{name: "KindHoldAfterLostRecoverable", fn: testKindHoldAfterLostRecoverable, needs: needFaults | needLostReplies, serial: true},
+		{name: "AbandonRepeatedWithLostReplies", fn: testAbandonRepeatedWithLostReplies, needs: needFaults | needLostReplies, serial: true},
+		{name: "ReaperPausedPastKindHold", fn: testReaperPausedPastKindHold, needs: needFaults, serial: true},
+		{name: "BlackholedClaimSaysTheStoreIsUnreachable", fn: testBlackholedClaimSaysTheStoreIsUnreachable, needs: needFaults | needHungReads, serial: true},
+		{name: "HungLoneOutcomeHoldsNoClaim", fn: testHungLoneOutcomeHoldsNoClaim, needs: needFaults | needLostReplies, serial: true},
+		{name: "DatabaseGoesAway", fn: testDatabaseGoesAway, needs: needFaults | needRefusal, serial: true},
+	}
+}
+
+// NoteReplyLost: the database commits an attempt's note and its
 // reply is lost (the connection is cut after ReadyForQuery). Note
 // returns an error, the effect notes again and runs, once, and the
 // outcome is recorded on another connection.
-func TestNoteReplyLost(t *testing.T) {
-	testNoteLost(t, false)
-}
+func testNoteReplyLost(t *testing.T, h Harness) { testNoteLost(t, h, false) }
 
-// TestNoteHangs: the connection that carries an attempt's note hangs
+// NoteHangs: the connection that carries an attempt's note hangs
 // after the database committed it. Note returns within ClaimTimeout
 // instead of waiting for ever, and the effect runs once and its outcome
 // is recorded.
-func TestNoteHangs(t *testing.T) {
-	testNoteLost(t, true)
-}
+func testNoteHangs(t *testing.T, h Harness) { testNoteLost(t, h, true) }
 
-func testNoteLost(t *testing.T, hang bool) {
-	c, _, proxy, s := faultClients(t, once.Config{ClaimTimeout: time.Second, Logger: quiet})
+func testNoteLost(t *testing.T, h Harness, hang bool) {
+	c, _, s, f := faultClients(t, h, once.Config{ClaimTimeout: time.Second, Logger: quiet})
 	in := once.Intent{Run: "note-lost", Kind: "send_email", Target: "ada@example.com"}
 	k, _, err := once.KeyOf(in)
 	if err != nil {
@@ -37,12 +62,7 @@ func testNoteLost(t *testing.T, hang bool) {
 	var ran atomic.Int32
 	var first error
 	res, err := once.Do(context.Background(), c, in, func(ctx context.Context, a once.Attempt) (string, error) {
-		var lost <-chan struct{}
-		if hang {
-			lost = proxy.HangAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
-		} else {
-			lost = proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
-		}
+		lost := f.LoseReply(h.Markers.Transition, hang)
 		first = a.Note(ctx, "sending Message-ID <x@once>")
 		if !happened(lost) {
 			t.Error("the note's reply was not lost")
@@ -102,43 +122,43 @@ func redriven(t *testing.T, s once.Store, key once.Key) int {
 	return n
 }
 
-// refuseAfterLostMark is the proxied store with one fault added: when a
-// re-drive mark's reply is lost, the proxy refuses every connection
-// from then on, so that the reaper cannot read the row back to learn
-// whether its mark applied. The statements are the real ones.
+// refuseAfterLostMark is the faulted store with one fault added: when a
+// re-drive mark's reply is lost, its connections are refused from then
+// on, so that the reaper cannot read the row back to learn whether its
+// mark applied. The statements are the real ones.
 type refuseAfterLostMark struct {
 	once.Store
-	proxy *faultproxy.Proxy
+	f Faults
 }
 
 func (s refuseAfterLostMark) Transition(ctx context.Context, t once.Transition) (bool, error) {
 	ok, err := s.Store.Transition(ctx, t)
 	if t.Waiting && err != nil {
-		s.proxy.Refuse(true)
+		s.f.Refuse(true)
 	}
 	return ok, err
 }
 
-// TestRedriveMarkReplyLost: the reaper's re-drive mark commits and its
+// RedriveMarkReplyLost: the reaper's re-drive mark commits and its
 // reply is lost. The reaper reads the row back, finds its own mark, and
 // calls the Redrive hook in the same pass: once, with one redriven
 // event in the trail. The delivery runs the effect once, as attempt 2.
-func TestRedriveMarkReplyLost(t *testing.T) { testRedriveMarkLost(t, false) }
+func testRedriveMarkReplyLost(t *testing.T, h Harness) { testRedriveMarkLost(t, h, false) }
 
-// TestRedriveMarkHangs: the reaper's re-drive mark commits and its
+// RedriveMarkHangs: the reaper's re-drive mark commits and its
 // connection hangs. The call gives up after ClaimTimeout, the row is
 // read back on another connection, and the hook is called once in the
 // same pass.
-func TestRedriveMarkHangs(t *testing.T) { testRedriveMarkLost(t, true) }
+func testRedriveMarkHangs(t *testing.T, h Harness) { testRedriveMarkLost(t, h, true) }
 
-func testRedriveMarkLost(t *testing.T, hang bool) {
+func testRedriveMarkLost(t *testing.T, h Harness, hang bool) {
 	const after = 500 * time.Millisecond
 	var hooked atomic.Int32
 	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
 		hooked.Add(1)
 		return nil
 	}}
-	cut, direct, proxy, s := faultClients(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol}, ClaimTimeout: time.Second, Logger: quiet})
+	cut, direct, s, f := faultClients(t, h, once.Config{Kinds: map[string]once.KindPolicy{"send_email": pol}, ClaimTimeout: time.Second, Logger: quiet})
 	in := once.Intent{Run: "mark-lost", Kind: "send_email", Target: "ada@example.com"}
 	k := released(t, direct, in)
 	r, err := once.NewReaper(cut, once.ReaperConfig{Logger: quiet})
@@ -146,10 +166,7 @@ func testRedriveMarkLost(t *testing.T, hang bool) {
 		t.Fatal(err)
 	}
 	time.Sleep(after + 100*time.Millisecond)
-	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
-	if hang {
-		lost = proxy.HangAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
-	}
+	lost := f.LoseReply(h.Markers.Transition, hang)
 	rep, err := r.RunOnce(context.Background())
 	if !happened(lost) {
 		t.Fatal("the mark's reply was not lost")
@@ -161,27 +178,24 @@ func testRedriveMarkLost(t *testing.T, hang bool) {
 	deliverOnce(t, direct, in)
 }
 
-// TestRedriveMarkReplyLostUnread: the reaper's re-drive mark commits,
+// RedriveMarkReplyLostUnread: the reaper's re-drive mark commits,
 // its reply is lost, and the database cannot be reached to read the row
 // back within RecordTimeout. The reaper does not call the hook (it
 // cannot tell its mark applied) and says the pass failed. The re-drive
 // is not lost for good: once the database answers, a pass at least
 // RedriveAfter after the mark marks the action again and hands it on,
 // and the delivery runs the effect once.
-func TestRedriveMarkReplyLostUnread(t *testing.T) {
+func testRedriveMarkReplyLostUnread(t *testing.T, h Harness) {
 	const after = 500 * time.Millisecond
 	var hooked atomic.Int32
 	pol := once.KindPolicy{RedriveAfter: after, Redrive: func(context.Context, once.Action) error {
 		hooked.Add(1)
 		return nil
 	}}
-	d, schema := newStore(t)
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ps, proxy := proxiedStore(t, schema)
+	d, spec := newStore(t, h)
+	ps, f := h.Faults(t, spec)
 	kinds := map[string]once.KindPolicy{"send_email": pol}
-	cut, err := once.New(once.Config{Store: refuseAfterLostMark{ps, proxy}, Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: time.Second, Logger: quiet})
+	cut, err := once.New(once.Config{Store: refuseAfterLostMark{ps, f}, Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +210,7 @@ func TestRedriveMarkReplyLostUnread(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(after + 100*time.Millisecond)
-	lost := proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+	lost := f.LoseReply(h.Markers.Transition, false)
 	rep, err := r.RunOnce(context.Background())
 	if !happened(lost) {
 		t.Fatal("the mark's reply was not lost")
@@ -205,7 +219,7 @@ func TestRedriveMarkReplyLostUnread(t *testing.T) {
 		t.Fatalf("the pass whose mark's reply was lost and unread = %+v, %v; hook called %d times, %d redriven events; want an error, no hook, the mark applied",
 			rep, err, hooked.Load(), redriven(t, d, k))
 	}
-	proxy.Refuse(false)
+	f.Refuse(false)
 	time.Sleep(after + 100*time.Millisecond)
 	rep, err = r.RunOnce(context.Background())
 	if err != nil || rep.Redriven != 1 || hooked.Load() != 1 || redriven(t, d, k) != 2 {
@@ -234,13 +248,13 @@ func deliverOnce(t *testing.T, c *once.Client, in once.Intent) {
 	}
 }
 
-// TestRedriveReaperPausedBetweenMarkAndHook: a reaper marks a waiting
+// RedriveReaperPausedBetweenMarkAndHook: a reaper marks a waiting
 // action re-driven and pauses before its hook for longer than
 // RedriveAfter and the kind's lease. Another reaper marks it again and
 // its hook delivers the job: the effect runs. Then the first carries on
 // and its hook delivers the job again: the claim absorbs it (the stored
 // result is replayed) and the effect has run once.
-func TestRedriveReaperPausedBetweenMarkAndHook(t *testing.T) {
+func testRedriveReaperPausedBetweenMarkAndHook(t *testing.T, h Harness) {
 	const after = 300 * time.Millisecond
 	const lease = 500 * time.Millisecond
 	in := once.Intent{Run: "mark-paused", Kind: "send_email", Target: "ada@example.com"}
@@ -270,7 +284,7 @@ func TestRedriveReaperPausedBetweenMarkAndHook(t *testing.T) {
 		return secondErr
 	}}
 	var s once.Store
-	firstC, _, _, s = faultClients(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": first}, Logger: quiet})
+	firstC, _, s, _ = faultClients(t, h, once.Config{Kinds: map[string]once.KindPolicy{"send_email": first}, Logger: quiet})
 	// The second reaper's client has its own hook, over the same store.
 	secondC, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{"send_email": second}, Logger: quiet})
 	if err != nil {
@@ -333,13 +347,13 @@ func panicking(t *testing.T, c *once.Client, in once.Intent, ran *atomic.Int32, 
 	return err
 }
 
-// TestPanicRecordReplyLost: the records of two panicking attempts
+// PanicRecordReplyLost: the records of two panicking attempts
 // commit and their replies are lost. Each is read back, so the trail
 // holds both panics, and the third panicking attempt is still put up
 // for review: the effect ran three times.
-func TestPanicRecordReplyLost(t *testing.T) {
+func testPanicRecordReplyLost(t *testing.T, h Harness) {
 	kinds := map[string]once.KindPolicy{"charge_card": {Recovery: once.RetryWithProviderKey}}
-	c, _, proxy, s := faultClients(t, once.Config{Kinds: kinds, ClaimTimeout: time.Second, Logger: quiet})
+	c, _, s, f := faultClients(t, h, once.Config{Kinds: kinds, ClaimTimeout: time.Second, Logger: quiet})
 	in := once.Intent{Run: "panic-lost", Kind: "charge_card", Target: "cus_1"}
 	k, _, err := once.KeyOf(in)
 	if err != nil {
@@ -350,7 +364,7 @@ func TestPanicRecordReplyLost(t *testing.T) {
 		var lost <-chan struct{}
 		err = panicking(t, c, in, &ran, func() {
 			if i < 2 {
-				lost = proxy.CutAfter([]byte(pgMarkers.Transition), faultproxy.PostgresReady)
+				lost = f.LoseReply(h.Markers.Transition, false)
 			}
 		})
 		if lost != nil && !happened(lost) {
@@ -366,14 +380,14 @@ func TestPanicRecordReplyLost(t *testing.T) {
 	}
 }
 
-// TestPanicCountHangs: at the third panicking attempt the read of the
+// PanicCountHangs: at the third panicking attempt the read of the
 // trail that counts the panics hangs. The count is taken as 0 after
 // RecordTimeout, as it was before panics were counted: that attempt is
 // released, not put up for review, and the fourth is. The bound is
 // loose by one attempt per unreadable trail, not lost.
-func TestPanicCountHangs(t *testing.T) {
+func testPanicCountHangs(t *testing.T, h Harness) {
 	kinds := map[string]once.KindPolicy{"charge_card": {Recovery: once.RetryWithProviderKey}}
-	c, _, proxy, s := faultClients(t, once.Config{Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
+	c, _, s, f := faultClients(t, h, once.Config{Kinds: kinds, ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
 	in := once.Intent{Run: "panic-hang", Kind: "charge_card", Target: "cus_1"}
 	k, _, err := once.KeyOf(in)
 	if err != nil {
@@ -384,7 +398,7 @@ func TestPanicCountHangs(t *testing.T) {
 	for i := range 6 {
 		err = panicking(t, c, in, &ran, func() {
 			if i == 2 {
-				hung = proxy.HangAfter([]byte("WHERE key = $1 ORDER BY id"), faultproxy.PostgresReady)
+				hung = f.LoseReply(h.Markers.Events, true)
 			}
 		})
 	}
@@ -400,13 +414,13 @@ func TestPanicCountHangs(t *testing.T) {
 	}
 }
 
-// TestKindHoldAfterLostRecoverable: the statement in which a reaper
+// KindHoldAfterLostRecoverable: the statement in which a reaper
 // takes due actions, each held for its own kind's hold
 // (RecoverRequest.KindHolds), commits and its reply is lost, or never
 // comes. The reaper decides nothing. The action is held for its kind's
 // hold (a 1 s lease), not Config.Default's (an hour): another reaper
 // decides it once that hold has passed.
-func TestKindHoldAfterLostRecoverable(t *testing.T) {
+func testKindHoldAfterLostRecoverable(t *testing.T, h Harness) {
 	for _, hang := range []bool{false, true} {
 		name := "lost"
 		if hang {
@@ -416,7 +430,7 @@ func TestKindHoldAfterLostRecoverable(t *testing.T) {
 			const hold = time.Second
 			cfg := once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: map[string]once.KindPolicy{"send_email": {Lease: hold}},
 				ClaimTimeout: time.Second, Logger: quiet}
-			cut, direct, proxy, s := faultClients(t, cfg)
+			cut, direct, s, f := faultClients(t, h, cfg)
 			ctx := context.Background()
 			in := once.Intent{Run: "hold-" + name, Kind: "send_email", Target: "ada@example.com"}
 			k, fp, _ := once.KeyOf(in)
@@ -432,12 +446,7 @@ func TestKindHoldAfterLostRecoverable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var lost <-chan struct{}
-			if hang {
-				lost = proxy.HangAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
-			} else {
-				lost = proxy.CutAfter([]byte("ORDER BY lease_until"), faultproxy.PostgresReady)
-			}
+			lost := f.LoseReply(h.Markers.Recoverable, hang)
 			taken := time.Now()
 			rep, err := r1.RunOnce(ctx)
 			if !happened(lost) {
@@ -466,21 +475,21 @@ func TestKindHoldAfterLostRecoverable(t *testing.T) {
 	}
 }
 
-// TestAbandonRepeatedWithLostReplies: a person abandons an action in
+// AbandonRepeatedWithLostReplies: a person abandons an action in
 // review and the abandon's reply is lost after it committed; the row is
 // read back and the abandon reported done. The person abandons again:
 // refused (*ConflictError), and that refusal's own write loses its
 // reply, or hangs; they abandon a third time: refused again, and not
 // written, since the trail's last event is that refusal. The caller is
 // answered each time, and the trail holds one abandon and one refusal.
-func TestAbandonRepeatedWithLostReplies(t *testing.T) {
+func testAbandonRepeatedWithLostReplies(t *testing.T, h Harness) {
 	for _, hang := range []bool{false, true} {
 		name := "lost"
 		if hang {
 			name = "hung"
 		}
 		t.Run(name, func(t *testing.T) {
-			cut, direct, proxy, s := faultClients(t, once.Config{ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
+			cut, direct, s, f := faultClients(t, h, once.Config{ClaimTimeout: time.Second, RecordTimeout: 2 * time.Second, Logger: quiet})
 			ctx := context.Background()
 			in := once.Intent{Run: "abandon-" + name, Kind: "send_email", Target: "ada@example.com"}
 			if _, err := once.Do(ctx, direct, in, func(context.Context, once.Attempt) (string, error) { return "", errors.New("timeout after DATA") }); !errors.Is(err, once.ErrReview) {
@@ -488,18 +497,12 @@ func TestAbandonRepeatedWithLostReplies(t *testing.T) {
 			}
 			k, _, _ := once.KeyOf(in)
 			abandon := once.Resolution{Decision: once.DecisionAbandon, By: "ada", Note: "the customer cancelled"}
-			lose := func(marker string) <-chan struct{} {
-				if hang {
-					return proxy.HangAfter([]byte(marker), faultproxy.PostgresReady)
-				}
-				return proxy.CutAfter([]byte(marker), faultproxy.PostgresReady)
-			}
-			lost := lose(pgMarkers.Transition)
+			lost := f.LoseReply(h.Markers.Transition, hang)
 			if a, err := cut.Resolve(ctx, k, abandon); err != nil || a.Status != once.StatusFailed {
 				t.Fatalf("the abandon whose reply was lost = %s, %v; want it read back, failed", a.Status, err)
 			}
 			<-lost
-			lost = lose("origin) VALUES ($1")
+			lost = f.LoseReply(h.Markers.AppendEvent, hang)
 			var conflict *once.ConflictError
 			if _, err := cut.Resolve(ctx, k, abandon); !errors.As(err, &conflict) {
 				t.Fatalf("the second abandon = %v, want *ConflictError", err)
@@ -524,23 +527,23 @@ func TestAbandonRepeatedWithLostReplies(t *testing.T) {
 				}
 			}
 			if resolved != 1 || refused != 1 {
-				t.Fatalf("trail %s: %d resolved, %d refused; want one of each", trail(evs), resolved, refused)
+				t.Fatalf("trail %s: %d resolved, %d refused; want one of each", eventTrail(evs), resolved, refused)
 			}
 		})
 	}
 }
 
-// TestReaperPausedPastKindHold: a reaper takes a dead claim, held for
+// ReaperPausedPastKindHold: a reaper takes a dead claim, held for
 // its kind's hold (a 500 ms lease), and pauses before deciding for
 // longer than that hold. Another reaper takes it over and puts it up
 // for review. The first then carries on: its decision is fenced by the
 // newer take, so the trail holds one review, not two.
-func TestReaperPausedPastKindHold(t *testing.T) {
+func testReaperPausedPastKindHold(t *testing.T, h Harness) {
 	const hold = 500 * time.Millisecond
 	kinds := map[string]once.KindPolicy{"send_email": {Lease: hold}}
 	entered, resume := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
-	paused, other, _, s := faultClients(t, once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: kinds, Logger: quiet,
+	paused, other, s, _ := faultClients(t, h, once.Config{Default: once.KindPolicy{Lease: time.Hour}, Kinds: kinds, Logger: quiet,
 		Hooks: once.Hooks{OnEvent: func(_ context.Context, o once.Observation) {
 			if o.Type == once.EventLeaseExpired && o.Actor == once.ActorReaper && first.CompareAndSwap(false, true) {
 				close(entered)
@@ -598,18 +601,163 @@ func TestReaperPausedPastKindHold(t *testing.T) {
 		}
 	}
 	if a, err := s.Get(ctx, k); err != nil || a.Status != once.StatusReview || reviews != 1 {
-		t.Fatalf("the action is %s (%v); trail %s with %d reviews; want review, one", a.Status, err, trail(evs), reviews)
+		t.Fatalf("the action is %s (%v); trail %s with %d reviews; want review, one", a.Status, err, eventTrail(evs), reviews)
 	}
 }
 
-// happened waits for a fault proxy's cut or hang to be reported: the
-// proxy closes the connection just before it says so, so the client may
-// hear of the cut first.
+// happened waits for a lost reply to be reported: a fault proxy closes
+// the connection just before it says so, so the client may hear of the
+// cut first.
 func happened(done <-chan struct{}) bool {
 	select {
 	case <-done:
 		return true
 	case <-time.After(5 * time.Second):
 		return false
+	}
+}
+
+// eventTrail is evs' types, joined by commas.
+func eventTrail(evs []once.Event) string {
+	types := make([]string, len(evs))
+	for i, e := range evs {
+		types[i] = string(e.Type)
+	}
+	return strings.Join(types, ",")
+}
+
+// quiet discards what the clients of the partial-failure tests log.
+var quiet = slog.New(slog.DiscardHandler)
+
+// BlackholedClaimSaysTheStoreIsUnreachable: with the database
+// black-holed, a claim on a fresh key and the read-back after it both go
+// unanswered. That is not "no row visible": no transaction is known to
+// hold the key. Do says the store could not be reached (ErrUnavailable,
+// not *InFlightError), the job is retried, and idemhttp answers 503
+// "unavailable", not 409 "still being processed". Once the database
+// answers again, the key runs once.
+func testBlackholedClaimSaysTheStoreIsUnreachable(t *testing.T, h Harness) {
+	cut, _, _, f := faultClients(t, h, once.Config{ClaimTimeout: time.Second, Logger: quiet})
+	in := once.Intent{Run: "blackholed", Kind: "send_email", Target: "ada@example.com"}
+	var ran atomic.Int64
+	effect := func(context.Context, once.Attempt) (string, error) {
+		ran.Add(1)
+		return "sent", nil
+	}
+	f.Hang(true)
+	_, err := once.Do(context.Background(), cut, in, effect)
+	if !errors.Is(err, once.ErrUnavailable) || errors.Is(err, once.ErrInFlight) || ran.Load() != 0 {
+		t.Fatalf("Do on a black-holed database = %v (ran %d); want ErrUnavailable, not in flight, and nothing run", err, ran.Load())
+	}
+	if d := once.Dispose(err); d.Action != once.JobRetry || !strings.Contains(d.Reason, "could not be reached") {
+		t.Fatalf("Dispose = %+v; want a retry that says the store could not be reached", d)
+	}
+
+	mw := idemhttp.Middleware(cut, idemhttp.Config{Scope: func(*http.Request) string { return "tenant:acme" }})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ran.Add(1)
+			w.WriteHeader(http.StatusCreated)
+		}))
+	srv := httptest.NewServer(mw)
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "blackholed-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"unavailable"`) || ran.Load() != 0 {
+		t.Fatalf("idemhttp on a black-holed database = %d %s (ran %d); want 503 unavailable, nothing run", resp.StatusCode, string(body), ran.Load())
+	}
+
+	f.Hang(false)
+	res, err := once.Do(context.Background(), cut, in, effect)
+	if err != nil || res.Value != "sent" || ran.Load() != 1 {
+		t.Fatalf("Do once the database answers = %+v, %v (ran %d); want it run once", res, err, ran.Load())
+	}
+}
+
+// HungLoneOutcomeHoldsNoClaim: an outcome sent alone, at once, on a
+// connection that then hangs counts, under group commit, as the batch
+// in flight, and requests made meanwhile queue behind it. A claim on a
+// free key from another worker, with healthy connections free in the
+// pool, must not wait for that hang (RecordTimeout/3, 10 s) and be told
+// a transaction holds its key: it goes out on another connection, and
+// its effect runs.
+func testHungLoneOutcomeHoldsNoClaim(t *testing.T, h Harness) {
+	c, _, _, f := faultClients(t, h, once.Config{ClaimTimeout: 2 * time.Second, Logger: quiet})
+	// One connection used and back in the pool, so the claim below
+	// need not dial while the outcome hangs.
+	if _, err := once.Do(context.Background(), c, once.Intent{Run: "warm", Kind: "send_email", Target: "ada@example.com"},
+		func(context.Context, once.Attempt) (string, error) { return "sent", nil }); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		hung     <-chan struct{}
+		claimErr = make(chan error, 1)
+		ran      atomic.Int64
+		took     time.Duration
+	)
+	_, err := once.Do(context.Background(), c, once.Intent{Run: "hung-outcome", Kind: "send_email", Target: "ada@example.com"},
+		func(context.Context, once.Attempt) (string, error) {
+			hung = f.LoseReply(h.Markers.Transition, true)
+			go func() {
+				<-hung
+				start := time.Now()
+				_, err := once.Do(context.Background(), c, once.Intent{Run: "free-key", Kind: "send_email", Target: "bob@example.com"},
+					func(context.Context, once.Attempt) (string, error) {
+						ran.Add(1)
+						return "sent", nil
+					})
+				took = time.Since(start)
+				claimErr <- err
+			}()
+			return "sent", nil
+		})
+	if err != nil {
+		t.Logf("the hung outcome's Do: %v", err)
+	}
+	select {
+	case <-hung:
+	default:
+		t.Fatal("the outcome's connection never hung")
+	}
+	if err := <-claimErr; err != nil || ran.Load() != 1 {
+		t.Fatalf("Do on a free key behind a hung outcome = %v (ran %d, after %v); want it claimed on another connection and run", err, ran.Load(), took)
+	}
+	t.Logf("the free key's Do took %v behind the hung outcome", took)
+}
+
+// DatabaseGoesAway: the store's connections are refused mid-effect.
+// The effect ran, the outcome cannot be recorded, and the claim stays in
+// flight so that no redelivery repeats it.
+func testDatabaseGoesAway(t *testing.T, h Harness) {
+	c, healthy, s, f := faultClients(t, h, once.Config{RecordTimeout: 300 * time.Millisecond, Logger: quiet})
+	ctx := context.Background()
+	in := once.Intent{Run: "r", Kind: "send_email", Target: "x@example.com"}
+	res, err := once.Do(ctx, c, in, func(ctx context.Context, a once.Attempt) (string, error) {
+		f.Refuse(true) // the database is gone for this worker
+		return "sent", nil
+	})
+	if !errors.Is(err, once.ErrNotRecorded) || res.Value != "sent" {
+		t.Fatalf("Do = %+v, %v; want ErrNotRecorded with the value", res, err)
+	}
+	if !strings.Contains(err.Error(), "recovery applies") {
+		t.Fatalf("message %q does not say what happens next", err)
+	}
+	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusInFlight {
+		t.Fatalf("stored %+v; want the claim still in flight", a)
+	}
+	// The redelivered job, on a healthy worker, does not send again.
+	if _, err := once.Do(ctx, healthy, in, func(context.Context, once.Attempt) (string, error) {
+		t.Error("effect repeated after the database went away")
+		return "", nil
+	}); !errors.Is(err, once.ErrInFlight) {
+		t.Fatalf("redelivery = %v, want ErrInFlight", err)
 	}
 }
