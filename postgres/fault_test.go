@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,7 +22,36 @@ import (
 func pgFaults(t *testing.T, spec string) (once.Store, storetest.Faults) {
 	cfg := specConfig(spec)
 	s, p := proxiedStoreWith(t, cfg)
-	return s, proxyFaults{p: p, locker: sharedPool(t), schema: cfg.Schema}
+	admin := sharedPool(t)
+	app := appName(cfg.Schema)
+	return s, proxyFaults{p: p, locker: admin, schema: cfg.Schema, end: func() { terminate(t, admin, app) }}
+}
+
+// appName is the application_name of the connections of a store
+// proxiedStoreWith opens on schema.
+func appName(schema string) string { return "once_fault_" + schema }
+
+// terminate ends, on the server, every session of application app, as
+// a DBA's pg_terminate_backend or idle_session_timeout does, and waits
+// until they are gone.
+func terminate(t *testing.T, admin *pgxpool.Pool, app string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app); err != nil {
+		t.Errorf("ending the store's connections: %v", err)
+		return
+	}
+	for {
+		var left int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&left); err != nil {
+			t.Errorf("counting the store's connections: %v", err)
+			return
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // pgMarkers are texts found only in the claim of a new key, in
@@ -37,7 +67,11 @@ type proxyFaults struct {
 	p      *faultproxy.Proxy
 	locker *pgxpool.Pool
 	schema string
+	// end ends the store's connections.
+	end func()
 }
+
+func (f proxyFaults) End() { f.end() }
 
 func (f proxyFaults) Lock(ctx context.Context, key once.Key) (func() error, error) {
 	tx, err := f.locker.Begin(ctx)
@@ -94,7 +128,7 @@ func proxiedStoreWith(t *testing.T, cfg postgres.Config) (*postgres.Store, *faul
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4", cc.User, p.Addr(), cc.Database)
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&default_query_exec_mode=exec&pool_max_conns=4&application_name=%s", cc.User, p.Addr(), cc.Database, appName(cfg.Schema))
 	s, err := postgres.Open(context.Background(), url, cfg)
 	if err != nil {
 		p.Close()
@@ -105,27 +139,4 @@ func proxiedStoreWith(t *testing.T, cfg postgres.Config) (*postgres.Store, *faul
 		s.Close()
 	})
 	return s, p
-}
-
-// faultClients returns a client over a store reached through a fault
-// proxy, one over a direct store on the same schema, the proxy, and the
-// direct store.
-func faultClients(t *testing.T, cfg once.Config) (cut, direct *once.Client, proxy *faultproxy.Proxy, s once.Store) {
-	t.Helper()
-	d, schema := newStore(t)
-	if err := d.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ps, proxy := proxiedStore(t, schema)
-	cfg.Store = ps
-	cut, err := once.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store = d
-	direct, err = once.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cut, direct, proxy, d
 }

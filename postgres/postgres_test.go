@@ -150,7 +150,7 @@ func harness() storetest.Harness {
 		Tx:       pgTx,
 		Faults:   pgFaults,
 		Markers:  pgMarkers,
-		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: true, HungReads: true},
+		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: true, Partition: true},
 	}
 }
 

@@ -25,6 +25,11 @@ type Faults interface {
 	// Refuse makes the faulted store's connections fail at once, open
 	// ones and new ones, until Refuse(false). Needs Features.Refusal.
 	Refuse(on bool)
+	// End ends every connection the faulted store holds, open or idle,
+	// at once, on the database's side (a DBA's pg_terminate_backend, an
+	// idle-session timeout, a pooler's restart); new ones are accepted.
+	// Needs Features.Refusal.
+	End()
 	// LoseReply arms a lost reply: the next statement of the faulted
 	// store whose text contains marker is carried out and committed, and
 	// its reply never arrives; with hang the connection then hangs

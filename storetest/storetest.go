@@ -83,18 +83,18 @@ type Features struct {
 	// database, so a DoTx left open holds up claims of its own key only
 	// (PostgreSQL; SQLite has one write lock per file).
 	RowLocks bool
-	// Refusal: Faults.Refuse makes the faulted store's connections fail
-	// (a server reached over a network).
+	// Refusal: Faults.Refuse makes the faulted store's connections fail,
+	// and Faults.End ends them (a server reached over a network).
 	Refusal bool
 	// LostReplies: Faults.LoseReply can lose a committed statement's
 	// reply (a server reached over a network; SQLite runs in the
 	// process, so its replies cannot be lost, only the process killed).
 	LostReplies bool
-	// HungReads: Faults.Hang holds up reads as well as writes (a network
-	// partition), so a claim's read-back cannot tell an unwritten claim
-	// from an unreachable database. SQLite's hang is its write lock,
-	// which reads pass.
-	HungReads bool
+	// Partition: Faults.Hang is a network partition, which holds up the
+	// faulted store's reads as well as its writes, and nothing else: the
+	// harness's own store goes on. SQLite's hang is its write lock,
+	// which reads pass and every store on the file meets.
+	Partition bool
 }
 
 // namedTest is one subtest of a layer.
@@ -119,7 +119,7 @@ const (
 	needFaults
 	needRefusal
 	needLostReplies
-	needHungReads
+	needPartition
 )
 
 // missing names what the harness lacks of n; empty if nothing.
@@ -143,8 +143,8 @@ func (h Harness) missing(n need) string {
 	if n&needLostReplies != 0 && !h.Features.LostReplies {
 		s = append(s, "Features.LostReplies")
 	}
-	if n&needHungReads != 0 && !h.Features.HungReads {
-		s = append(s, "Features.HungReads")
+	if n&needPartition != 0 && !h.Features.Partition {
+		s = append(s, "Features.Partition")
 	}
 	return strings.Join(s, ", ")
 }
@@ -164,6 +164,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, faultTests()...)
 	tests = append(tests, renewalTests()...)
 	tests = append(tests, partialTests()...)
+	tests = append(tests, idleTests()...)
 	tests = append(tests, waitTests()...)
 	run(t, h, tests)
 }

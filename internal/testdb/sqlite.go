@@ -207,6 +207,8 @@ func (f *lockFaults) Lock(ctx context.Context, _ once.Key) (func() error, error)
 
 func (f *lockFaults) Refuse(bool) { f.t.Fatal("sqlite: no connection to refuse") }
 
+func (f *lockFaults) End() { f.t.Fatal("sqlite: no connection to end") }
+
 func (f *lockFaults) LoseReply(string, bool) <-chan struct{} {
 	f.t.Fatal("sqlite: no reply to lose")
 	return nil
