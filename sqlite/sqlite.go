@@ -441,176 +441,56 @@ type queries struct {
 	list, listBrief, count string
 }
 
-// transitionSet is the SET clause of a transition, whose WHERE clause
-// matches its statuses as a JSON array (?11) or, for one, as text.
-const transitionSet = `
-UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
-    attempt = attempt + ?6,
-    claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
-    lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
-    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
-    outcome_seq = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $SEQ END,
-    retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
-    verify_failures = ?8,
-    resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
-    resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
-    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
-    hold_token = NULL,
-    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
+// queriesSQL holds the store's statements, one named query each
+// (storekit.LoadQueries).
+//
+//go:embed queries.sql
+var queriesSQL embed.FS
 
-// kindHold is a taken action's hold in milliseconds: its kind's in the
-// JSON object ?8 (RecoverRequest.KindHolds), else ?2.
-const kindHold = `coalesce((SELECT h.value FROM json_each(?8) AS h WHERE h.key = kind), ?2)`
+// stmtNames are the names in queries.sql of the statements stmtID
+// numbers.
+var stmtNames = [nStmt]string{
+	stClaim: "claim", stReclaim: "reclaim", stSelectRow: "select_row", stHeartbeat: "heartbeat",
+	stTransition: "transition", stOutcome: "outcome", stBackfill: "backfill", stEvent: "event",
+	stGet: "get", stState: "state", stEventsRow: "events_row", stEvents: "events",
+	stTrailInfo: "trail_info", stEventsAfter: "events_after", stEventsBefore: "events_before",
+	stRecent: "recent", stRecoverable: "recoverable", stRecoverKey: "recover_key",
+	stStats: "stats", stOpenStats: "open_stats", stFinishedStats: "finished_stats",
+	stEstimate: "estimate", stPurgeDue: "purge_due", stPurgeOlder: "purge_older",
+	stPurgeEvents: "purge_events", stCountDue: "count_due", stCountOlder: "count_older", stNow: "now",
+}
+
+// sqlQueries are queries.sql's statements by name, read once: the file
+// is embedded, so a fault in it fails every test, not a user.
+var sqlQueries = sync.OnceValue(func() map[string]string {
+	qs, err := storekit.LoadQueries(queriesSQL, "queries.sql")
+	if err != nil {
+		panic("sqlite store: " + err.Error())
+	}
+	return qs
+})
+
+// namedQuery is the statement queries.sql names name.
+func namedQuery(name string) string {
+	q, ok := sqlQueries()[name]
+	if !ok {
+		panic("sqlite store: queries.sql has no query " + name)
+	}
+	return q
+}
 
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
 		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
-	// The finished actions a purge may delete: past their own deadline,
-	// which the purge deadlines' index finds, or, when ?1 is positive,
-	// not updated for ?1 milliseconds, which reads the table. Two
-	// statements, not one with a CASE, which no index serves.
-	purgeDue := r.Replace(`status IN ('succeeded', 'failed') AND retain_until <= $NOW`)
-	purgeOlder := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1`)
+	// The fragments several statements share go in first.
+	frag := strings.NewReplacer("$TRANSITION_SET", namedQuery("transition_set"), "$KIND_HOLD", namedQuery("kind_hold"),
+		"$PURGE_DUE", namedQuery("purge_due_where"), "$PURGE_OLDER", namedQuery("purge_older_where"))
 	var q queries
-	q.list = r.Replace(`SELECT $C FROM $T`)
+	q.list = r.Replace(namedQuery("list"))
 	q.listBrief = `SELECT ` + storekit.BriefColumns(columns, "NULL", "NULL") + ` FROM ` + table
 	q.count = `SELECT count(*) FROM ` + table
-	q.text = [nStmt]string{
-		// A new key, in one statement that is its own transaction. A
-		// first claim writes no event: the row, with its origin, is the
-		// trail's first entry (storekit.WithHappyPath). DO NOTHING: a key
-		// that stands is answered by selectRow, or claimed again by
-		// reclaim, in a transaction of their own. It returns only the
-		// time: the rest of the row is the request's (claimedRow).
-		stClaim: r.Replace(`
-INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
-    redrive_after_ms, redrive, origin, claim_seq)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14, $SEQ)
-ON CONFLICT (key) DO NOTHING
-RETURNING created_at`),
-		// A released action is claimed again as the next attempt, if the
-		// payload is the same. Its claim is an event of the trail.
-		stReclaim: r.Replace(`
-UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = $NOW + ?3,
-    claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-    hold_token = NULL, token = ?4, recovery = ?5, retention_ms = ?6,
-    retain_until = NULL, redrive_after_ms = ?7, redrive = ?8
-WHERE key = ?1 AND status = 'released' AND fingerprint = ?2
-RETURNING $C, $NOW`),
-		stSelectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
-		stHeartbeat: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3, hold_token = NULL
-WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
-RETURNING lease_until`),
-		// The statuses to match come as one JSON array, so the statement
-		// text is the same whatever their number.
-		stTransition: r.Replace(transitionSet + `
-WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
-  AND (NOT ?15 OR updated_at < $NOW - coalesce(redrive_after_ms, ?16))
-RETURNING attempt, status`),
-		// The worker's outcome, and any transition from one status that
-		// writes no event: the same, with one status to match and
-		// nothing to return but the count.
-		stOutcome: r.Replace(transitionSet + `
-WHERE key = ?1 AND attempt = ?2 AND status = ?11 AND (?12 = '' OR hold_token = ?12)`),
-		// Before a transition takes an action out of the worker's
-		// outcome of attempt 1, which was never written (the row told
-		// it), the outcome is written, with its time and its origin:
-		// the row will tell it no more. The condition is the
-		// transition's, so both apply or neither, and the trail's test
-		// for a written outcome is storekit.WithHappyPath's, so a row
-		// from before the happy path, whose outcome was written, gets no
-		// second one.
-		stBackfill: r.Replace(`
-INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, origin)
-SELECT key, coalesce(completed_at, updated_at), status, 1, 'in_flight', status, 'worker', origin FROM $T a
-WHERE key = ?1 AND attempt = ?2 AND attempt = 1 AND status IN ('succeeded', 'failed')
-  AND status IN (SELECT value FROM json_each(?3)) AND (?4 = '' OR hold_token = ?4)
-  AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
-		stEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`),
-		stGet:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
-		// A waiter's poll: where the action stands, without its payload.
-		stState:     r.Replace(`SELECT status, attempt FROM $T WHERE key = ?1`),
-		stEventsRow: r.Replace(`SELECT $C, origin FROM $T WHERE key = ?1`),
-		stEvents:    r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
-		// What a page of a trail needs of the rest of it
-		// (storekit.TrailInfo): ?2 is the row's status, ?3 its
-		// completed_at.
-		stTrailInfo: r.Replace(`
-SELECT count(*), coalesce(max(attempt = 1 AND type = 'claimed'), 0),
-    coalesce((SELECT origin FROM $E c WHERE c.key = ?1 AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), ''),
-    coalesce(max(attempt = 1 AND type <> 'refused' AND to_status = ?2), 0),
-    coalesce(min(CASE WHEN at > ?3 THEN id END), 0)
-FROM $E WHERE key = ?1`),
-		stEventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id > ?2 ORDER BY id LIMIT ?3`),
-		stEventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3`),
-		// The trail's events of the given types, newest first, with the
-		// happy path's that were not written (storekit.WithHappyPath) made
-		// from the action rows: a first claim for a row whose trail does
-		// not hold one, the worker's outcome of attempt 1 for a row that
-		// stands there with no event that took it there. Times are
-		// milliseconds, and events often share one: pos, the last event
-		// id when a made up one was recorded (claim_seq, outcome_seq),
-		// orders them among the written ones, then a claim before its
-		// outcome, then the actions' rows in the order they were made.
-		stRecent: r.Replace(`
-SELECT $V FROM (
-    SELECT $V, id AS pos, 0 AS ord, 0 AS rid FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1))
-    UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, coalesce(claim_seq, 0), 1, rowid FROM $T a
-    WHERE (json_array_length(?1) = 0 OR 'claimed' IN (SELECT value FROM json_each(?1)))
-      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
-    UNION ALL
-    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, coalesce(outcome_seq, 0), 2, rowid FROM $T a
-    WHERE attempt = 1 AND status IN ('succeeded', 'failed')
-      AND (json_array_length(?1) = 0 OR status IN (SELECT value FROM json_each(?1)))
-      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
-) ORDER BY at DESC, pos DESC, ord DESC, rid DESC LIMIT ?2`),
-		// Takes a batch of due actions and holds them, in one statement
-		// under the database's write lock, so no two callers share one.
-		// ?9 are the recoveries only the kinds ?5, or all but ?7 when ?6,
-		// may take (once.Verifiable).
-		stRecoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
-WHERE key IN (
-    SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
-      AND (recovery NOT IN (SELECT value FROM json_each(?9)) OR kind IN (SELECT value FROM json_each(?5))
-           OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
-    ORDER BY lease_until
-    LIMIT ?1)
-RETURNING $C, $NOW`),
-		// One key, for inline recovery, by its primary key.
-		stRecoverKey: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
-WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
-  AND (recovery NOT IN (SELECT value FROM json_each(?9)) OR kind IN (SELECT value FROM json_each(?5))
-       OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
-RETURNING $C, $NOW`),
-		stStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
-		// The open statuses' counts, each branch read through the
-		// partial index whose condition it implies (action_due,
-		// action_open), and the finished ones', which read the log
-		// (storekit.Counts). TestPlans holds the first's plan.
-		stOpenStats: r.Replace(`
-SELECT kind, status, recovery, count(*) FROM (
-    SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
-    UNION ALL
-    SELECT kind, status, recovery FROM $T WHERE status = 'review'
-    UNION ALL
-    SELECT kind, status, recovery FROM $T WHERE status = 'released'
-) a GROUP BY kind, status, recovery`),
-		stFinishedStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T WHERE status IN ('succeeded', 'failed') GROUP BY kind, status, recovery`),
-		// How many rows the log has held at most: SQLite numbers a new
-		// row one past the highest, so this reads one page, and errs only
-		// high, after a purge.
-		stEstimate:    r.Replace(`SELECT coalesce(max(rowid), 0) FROM $T`),
-		stPurgeEvents: r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
-		stPurgeDue:    r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeDue + ` ORDER BY retain_until LIMIT ?1) RETURNING key`),
-		stPurgeOlder:  r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeOlder + ` ORDER BY key LIMIT ?2) RETURNING key`),
-		stCountDue:    r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeDue),
-		stCountOlder:  r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeOlder),
-		stNow:         `SELECT ` + nowMS,
+	for id, name := range stmtNames {
+		q.text[id] = r.Replace(frag.Replace(namedQuery(name)))
 	}
 	return q
 }

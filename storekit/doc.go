@@ -26,6 +26,8 @@
 //     others back for the trail's readers.
 //   - Stats: Counts answers Store.Stats on a log of any size, counting
 //     the finished actions of a large log in the background.
+//   - Queries: LoadQueries reads a store's statements from an embedded
+//     file of named SQL, so they read as SQL, not as Go strings.
 //   - Values as the schemas keep them: RecoveryText, KindHolds.
 //
 // A store stores what it is handed and selects what it is told: a
