@@ -19,10 +19,10 @@ import (
 
 func idleTests() []namedTest {
 	return []namedTest{
-		{name: "IdleConnectionTerminatedDoClaimsAgain", fn: testIdleConnectionTerminatedDoClaimsAgain, needs: needFaults | needRefusal, serial: true},
-		{name: "IdleTerminatedMidEffectRecords", fn: testIdleTerminatedMidEffectRecords, needs: needFaults | needRefusal, serial: true},
+		{name: "IdleConnectionTerminatedDoClaimsAgain", fn: testIdleConnectionTerminatedDoClaimsAgain, needs: needFaults | needRefusal},
+		{name: "IdleTerminatedMidEffectRecords", fn: testIdleTerminatedMidEffectRecords, needs: needFaults | needRefusal},
 		{name: "ResendOnDeadConnectionStillWaitsForTheTransaction", fn: testResendOnDeadConnectionStillWaitsForTheTransaction,
-			needs: needFaults | needRefusal | needTx | needRowLocks, serial: true},
+			needs: needFaults | needRefusal | needTx | needRowLocks},
 	}
 }
 

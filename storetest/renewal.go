@@ -23,10 +23,10 @@ func renewalTests() []namedTest {
 		{name: "FailedRenewalReleasesTheUnrunClaim", fn: testFailedRenewalReleasesTheUnrunClaim, needs: needFaults, serial: true},
 		{name: "FailedRenewalAndReleaseSayNothingRan", fn: testFailedRenewalAndReleaseSayNothingRan, needs: needFaults, serial: true},
 		{name: "FailedRenewalOfATakeoverAsksTheVerifierAgain", fn: testFailedRenewalOfATakeoverAsksTheVerifierAgain, needs: needFaults, serial: true},
-		{name: "CallerGoneAfterATakeoverAsksTheVerifierAgain", fn: testCallerGoneAfterATakeoverAsksTheVerifierAgain, serial: true},
-		{name: "AbandonedTakeoverTrailSaysNothingRan", fn: testAbandonedTakeoverTrailSaysNothingRan, serial: true},
-		{name: "TwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan", fn: testTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan, serial: true},
-		{name: "AbandonedRetryTakeoverIsReleased", fn: testAbandonedRetryTakeoverIsReleased, serial: true},
+		{name: "CallerGoneAfterATakeoverAsksTheVerifierAgain", fn: testCallerGoneAfterATakeoverAsksTheVerifierAgain},
+		{name: "AbandonedTakeoverTrailSaysNothingRan", fn: testAbandonedTakeoverTrailSaysNothingRan},
+		{name: "TwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan", fn: testTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan},
+		{name: "AbandonedRetryTakeoverIsReleased", fn: testAbandonedRetryTakeoverIsReleased},
 		{name: "AbandonedTakeoverPausedPastItsLeaseIsFenced", fn: testAbandonedTakeoverPausedPastItsLeaseIsFenced, serial: true},
 	}
 }

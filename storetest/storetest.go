@@ -105,8 +105,8 @@ type namedTest struct {
 	// beyond New and Open.
 	needs need
 	// serial runs it alone, before the parallel subtests: it holds a
-	// lease of a second or so against a lock or a pause, which a
-	// crowded machine could stretch into another outcome.
+	// lease or a hold of a second or less against a lock or a pause,
+	// which a crowded machine could stretch into another outcome.
 	serial bool
 }
 
