@@ -56,9 +56,12 @@ func terminate(t *testing.T, admin *pgxpool.Pool, app string) {
 
 // pgMarkers are texts found only in the claim of a new key, in
 // Transition's statement, in the read of a trail, in Recoverable's batch
-// and in AppendEvent's statement.
+// and in AppendEvent's statement, as the client sends them: none holds
+// a parameter's marker, which the simple protocol sends as its value.
+// The read of a trail is the only statement that ends "ORDER BY id",
+// and a statement's text ends with a NUL in both protocols.
 var pgMarkers = storetest.Markers{Claim: "ON CONFLICT (key) DO NOTHING", Transition: "WITH u AS (",
-	Events: "WHERE key = $1 ORDER BY id", Recoverable: "ORDER BY lease_until", AppendEvent: "origin) VALUES ($1"}
+	Events: "ORDER BY id\x00", Recoverable: "ORDER BY lease_until", AppendEvent: "origin) VALUES ("}
 
 // proxyFaults are storetest.Faults on a fault proxy. Lock locks a row
 // of schema's action table through locker, a pool that reaches the
