@@ -135,6 +135,12 @@ func New(cfg Config) (*Client, error) {
 	// (deciding them with their verifier, or asking a person when it
 	// configures the kind without one), and of every other kind when its
 	// Default has a verifier; the rest wait for a process that does.
+	// The store is told which recorded recoveries these are, as data.
+	for _, r := range Recoveries() {
+		if r.KindOnly() {
+			c.verifiable.Recoveries = append(c.verifiable.Recoveries, r.String())
+		}
+	}
 	c.verifiable.Others = c.def.Verifier != nil
 	for kind := range c.kinds {
 		c.verifiable.Kinds = append(c.verifiable.Kinds, kind)

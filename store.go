@@ -261,9 +261,10 @@ type RecoverRequest struct {
 	// database's clock): a reaper's pass takes what was due when it
 	// began, not an action it deferred a moment ago.
 	DueBy time.Time
-	// Verifiable says which actions recorded as VerifyThenDecide this
-	// process may take; the others are left alone, since only a process
-	// that holds the kind's verifier can ask the provider.
+	// Verifiable says which of the actions whose recovery only a process
+	// holding their kind may carry out (VerifyThenDecide: its verifier
+	// asks the provider) this process may take; the others are left
+	// alone.
 	Verifiable Verifiable
 	// Token is written to every returned action as its hold token; the
 	// decisions that follow name it in Transition.Hold. Required: a
@@ -271,10 +272,19 @@ type RecoverRequest struct {
 	Token string
 }
 
-// Verifiable names the kinds whose VerifyThenDecide actions a process
-// takes: Kinds (those it configures), and, when Others is true
-// (Config.Default has a verifier), every kind not in Except.
+// Verifiable says which actions a process may take whose recorded
+// recovery only a process that holds their kind can carry out. The
+// Client computes it from its policies, and a store only substitutes its
+// values: no store names a recovery mode.
 type Verifiable struct {
+	// Recoveries are those recoveries, as a row records them
+	// (Recovery.String): an action that recorded one of them is taken
+	// only if its kind is in Kinds, or Others is true and its kind is
+	// not in Except. Any other action is taken by any process. Empty
+	// restricts nothing.
+	Recoveries []string
+	// Kinds are the kinds the process configures; Others is true when
+	// Config.Default has a verifier, for every kind not in Except.
 	Kinds  []string
 	Others bool
 	Except []string
@@ -356,7 +366,7 @@ type EventQuery struct {
 	After int64
 	// Limit caps the page's written events; zero means 100. The one or
 	// two events a store never writes, which the action's row tells (the
-	// first claim and the first attempt's outcome: sqlrows.WithHappyPath),
+	// first claim and the first attempt's outcome: storekit.WithHappyPath),
 	// come on top, in the page where they fall.
 	Limit int
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/sqlrows"
+	"github.com/oncehq/once/storekit"
 )
 
 // batchLockTimeout bounds each lock wait of a batch's statements. A
@@ -307,7 +307,7 @@ func claimsArgs(reqs []*request) []any {
 	for i, r := range reqs {
 		c := r.claim
 		keys[i], fps[i], runs[i], kinds[i], targets[i] = string(c.Key), string(c.Fingerprint), c.Run, c.Kind, c.Target
-		tokens[i], recoveries[i], origins[i] = c.Token, sqlrows.RecoveryText(c.Recovery), c.Origin
+		tokens[i], recoveries[i], origins[i] = c.Token, storekit.RecoveryText(c.Recovery), c.Origin
 		steps[i], leases[i], payloads[i], redrives[i] = c.Step, c.Lease.Microseconds(), c.Payload, c.Redrive
 		retentions[i], redriveAfters[i] = optMicrosPtr(c.Retention), optMicrosPtr(c.RedriveAfter)
 	}
@@ -333,7 +333,7 @@ func transitionsArgs(reqs []*request) []any {
 			res := string(t.Result)
 			results[i] = &res
 		}
-		event := sqlrows.EventToWrite(*t)
+		event := storekit.EventToWrite(*t)
 		keys[i], attempts[i], tos[i], errs[i], newAttempts[i] = string(t.Key), int64(t.Attempt), string(t.To), t.Error, t.NewAttempt
 		leases[i], failures[i], resolvedBy[i], notes[i] = t.Lease.Microseconds(), int64(t.VerifyFailures), t.ResolvedBy, t.ResolveNote
 		froms[i], holds[i] = strings.Join(statuses(t.From), ","), t.Hold
@@ -357,7 +357,7 @@ func optMicrosPtr(d time.Duration) *int64 {
 // claimArgs are the claim statement's arguments.
 func claimArgs(req once.ClaimRequest) []any {
 	return []any{string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin}
+		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin}
 }
 
 // transitionArgs are the transition statement's arguments.
@@ -366,7 +366,7 @@ func transitionArgs(t once.Transition) []any {
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	event := sqlrows.EventToWrite(t)
+	event := storekit.EventToWrite(t)
 	return []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
 		statuses(t.From), t.Hold, event, string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,

@@ -75,72 +75,11 @@ func (s *deadSecondClaim) killIdle(ctx context.Context) {
 	s.t.Error("the ended connections' backends are still there")
 }
 
-// resendSetup opens a store, a client over it for the DoTx that holds the
-// key, and a client over a store of its own pool on the same schema,
-// whose second claim meets a dead idle connection; it begins a
-// transaction in which DoTx claims in.
-func resendSetup(t *testing.T, in once.Intent) (*postgres.Store, *deadSecondClaim, *once.Client, pgx.Tx) {
-	t.Helper()
-	s, schema := newStoreWith(t, postgres.Config{Unbatched: true})
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	holder, err := once.New(once.Config{Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, _ := proxiedStoreWith(t, postgres.Config{Schema: schema, Unbatched: true, PollOnly: true})
-	ws := &deadSecondClaim{Store: own, admin: s, t: t}
-	c, err := once.New(once.Config{Store: ws, ClaimTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tx, err := s.Pool().Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback(context.Background()) })
-	if _, err := once.DoTx(ctx, holder, s, tx, in, func(context.Context, pgx.Tx, once.Attempt) (string, error) {
-		return "from the transaction", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return s, ws, c, tx
-}
-
-// TestResendOnDeadConnectionStillWaitsForTheTransaction: a Do that waits
-// (WaitFor) meets a key an open DoTx holds: its first claim waits out
+// TestResendTakesTheLateFirstClaimAsItsOwn: a Do that waits (WaitFor)
+// meets a key an open DoTx holds; its first claim waits out
 // ClaimTimeout on the transaction's lock, the read-back sees no row, and
-// the claim, sent again, lands on a dead idle connection. Do still
-// answers that a transaction holds the key, waits for it, and replays
-// its result. Before, the resend's connection error was returned: the
-// caller was told the claim failed, and the wait it asked for was
-// skipped.
-func TestResendOnDeadConnectionStillWaitsForTheTransaction(t *testing.T) {
-	in := once.Intent{Run: "resend-intx", Kind: "send_email", Target: "ada@example.com"}
-	_, ws, c, tx := resendSetup(t, in)
-	committed := make(chan struct{})
-	time.AfterFunc(2*time.Second, func() {
-		defer close(committed)
-		tx.Commit(context.Background())
-	})
-	// The commit is done before the cleanup's rollback looks at tx.
-	defer func() { <-committed }()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := once.Do(ctx, c, in, func(context.Context, once.Attempt) (string, error) {
-		t.Error("ran the effect of an action a transaction claimed and committed")
-		return "", nil
-	}, once.WaitFor(15*time.Second))
-	if err != nil || !res.Replayed || res.Value != "from the transaction" {
-		t.Fatalf("Do waiting on a key an open DoTx holds (its resend on a dead connection, claims sent %d) = %+v, %v;\n"+
-			"want the transaction's result replayed once it commits", ws.claims.Load(), res, err)
-	}
-}
-
-// TestResendTakesTheLateFirstClaimAsItsOwn: as above, and the
+// the claim, sent again, lands on a dead idle connection (storetest's
+// ResendOnDeadConnectionStillWaitsForTheTransaction). Here the
 // transaction rolls back while the resend fails. The store is reached
 // through a fault proxy that refuses new connections while the claims
 // are sent, so pgx's cancel request for the first claim, given up on at

@@ -13,20 +13,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncehq/once"
 )
 
-// The idle-connection tests run a throwaway PostgreSQL cluster of their
-// own, on a plain temporary directory, and have the server close the
-// connections the store's pool holds idle, as idle_session_timeout, a
-// DBA's pg_terminate_backend or a proxy that drops idle connections do.
-// They need root (to run the server as the postgres user) and
-// PostgreSQL's binaries, and skip without.
+// The idle-connection tests that need a server of their own run a
+// throwaway PostgreSQL cluster, on a plain temporary directory, whose
+// idle_session_timeout closes the connections the store's pool holds
+// idle (pgxpool pings only those idle for over a second), or reach it
+// through a proxy that silences the idle connections. They need root
+// (to run the server as the postgres user) and PostgreSQL's binaries,
+// and skip without. Connections ended by the server (a DBA's
+// pg_terminate_backend) are storetest's: Faults.End.
 
-// idleVictim is the application_name of the store's connections, which
-// the tests terminate.
+// idleVictim is the application_name of the store's connections.
 const idleVictim = "once_idle_victim"
 
 // startIdleCluster makes a cluster in a temporary directory (the socket
@@ -83,39 +82,6 @@ func idleStore(t *testing.T, c *fullCluster, cfg Config, ocfg once.Config) (*Sto
 		t.Fatal(err)
 	}
 	return s, cl
-}
-
-// idleAdmin is a connection of c's that is not the store's.
-func idleAdmin(t *testing.T, c *fullCluster) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), c.url()+"&application_name=once_idle_admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
-// terminateVictims terminates every backend of the store's connections
-// and waits until they have exited; it returns how many it terminated.
-func terminateVictims(t *testing.T, admin *pgx.Conn) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var n int
-	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, idleVictim).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		var left int
-		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, idleVictim).Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		if left == 0 {
-			return n
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 var idleSeq atomic.Int64
@@ -234,65 +200,12 @@ func replay(t *testing.T, cl *once.Client, in once.Intent) (once.Result[string],
 	return res, err
 }
 
-// TestIdleConnectionTerminatedDoClaimsAgain: the server ends the
-// connection the pool holds idle (pg_terminate_backend, as a DBA's
-// script or a proxy's reset does), and the next Do, a new key or a
-// duplicate of a finished one, goes through: its claim, sent on the dead
-// connection, fails, the read-back on a fresh one finds the claim not
-// written, and the claim is sent again. pgxpool pings a connection
-// before handing it out only when it has been idle for more than a
-// second (pgxpool/pool.go's default ShouldPing); one used within the
-// last second is handed out dead. Before the claim was sent again, every
-// such Do failed with the connection's FATAL error (57P01), the
-// database up the whole time. The outcome's Transition survives the
-// same thing (recordAs retries; TestIdleTerminatedMidEffectRecords).
-func TestIdleConnectionTerminatedDoClaimsAgain(t *testing.T) {
-	c := startIdleCluster(t)
-	admin := idleAdmin(t, c)
-	ctx := context.Background()
-	for _, m := range idleModes {
-		t.Run(m.name, func(t *testing.T) {
-			_, cl := idleStore(t, c, m.cfg, once.Config{})
-			const n = 10
-			var newFails, dupFails int
-			for range n {
-				done := idleIntent("done")
-				if _, err := once.Do(ctx, cl, done, sent); err != nil {
-					t.Fatal(err)
-				}
-				terminateVictims(t, admin)
-				ran := 0
-				_, err := once.Do(ctx, cl, idleIntent("new"), func(context.Context, once.Attempt) (string, error) {
-					ran++
-					return "sent", nil
-				})
-				if err != nil {
-					newFails++
-					if newFails == 1 {
-						t.Logf("a new key: %v", err)
-					}
-				}
-				terminateVictims(t, admin)
-				if _, err := replay(t, cl, done); err != nil {
-					dupFails++
-					if dupFails == 1 {
-						t.Logf("a duplicate of a finished key: %v", err)
-					}
-				}
-			}
-			if newFails+dupFails > 0 {
-				t.Errorf("with the idle connection terminated and the database up, %d of %d Do of new keys and %d of %d of finished keys failed; want none",
-					newFails, n, dupFails, n)
-			}
-		})
-	}
-}
-
 // TestIdleSessionTimeoutUnderASecondDoClaimsAgain: idle_session_timeout
 // set below a second (here 500ms) closes connections pgxpool does not
 // ping before it hands them out (only those idle for more than a second
 // are), and every Do after a pause between the two goes through, as in
-// TestIdleConnectionTerminatedDoClaimsAgain (where each failed before).
+// storetest's IdleConnectionTerminatedDoClaimsAgain (where each failed
+// before).
 func TestIdleSessionTimeoutUnderASecondDoClaimsAgain(t *testing.T) {
 	c := startIdleCluster(t, "idle_session_timeout = '500ms'")
 	ctx := context.Background()
@@ -342,44 +255,6 @@ func TestIdleSessionTimeoutPastAPingHolds(t *testing.T) {
 				time.Sleep(1300 * time.Millisecond)
 				if res, err := replay(t, cl, done); err != nil {
 					t.Errorf("a duplicate after the idle timeout: %+v, %v; want a replay", res, err)
-				}
-			}
-		})
-	}
-}
-
-// TestIdleTerminatedMidEffectRecords: the store's connections are
-// terminated while the effect runs (the claim's connection, idle in the
-// pool meanwhile, among them). The outcome's first try meets the closed
-// connection; recordAs tries again on a fresh one: Do reports success,
-// the row is succeeded, and the effect ran once.
-func TestIdleTerminatedMidEffectRecords(t *testing.T) {
-	c := startIdleCluster(t)
-	admin := idleAdmin(t, c)
-	ctx := context.Background()
-	for _, m := range idleModes {
-		t.Run(m.name, func(t *testing.T) {
-			s, cl := idleStore(t, c, m.cfg, once.Config{})
-			for range 5 {
-				in := idleIntent("mid")
-				ran := 0
-				res, err := once.Do(ctx, cl, in, func(context.Context, once.Attempt) (string, error) {
-					ran++
-					if terminateVictims(t, admin) == 0 {
-						t.Error("no connection of the store's to terminate")
-					}
-					return "sent", nil
-				})
-				if err != nil || res.Value != "sent" || ran != 1 {
-					t.Fatalf("Do = %+v, %v, effect ran %d times; want sent, once", res, err, ran)
-				}
-				k, _, _ := once.KeyOf(in)
-				a, err := s.Get(ctx, k)
-				if err != nil || a.Status != once.StatusSucceeded {
-					t.Fatalf("row %q, %v; want succeeded", a.Status, err)
-				}
-				if again, err := replay(t, cl, in); err != nil {
-					t.Fatalf("duplicate = %+v, %v; want a replay", again, err)
 				}
 			}
 		})

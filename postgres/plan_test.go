@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/sqlrows"
 	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/storekit"
 )
 
 // Inline recovery of one key must find it by its primary key, whatever
@@ -44,7 +44,7 @@ SELECT md5(g::text), '', 'r', g, 'k', '', 'in_flight', 1, now() - interval '1 ho
 	if _, err := tx.Prepare(ctx, "recover_one", s.q.recoverKey); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE recover_one('`+strings.Repeat("0", 32)+`', 60000000, 'tok', '{}', false, '{}', '{}')`)
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE recover_one('`+strings.Repeat("0", 32)+`', 60000000, 'tok', '{}', false, '{}', '{}', '{verify_then_decide}')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +85,13 @@ SELECT md5('o' || g::text), '', 'r', g, 'k', '', (ARRAY['in_flight', 'unknown', 
 	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
 		t.Fatal(err)
 	}
-	review, args := sqlrows.ListClause(once.Filter{Status: once.StatusReview, Limit: 50}, listDialect)
-	waiting, wargs := sqlrows.ListClause(once.Filter{Waiting: true, OldestFirst: true, Limit: 50}, listDialect)
+	review, args := storekit.ListClause(once.Filter{Status: once.StatusReview, Limit: 50}, listDialect)
+	waiting, wargs := storekit.ListClause(once.Filter{Waiting: true, OldestFirst: true, Limit: 50}, listDialect)
 	for _, c := range []struct {
 		name, sql, index string
 		args             []any
 	}{
-		{"the reaper's batch", s.q.recoverable, "action_active", []any{100, int64(60000000), "tok", nil, []string{}, false, []string{}, "{}"}},
+		{"the reaper's batch", s.q.recoverable, "action_active", []any{100, int64(60000000), "tok", nil, []string{}, false, []string{}, "{}", []string{"verify_then_decide"}}},
 		{"the review queue", s.q.list + review, "action_open", args},
 		{"released actions waiting", s.q.list + waiting, "action_open", wargs},
 		{"the purge by deadline", s.q.purge, "action_retain", []any{int64(0), 100}},
@@ -203,7 +203,7 @@ FROM generate_series(1, 6000) g`); err != nil {
 		{"a heartbeat", s.q.heartbeat, []any{key, 1, int64(60000000)}},
 		{"an outcome", s.q.transition, outcome},
 		{"a released action claimed again", s.q.reclaim, []any{key, "fp", int64(60000000), "tok", "", nil, nil, false, "o"}},
-		{"inline recovery of one key", s.q.recoverKey, []any{key, int64(60000000), "tok", []string{}, false, []string{}, "{}"}},
+		{"inline recovery of one key", s.q.recoverKey, []any{key, int64(60000000), "tok", []string{}, false, []string{}, "{}", []string{"verify_then_decide"}}},
 		{"a waiter's mark", s.q.await, []any{key, "in_flight", 1}},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

@@ -84,7 +84,7 @@ func pooledHarness(t *testing.T, b *testdb.PgBouncer, mode string) storetest.Har
 			return pooledFaults(t, b, mode, specSchema(t, spec))
 		},
 		Markers:  pgMarkers,
-		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: lostReplies},
+		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: lostReplies, Partition: true},
 	}
 }
 
@@ -149,7 +149,9 @@ func pooledFaults(t *testing.T, b *testdb.PgBouncer, mode, schema string) (once.
 		p.Close()
 		s.Close()
 	})
-	return s, proxyFaults{p}
+	// The pooler's sessions are not the store's: the store's end at the
+	// proxy, as a pooler's restart ends them.
+	return s, proxyFaults{p: p, locker: sharedPool(t), schema: schema, end: p.Reset}
 }
 
 // withParams adds query parameters (a=b&c=d) to a URL.

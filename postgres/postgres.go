@@ -83,9 +83,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/migrate"
-	"github.com/oncehq/once/internal/sqlrows"
-	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storekit"
 )
 
 //go:embed migrations/*.sql
@@ -164,7 +162,7 @@ type Store struct {
 	owned  bool
 	inTx   bool
 	addr   string
-	names  migrate.Names
+	names  storekit.Names
 	q      queries
 	schema string
 	// listen is the store's listening connection, shared with the stores
@@ -189,13 +187,14 @@ type Store struct {
 	// Config.Unbatched.
 	batch *batcher
 	// counts is the last count of the finished actions (stats.go).
-	counts *statcount.Counts
+	counts *storekit.Counts
 }
 
 var (
 	_ once.Store            = (*Store)(nil)
 	_ once.TxBinder[pgx.Tx] = (*Store)(nil)
 	_ once.Waiter           = (*Store)(nil)
+	_ once.Migrator         = (*Store)(nil)
 )
 
 // notifyChannel is the channel the store's statements notify on.
@@ -209,7 +208,7 @@ const (
 )
 
 // names fills in cfg's defaults and checks it.
-func (cfg Config) names() (Config, migrate.Names, error) {
+func (cfg Config) names() (Config, storekit.Names, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "public"
 	}
@@ -218,9 +217,9 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	}
 	switch {
 	case cfg.MaxBatch < 0:
-		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.MaxBatch is %d; it must be positive, or zero for %d", cfg.MaxBatch, defaultMaxBatch)
+		return cfg, storekit.Names{}, fmt.Errorf("postgres: Config.MaxBatch is %d; it must be positive, or zero for %d", cfg.MaxBatch, defaultMaxBatch)
 	case cfg.BatchesInFlight < 0:
-		return cfg, migrate.Names{}, fmt.Errorf("postgres: Config.BatchesInFlight is %d; it must be positive, or zero for %d", cfg.BatchesInFlight, defaultBatchesInFlight)
+		return cfg, storekit.Names{}, fmt.Errorf("postgres: Config.BatchesInFlight is %d; it must be positive, or zero for %d", cfg.BatchesInFlight, defaultBatchesInFlight)
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = defaultMaxBatch
@@ -228,13 +227,13 @@ func (cfg Config) names() (Config, migrate.Names, error) {
 	if cfg.BatchesInFlight == 0 {
 		cfg.BatchesInFlight = defaultBatchesInFlight
 	}
-	if err := migrate.CheckSchema("postgres: Config.Schema", cfg.Schema, false); err != nil {
-		return cfg, migrate.Names{}, err
+	if err := storekit.CheckSchema("postgres: Config.Schema", cfg.Schema, false); err != nil {
+		return cfg, storekit.Names{}, err
 	}
-	if err := migrate.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
-		return cfg, migrate.Names{}, err
+	if err := storekit.CheckIdent("postgres: Config.Prefix", cfg.Prefix, false); err != nil {
+		return cfg, storekit.Names{}, err
 	}
-	return cfg, migrate.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}, nil
+	return cfg, storekit.Names{Schema: cfg.Schema, Prefix: cfg.Prefix, Quote: quoteIdent}, nil
 }
 
 // Migrations returns the schema migrations rendered for cfg's schema and
@@ -245,7 +244,7 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Load(migrationFS, "migrations", names)
+	return storekit.LoadMigrations(migrationFS, "migrations", names)
 }
 
 // New returns a store over an existing pool. It does no I/O. The first
@@ -476,28 +475,30 @@ type queries struct {
 	trailInfo, eventsAfter, eventsBefore, listBrief, count string
 }
 
-// The purge's statements; $DUE is which finished actions are due: past
-// their deadline (purgeDue, read from action_retain, with the unused $1
-// a one-time filter), or not updated for $1 (purgeOlder).
-const (
-	purgeStmt = `
-WITH gone AS (
-    DELETE FROM $T WHERE key IN (
-        SELECT key FROM $T
-        WHERE status IN ('succeeded', 'failed') AND $DUE
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED)
-    RETURNING key, waiters
-), ev AS (
-    DELETE FROM $E WHERE key IN (SELECT key FROM gone)
-), n AS (
-    SELECT $NOTIFY FROM gone WHERE waiters
-)
-SELECT count(*), (SELECT count(*) FROM n) FROM gone`
-	purgeCountStmt = `SELECT count(*) FROM $T WHERE status IN ('succeeded', 'failed') AND $DUE`
-	purgeDue       = `retain_until <= now() AND $1::bigint <= 0`
-	purgeOlder     = `updated_at < now() - $1::float8 * interval '1 microsecond'`
-)
+// queriesSQL holds the store's statements, one named query each
+// (storekit.LoadQueries).
+//
+//go:embed queries.sql
+var queriesSQL embed.FS
+
+// sqlQueries are queries.sql's statements by name, read once: the file
+// is embedded, so a fault in it fails every test, not a user.
+var sqlQueries = sync.OnceValue(func() map[string]string {
+	qs, err := storekit.LoadQueries(queriesSQL, "queries.sql")
+	if err != nil {
+		panic("postgres store: " + err.Error())
+	}
+	return qs
+})
+
+// namedQuery is the statement queries.sql names name.
+func namedQuery(name string) string {
+	q, ok := sqlQueries()[name]
+	if !ok {
+		panic("postgres store: queries.sql has no query " + name)
+	}
+	return q
+}
 
 // buildQueries renders the statements for the tables; tag names the
 // action table in notification payloads. Schema and prefix are plain
@@ -515,303 +516,51 @@ func buildQueries(table, events, tag string) queries {
 	// like (TestOneKeyStatementsReadThePrimaryKey).
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOTIFY", notify, "$ORIGIN", origin, "$S", "(status || '')",
 		"$QC", qualified("c", columns), "$QT", qualified("t", columns))
+	q := func(name string) string { return r.Replace(namedQuery(name)) }
+	// A purge's statement with $DUE, which finished actions are due.
+	purge := func(stmt, due string) string {
+		return r.Replace(strings.ReplaceAll(namedQuery(stmt), "$DUE", namedQuery(due)))
+	}
 	return queries{
-		// The claim statement for many keys, one each (batch.go), as
-		// the claim statement does it for one: standing rows read
-		// first, by their primary key, and only the other keys inserted,
-		// in the order of their keys; each row comes back with its
-		// request's index, i. A key whose standing row was committed
-		// after the statement's snapshot comes back not at all, and is
-		// read again, as after the claim statement alone.
-		//
-		// Every read of the action table names its keys (key =
-		// ANY($1), here and in transitions), and a batch runs with
-		// sequential scans off (batchSettingsSQL): whatever plan
-		// PostgreSQL made and kept, also one made while the log was
-		// small, a batch reads its keys' rows through the primary key,
-		// and never the whole log (TestGroupCommitReadsByKeyAsTheLogGrows).
-		claims: r.Replace(`
-WITH b AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[],
-        $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[])
-        WITH ORDINALITY AS b(key, fingerprint, run_id, step, kind, target, payload, lease_us, token, recovery, retention_us,
-            redrive_after_us, redrive, origin, i)
-), standing AS (
-    SELECT $QT, b.i FROM b JOIN $T t ON t.key = b.key AND t.key = ANY($1::text[])
-), claimed AS (
-    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive, origin)
-    SELECT key, fingerprint, run_id, step, kind, target, payload, 'in_flight', 1, statement_timestamp() + lease_us::float8 * interval '1 microsecond',
-        token, recovery, retention_us, redrive_after_us, redrive, origin
-    FROM b WHERE NOT EXISTS (SELECT 1 FROM standing s WHERE s.i = b.i) ORDER BY i
-    ON CONFLICT (key) DO NOTHING
-    RETURNING $C
-)
-SELECT $C, false, statement_timestamp(), i FROM standing
-UNION ALL
-SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.key`),
-		// The transition statement for many keys, one each: every
-		// request's compare-and-set, event and notification as the
-		// statement alone makes them. $11 holds each request's From
-		// statuses joined by commas. It returns the index, i, of each
-		// request that applied.
-		transitions: r.Replace(`
-WITH b AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[],
-        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[],
-        $20::boolean[])
-        WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
-            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, waiting, i)
-), u AS (
-    UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
-        attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
-        claimed_at = CASE WHEN b.new_attempt THEN now() ELSE t.claimed_at END,
-        lease_until = CASE WHEN b.lease_us > 0 THEN now() + b.lease_us::float8 * interval '1 microsecond' END,
-        completed_at = CASE WHEN b.to_status IN ('succeeded', 'failed') THEN now() END,
-        retain_until = CASE WHEN b.to_status IN ('succeeded', 'failed')
-            THEN now() + coalesce(t.retention_us, $18::bigint)::float8 * interval '1 microsecond' END,
-        verify_failures = b.verify_failures,
-        resolved_by = CASE WHEN b.resolved_by <> '' THEN b.resolved_by ELSE t.resolved_by END,
-        resolved_at = CASE WHEN b.resolved_by <> '' THEN now() ELSE t.resolved_at END,
-        resolve_note = CASE WHEN b.resolved_by <> '' THEN b.resolve_note ELSE t.resolve_note END,
-        hold_token = NULL,
-        token = CASE WHEN b.token <> '' THEN b.token ELSE t.token END
-    FROM b
-    WHERE t.key = b.key AND t.key = ANY($1::text[]) AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
-      AND (b.hold = '' OR t.hold_token = b.hold)
-      AND (NOT b.waiting OR t.updated_at < now() - coalesce(t.redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
-    RETURNING b.i, t.key, t.attempt, t.status, t.waiters
-), ev AS (
-    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
-    SELECT u.key, b.ev_type, u.attempt, b.ev_from, u.status, b.actor, b.note, b.origin FROM u JOIN b ON b.i = u.i WHERE b.ev_type <> ''
-), n AS (
-    SELECT $NOTIFY FROM u WHERE waiters
-)
-SELECT i, (SELECT count(*) FROM n) FROM u`),
-		// One statement claims a new key; when the key is held it returns
-		// the standing row instead, so a duplicate costs one round trip.
-		// The standing row is read first, by its primary key, and a
-		// duplicate goes no further: the insert has nothing to insert,
-		// so a replay is one indexed read, with no speculative insertion,
-		// no lock and nothing written (the insert's values are cast, as
-		// the SELECT that carries them types nothing from the table). A
-		// row committed after the statement's snapshot was taken is not
-		// standing for it, and its insert meets the conflict: no row
-		// comes back, and claimRest reads it again with a fresh snapshot
-		// (TestClaimSeesARowCommittedAfterItsSnapshot).
-		// A first claim writes no event: the row, with its origin, is
-		// the trail's first entry (sqlrows.WithHappyPath).
-		claim: r.Replace(`
-WITH standing AS (
-    SELECT $C FROM $T WHERE key = $1
-), claimed AS (
-    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive, origin)
-    SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::bytea, 'in_flight', 1,
-        statement_timestamp() + $8::float8 * interval '1 microsecond', $9::text, $10::text, $11::bigint, $12::bigint, $13::boolean, $14::text
-    WHERE NOT EXISTS (SELECT 1 FROM standing)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING $C
-)
-SELECT $C, false, statement_timestamp() FROM standing
-UNION ALL
-SELECT $C, true, statement_timestamp() FROM claimed`),
-		// Inside a caller's transaction (BindTx) the snapshot may be
-		// older than the statement: in REPEATABLE READ or SERIALIZABLE
-		// it is the transaction's first statement's. A standing row
-		// read from it may have moved on since (in flight then,
-		// succeeded now), and must not be answered as it stood. There
-		// the insert goes first: it meets the newest row, and a row
-		// that changed after the snapshot is a serialization failure,
-		// which the caller retries (TestClaimInAnOlderSnapshot).
-		// The time it reports, against which the standing row's lease
-		// is read, and from which its own lease runs, is the
-		// statement's, as in claim: in a transaction now() is when the
-		// transaction began, and a lease that ran out since would look
-		// live.
-		claimInTx: r.Replace(`
-WITH claimed AS (
-    INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive, origin)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13, $14)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING $C
-)
-SELECT $C, true, statement_timestamp() FROM claimed
-UNION ALL
-SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`),
-		// A released action is claimed again as the next attempt, if the
-		// payload is the same.
-		reclaim: r.Replace(`
-WITH claimed AS (
-    UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = statement_timestamp() + $3::float8 * interval '1 microsecond',
-        claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
-        redrive_after_us = $7, redrive = $8, waiters = false
-    WHERE key = $1 AND $S = 'released' AND fingerprint = $2
-    RETURNING $C
-), ev AS (
-    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)
-    SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker', $9 FROM claimed
-)
-SELECT $C, true, statement_timestamp() FROM claimed`),
-		// The fallback when the row a claim conflicted with was committed
-		// after the claim's snapshot was taken.
-		selectRow: r.Replace(`SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1`),
-		heartbeat: r.Replace(`
-UPDATE $T SET lease_until = now() + $3::float8 * interval '1 microsecond', hold_token = NULL
-WHERE key = $1 AND attempt = $2 AND $S = 'in_flight'
-RETURNING lease_until`),
-		// A fenced compare-and-set and its event, in one statement, and a
-		// notification when someone waits for the row. A CTE that calls
-		// a volatile function runs only when read: the final SELECT
-		// reads it.
-		transition: r.Replace(`
-WITH u AS (
-    UPDATE $T SET status = $3, result = $4, error = $5, updated_at = now(),
-        attempt = attempt + CASE WHEN $6 THEN 1 ELSE 0 END,
-        claimed_at = CASE WHEN $6 THEN now() ELSE claimed_at END,
-        lease_until = CASE WHEN $7::bigint > 0 THEN now() + $7::float8 * interval '1 microsecond' END,
-        completed_at = CASE WHEN $3 IN ('succeeded', 'failed') THEN now() END,
-        retain_until = CASE WHEN $3 IN ('succeeded', 'failed')
-            THEN now() + coalesce(retention_us, $18::bigint)::float8 * interval '1 microsecond' END,
-        verify_failures = $8,
-        resolved_by = CASE WHEN $9 <> '' THEN $9 ELSE resolved_by END,
-        resolved_at = CASE WHEN $9 <> '' THEN now() ELSE resolved_at END,
-        resolve_note = CASE WHEN $9 <> '' THEN $10 ELSE resolve_note END,
-        hold_token = NULL,
-        token = CASE WHEN $17 <> '' THEN $17 ELSE token END
-    WHERE key = $1 AND attempt = $2 AND $S = ANY($11) AND ($12 = '' OR hold_token = $12)
-      AND (NOT $20::boolean OR updated_at < now() - coalesce(redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
-    RETURNING key, attempt, status, waiters
-), ev AS (
-    INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
-    SELECT key, $13, attempt, $14, status, $15, $16, $19 FROM u WHERE $13 <> ''
-), n AS (
-    SELECT $NOTIFY FROM u WHERE waiters
-)
-SELECT count(*), (SELECT count(*) FROM n) FROM u`),
-		// Takes a batch of due actions and holds them; SKIP LOCKED keeps
-		// concurrent reapers on disjoint batches. $8 maps kinds to their
-		// holds in microseconds (RecoverRequest.KindHolds); $2 holds the
-		// others.
-		recoverable: r.Replace(`
-WITH due AS (
-    SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= now()
-      AND ($4::timestamptz IS NULL OR lease_until <= $4)
-      AND (recovery <> 'verify_then_decide' OR kind = ANY($5) OR ($6 AND NOT (kind = ANY($7))))
-    ORDER BY lease_until
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE $T SET lease_until = now() + coalesce(($8::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
-WHERE key IN (SELECT key FROM due)
-RETURNING $C, now()`),
-		// One key, for inline recovery: found by its primary key, so no
-		// cached plan scans the due actions to find it. The UPDATE's own
-		// row lock and re-check keep two recoverers from both taking it.
-		recoverKey: r.Replace(`
-UPDATE $T SET lease_until = now() + coalesce(($7::jsonb ->> kind)::float8, $2::float8) * interval '1 microsecond', hold_token = $3
-WHERE key = $1 AND $S IN ('in_flight', 'unknown') AND lease_until <= now()
-  AND (recovery <> 'verify_then_decide' OR kind = ANY($4) OR ($5 AND NOT (kind = ANY($6))))
-RETURNING $C, now()`),
-		appendEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
-		events:      r.Replace(`SELECT $V FROM $E WHERE key = $1 ORDER BY id`),
-		// What a page of a trail needs of the rest of it
-		// (sqlrows.TrailInfo): $2 is the row's status, $3 its
-		// completed_at. It reads the key's events through their index,
-		// and keeps none of them.
-		trailInfo: r.Replace(`
-SELECT count(*), coalesce(bool_or(attempt = 1 AND type = 'claimed'), false),
-    coalesce((SELECT origin FROM $E c WHERE c.key = $1 AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), ''),
-    coalesce(bool_or(attempt = 1 AND type <> 'refused' AND to_status = $2::text), false),
-    coalesce(min(id) FILTER (WHERE at > $3::timestamptz), 0)
-FROM $E WHERE key = $1`),
-		eventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = $1 AND id > $2 ORDER BY id LIMIT $3`),
-		eventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = $1 AND id < $2 ORDER BY id DESC LIMIT $3`),
-		listBrief:    `SELECT ` + sqlrows.BriefColumns(columns, "NULL::bytea", "NULL::json") + ` FROM ` + table,
-		count:        `SELECT count(*) FROM ` + table,
-		eventsRow:    r.Replace(`SELECT $C, origin FROM $T WHERE key = $1`),
-		// The worker's outcome of attempt 1, which the row describes and
-		// the trail does not hold (sqlrows.WithHappyPath), written out
-		// before a decision changes the row; nothing when the trail holds
-		// an event that took the row where it stands.
-		lockOutcome: r.Replace(`
-SELECT 1 FROM $T WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') FOR NO KEY UPDATE`),
-		outcome: r.Replace(`
-INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, note, origin)
-SELECT key, completed_at, status, 1, 'in_flight', status, 'worker', '', $ORIGIN FROM $T a
-WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') AND completed_at IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
-		// The trail's events of the given types, newest first, with the
-		// happy path's that were not written (sqlrows.WithHappyPath) made
-		// from the action rows: a first claim for a row whose trail does
-		// not hold one, the worker's outcome of attempt 1 for a row that
-		// stands there with no event that took it there. Asked only for
-		// recoveries (the console), the derived branches are one-time
-		// filtered away and read no row. Events at the same time (a
-		// claim and its success in one transaction, DoTx) keep the
-		// order they would have had written: the claim first, the
-		// outcome after what was written, as in WithHappyPath.
-		recent: r.Replace(`
-SELECT $V FROM (
-    SELECT $V, 1 AS ord FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1)
-    UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, 0 FROM $T a
-    WHERE (cardinality($1::text[]) = 0 OR 'claimed' = ANY($1))
-      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
-    UNION ALL
-    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', $ORIGIN, 2 FROM $T a
-    WHERE (cardinality($1::text[]) = 0 OR 'succeeded' = ANY($1) OR 'failed' = ANY($1))
-      AND attempt = 1 AND status IN ('succeeded', 'failed') AND (cardinality($1::text[]) = 0 OR status = ANY($1))
-      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
-) t ORDER BY at DESC, ord DESC, id DESC LIMIT $2`),
-		// Ordered by bytes, as Stats orders the two parts of a large
-		// log's count, whatever the columns' collation.
-		stats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery
-ORDER BY kind COLLATE "C", status COLLATE "C", recovery COLLATE "C"`),
-		// The open statuses' counts, each branch read through the
-		// partial index whose condition it implies (action_active,
-		// action_open), and the finished ones', which read the log
-		// (stats.go).
-		openStats: r.Replace(`
-SELECT kind, status, recovery, count(*) FROM (
-    SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
-    UNION ALL
-    SELECT kind, status, recovery FROM $T WHERE status IN ('review', 'released')
-) a GROUP BY kind, status, recovery`),
-		finishedStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T WHERE status IN ('succeeded', 'failed') GROUP BY kind, status, recovery`),
+		claims:        q("claims"),
+		transitions:   q("transitions"),
+		claim:         q("claim"),
+		claimInTx:     q("claim_in_tx"),
+		reclaim:       q("reclaim"),
+		selectRow:     q("select_row"),
+		heartbeat:     q("heartbeat"),
+		transition:    q("transition"),
+		recoverable:   q("recoverable"),
+		recoverKey:    q("recover_key"),
+		appendEvent:   q("append_event"),
+		events:        q("events"),
+		trailInfo:     q("trail_info"),
+		eventsAfter:   q("events_after"),
+		eventsBefore:  q("events_before"),
+		eventsRow:     q("events_row"),
+		lockOutcome:   q("lock_outcome"),
+		outcome:       q("outcome"),
+		recent:        q("recent"),
+		stats:         q("stats"),
+		openStats:     q("open_stats"),
+		finishedStats: q("finished_stats"),
+		get:           q("get"),
+		list:          q("list"),
+		state:         q("state"),
+		await:         q("await"),
+		listBrief:     `SELECT ` + storekit.BriefColumns(columns, "NULL::bytea", "NULL::json") + ` FROM ` + table,
+		count:         `SELECT count(*) FROM ` + table,
 		// PostgreSQL's estimate of the log's rows, as of its last vacuum
 		// or analyze; -1 before the first.
 		estimate: `SELECT reltuples::float8 FROM pg_class WHERE oid = '` + strings.ReplaceAll(table, `'`, `''`) + `'::regclass`,
 		// Finished actions past their own deadline (retain_until, set
 		// from the retention their kind had when they were claimed); the
 		// Older variants take those not updated for $1 (positive)
-		// whatever it says. Two statements, not one with a CASE: a
-		// generic plan of the CASE could use no index and read the log.
-		purge:           r.Replace(strings.ReplaceAll(purgeStmt, "$DUE", purgeDue)),
-		purgeOlder:      r.Replace(strings.ReplaceAll(purgeStmt, "$DUE", purgeOlder)),
-		purgeCount:      r.Replace(strings.ReplaceAll(purgeCountStmt, "$DUE", purgeDue)),
-		purgeCountOlder: r.Replace(strings.ReplaceAll(purgeCountStmt, "$DUE", purgeOlder)),
-		get:             r.Replace(`SELECT $C FROM $T WHERE key = $1`),
-		list:            r.Replace(`SELECT $C FROM $T`),
-		// A waiter's poll: where the action stands, without its payload.
-		state: r.Replace(`SELECT status, attempt FROM $T WHERE key = $1`),
-		// A waiter marks the row, so its next transition notifies, and
-		// learns whether the row still stands where it saw it. Marked
-		// already (by another waiter): no write. Not marked: the update
-		// takes the row lock, so a transition either committed first (the
-		// update then matches nothing, and the waiter claims again) or
-		// runs after it and sees the mark.
-		await: r.Replace(`
-WITH cur AS (
-    SELECT waiters FROM $T WHERE key = $1 AND $S = $2 AND attempt = $3
-), u AS (
-    UPDATE $T SET waiters = true WHERE key = $1 AND $S = $2 AND attempt = $3 AND NOT waiters
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM cur WHERE waiters) OR EXISTS (SELECT 1 FROM u)`),
+		// whatever it says.
+		purge:           purge("purge", "purge_due_where"),
+		purgeOlder:      purge("purge", "purge_older_where"),
+		purgeCount:      purge("purge_count", "purge_due_where"),
+		purgeCountOlder: purge("purge_count", "purge_older_where"),
 	}
 }
 
@@ -926,7 +675,7 @@ func (s *Store) claimRest(ctx context.Context, req once.ClaimRequest, res once.C
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
-		sqlrows.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
+		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
@@ -1042,26 +791,26 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 	var rows pgx.Rows
 	var err error
 	v := req.Verifiable
-	vk, ve := nonNil(v.Kinds), nonNil(v.Except)
-	holds, err := sqlrows.KindHolds(req.KindHolds, time.Duration.Microseconds)
+	vk, ve, vr := nonNil(v.Kinds), nonNil(v.Except), nonNil(v.Recoveries)
+	holds, err := storekit.KindHolds(req.KindHolds, time.Duration.Microseconds)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if req.Key != "" {
-		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve, holds)
+		rows, err = s.db.Query(ctx, s.q.recoverKey, string(req.Key), req.Hold.Microseconds(), req.Token, vk, v.Others, ve, holds, vr)
 	} else {
 		var dueBy any
 		if !req.DueBy.IsZero() {
 			dueBy = req.DueBy
 		}
-		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve, holds)
+		rows, err = s.db.Query(ctx, s.q.recoverable, max(req.Limit, 1), req.Hold.Microseconds(), req.Token, dueBy, vk, v.Others, ve, holds, vr)
 	}
 	if err != nil {
 		return nil, time.Time{}, s.wrap(err)
 	}
 	defer rows.Close()
 	var now time.Time
-	out, err := sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) {
+	out, err := storekit.Collect(rows, func(r storekit.Rows) (a once.Action, err error) {
 		return a, scanAction(r, &a, &now)
 	})
 	if err != nil {
@@ -1082,7 +831,7 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 }
 
 // Events implements once.Store. The happy path's events, which are not
-// written, are made from the action row (sqlrows.WithHappyPath).
+// written, are made from the action row (storekit.WithHappyPath).
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
 	var a once.Action
 	var origin string
@@ -1097,7 +846,7 @@ func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) 
 		// the trail is what was written.
 		return stored, err
 	}
-	return sqlrows.WithHappyPath(a, origin, stored), nil
+	return storekit.WithHappyPath(a, origin, stored), nil
 }
 
 // EventPage implements once.Store.
@@ -1109,7 +858,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return once.EventPage{}, s.wrap(err)
 	}
-	var info sqlrows.TrailInfo
+	var info storekit.TrailInfo
 	var completed *time.Time
 	if !a.CompletedAt.IsZero() {
 		completed = &a.CompletedAt
@@ -1118,7 +867,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 		&info.Written, &info.Claimed, &info.ClaimOrigin, &info.Decided, &info.FirstAfter); err != nil {
 		return once.EventPage{}, s.wrap(err)
 	}
-	after, limit := sqlrows.PageCursor(q)
+	after, limit := storekit.PageCursor(q)
 	stmt := s.q.eventsAfter
 	if q.Newest {
 		stmt = s.q.eventsBefore
@@ -1127,7 +876,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil {
 		return once.EventPage{}, err
 	}
-	return sqlrows.Page(a, found, origin, info, rows, q, limit), nil
+	return storekit.Page(a, found, origin, info, rows, q, limit), nil
 }
 
 // RecentEvents implements once.Store.
@@ -1139,9 +888,9 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, s.q.recent, ts, max(limit, 1))
 }
 
-// Versions returns every migration version the schema records, in
-// order, none if it has no migration table: a build refuses a schema
-// migrated by a newer one, or one whose record has a gap.
+// Versions implements once.Migrator: every migration version the schema
+// records, in order, none if it has no migration table. A build refuses
+// a schema migrated by a newer one, or one whose record has a gap.
 func (s *Store) Versions(ctx context.Context) ([]int, error) {
 	var exists bool
 	mt := s.names.Table("migration")
@@ -1175,17 +924,17 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 }
 
 func (s *Store) queryEvents(ctx context.Context, stmt string, args ...any) ([]once.Event, error) {
-	return query(ctx, s, sqlrows.Event(func(t time.Time) time.Time { return t }), stmt, args...)
+	return query(ctx, s, storekit.ScanEvent(func(t time.Time) time.Time { return t }), stmt, args...)
 }
 
 // query runs a query and scans every row with scan.
-func query[T any](ctx context.Context, s *Store, scan func(sqlrows.Rows) (T, error), stmt string, args ...any) ([]T, error) {
+func query[T any](ctx context.Context, s *Store, scan func(storekit.Rows) (T, error), stmt string, args ...any) ([]T, error) {
 	rows, err := s.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	out, err := sqlrows.Collect(rows, scan)
+	out, err := storekit.Collect(rows, scan)
 	return out, s.wrap(err)
 }
 
@@ -1232,7 +981,7 @@ func (s *Store) Get(ctx context.Context, key once.Key) (once.Action, error) {
 
 // List implements once.Store.
 func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) {
-	clause, args := sqlrows.ListClause(f, listDialect)
+	clause, args := storekit.ListClause(f, listDialect)
 	head := s.q.list
 	if f.Brief {
 		head = s.q.listBrief
@@ -1242,14 +991,14 @@ func (s *Store) List(ctx context.Context, f once.Filter) ([]once.Action, error) 
 
 // Count implements once.Store.
 func (s *Store) Count(ctx context.Context, f once.Filter) (int64, error) {
-	clause, args := sqlrows.CountClause(f, listDialect)
+	clause, args := storekit.CountClause(f, listDialect)
 	var n int64
 	err := s.db.QueryRow(ctx, s.q.count+clause, args...).Scan(&n)
 	return n, s.wrap(err)
 }
 
 // listDialect is how List writes its filters.
-var listDialect = sqlrows.Dialect{
+var listDialect = storekit.Dialect{
 	Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 	Time:        func(t time.Time) any { return t },
 	Waiting: func(def string) string {
@@ -1260,12 +1009,12 @@ var listDialect = sqlrows.Dialect{
 }
 
 // scanOne scans one action.
-func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
+func scanOne(r storekit.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
 
 // Migrations returns the schema migrations rendered for this store's
 // schema and prefix, for users who run their own migration tool.
 func (s *Store) Migrations() ([]once.Migration, error) {
-	return migrate.Load(migrationFS, "migrations", s.names)
+	return storekit.LoadMigrations(migrationFS, "migrations", s.names)
 }
 
 // Migrate implements once.Store. It takes a transaction-scoped advisory
@@ -1279,8 +1028,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return err
 }
 
-// MigrateApplied is Migrate, and returns the migrations this call ran:
-// none when another migrator ran them first.
+// MigrateApplied implements once.Migrator: it is Migrate, and returns
+// the migrations this call ran, none when another migrator ran them
+// first.
 func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
 		return nil, errors.New("postgres store: Migrate cannot run inside a caller's transaction")
@@ -1311,7 +1061,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 			return nil, s.wrap(err)
 		}
 	}
-	ran, err := migrate.Apply(ctx, migrate.Tx{
+	ran, err := storekit.ApplyMigrations(ctx, storekit.MigrationTx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.Exec(ctx, sql, args...)
 			return err
@@ -1322,7 +1072,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.Int)
+			return storekit.Collect(rows, storekit.ScanInt)
 		},
 		Table: s.names.Table("migration"),
 		Columns: `(

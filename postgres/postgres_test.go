@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -151,7 +150,7 @@ func harness() storetest.Harness {
 		Tx:       pgTx,
 		Faults:   pgFaults,
 		Markers:  pgMarkers,
-		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: true},
+		Features: storetest.Features{Processes: true, RowLocks: true, Refusal: true, LostReplies: true, Partition: true},
 	}
 }
 
@@ -293,58 +292,6 @@ func TestUnreachable(t *testing.T) {
 	_, err = postgres.Open(context.Background(), "mysql://nope", postgres.Config{})
 	if err == nil || !strings.Contains(err.Error(), "postgres://") {
 		t.Fatalf("bad URL: %v", err)
-	}
-}
-
-// TestDatabaseGoesAway stops the store's connections mid-effect: the
-// effect ran, the outcome cannot be recorded, and the claim stays in
-// flight so that no redelivery repeats it.
-func TestDatabaseGoesAway(t *testing.T) {
-	url := testdb.RequirePostgres(t)
-	ctx := context.Background()
-	s, schema := newStore(t)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A store of its own whose connections we can cut.
-	cfg, _ := pgxpool.ParseConfig(url)
-	cfg.ConnConfig.RuntimeParams["application_name"] = "once_goes_away_" + schema
-	cfg.MaxConns = 2
-	p, err := openPool(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	victim, _ := postgres.New(p, postgres.Config{Schema: schema})
-	c, _ := once.New(once.Config{Store: victim, RecordTimeout: 300 * time.Millisecond})
-	in := once.Intent{Run: "r", Kind: "send_email", Target: "x@example.com"}
-	// Block new connections from this application while the effect runs.
-	res, err := once.Do(ctx, c, in, func(ctx context.Context, a once.Attempt) (string, error) {
-		p.Reset()
-		if _, err := sharedPool(t).Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, "once_goes_away_"+schema); err != nil {
-			t.Error(err)
-		}
-		p.Close() // the database is gone for this worker
-		return "sent", nil
-	})
-	if !errors.Is(err, once.ErrNotRecorded) || res.Value != "sent" {
-		t.Fatalf("Do = %+v, %v; want ErrNotRecorded with the value", res, err)
-	}
-	if !strings.Contains(err.Error(), "recovery applies") {
-		t.Fatalf("message %q does not say what happens next", err)
-	}
-	k, _, _ := once.KeyOf(in)
-	a, err := s.Get(ctx, k)
-	if err != nil || a.Status != once.StatusInFlight {
-		t.Fatalf("stored %+v, %v; want the claim still in flight", a, err)
-	}
-	// The redelivered job, on a healthy worker, does not send again.
-	healthy, _ := once.New(once.Config{Store: s})
-	if _, err := once.Do(ctx, healthy, in, func(context.Context, once.Attempt) (string, error) {
-		t.Error("effect repeated after the database went away")
-		return "", nil
-	}); !errors.Is(err, once.ErrInFlight) {
-		t.Fatalf("redelivery = %v, want ErrInFlight", err)
 	}
 }
 

@@ -4,15 +4,14 @@ import (
 	"context"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/sqlrows"
-	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storekit"
 )
 
-// newCounts returns the counts Stats answers from (package statcount):
+// newCounts returns the counts Stats answers from (storekit.Counts):
 // the open statuses through their partial indexes at every call, the
 // finished ones counted now and then once the log is large. The stores
 // BindTx makes share them, but count within their transaction.
-func newCounts(s *Store) *statcount.Counts {
+func newCounts(s *Store) *storekit.Counts {
 	cells := func(stmt string) func(context.Context) ([]once.StatusCount, error) {
 		return func(ctx context.Context) ([]once.StatusCount, error) {
 			rows, err := s.db.Query(ctx, stmt)
@@ -20,10 +19,10 @@ func newCounts(s *Store) *statcount.Counts {
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.StatusCount)
+			return storekit.Collect(rows, storekit.ScanStatusCount)
 		}
 	}
-	return statcount.New(statcount.Queries{
+	return storekit.NewCounts(storekit.StatQueries{
 		All:      cells(s.q.stats),
 		Open:     cells(s.q.openStats),
 		Finished: cells(s.q.finishedStats),
@@ -34,12 +33,12 @@ func newCounts(s *Store) *statcount.Counts {
 }
 
 // Stats implements once.Store. It counts every action while the log
-// holds fewer than statcount.LiveRows finished ones; past that, it counts
+// holds fewer than storekit.LiveRows finished ones; past that, it counts
 // the open ones at each call and takes the finished ones from a count
 // made now and then, whose cells say when (AsOf).
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 	if s.inTx {
-		return query(ctx, s, sqlrows.StatusCount, s.q.stats)
+		return query(ctx, s, storekit.ScanStatusCount, s.q.stats)
 	}
 	all, err := s.counts.Stats(ctx)
 	return all, s.wrap(err)

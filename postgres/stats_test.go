@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storekit"
 	"github.com/oncehq/once/storetest"
 )
 
@@ -35,7 +35,7 @@ func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
 	ctx := context.Background()
 	conn, s := largeUncounted(t)
 	table := s.names.Table("action")
-	const finished = statcount.LiveRows + 5_000
+	const finished = storekit.LiveRows + 5_000
 	first, err := s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +84,13 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			t.Fatalf("a small log's count %+v says it was made earlier; it is made by each call", c)
 		}
 	}
-	fillFinished(t, conn, table, "bulk", statcount.LiveRows)
+	fillFinished(t, conn, table, "bulk", storekit.LiveRows)
 	stats, err = s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := storetest.Counted(stats, once.StatusSucceeded); got != statcount.LiveRows+10 {
-		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, statcount.LiveRows+10)
+	if got := storetest.Counted(stats, once.StatusSucceeded); got != storekit.LiveRows+10 {
+		t.Fatalf("a count of the whole log finds %d succeeded, want %d", got, storekit.LiveRows+10)
 	}
 	before := time.Now()
 	fillFinished(t, conn, table, "later", 7)
@@ -100,7 +100,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := storetest.Counted(stats, once.StatusSucceeded); got == statcount.LiveRows+17 {
+		if got := storetest.Counted(stats, once.StatusSucceeded); got == storekit.LiveRows+17 {
 			for _, c := range stats {
 				if c.Status == once.StatusSucceeded && c.AsOf.Before(before.Add(-time.Second)) {
 					t.Fatalf("the count %+v includes actions written after it says it was made (%v)", c, before)
@@ -109,7 +109,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", storetest.Counted(stats, once.StatusSucceeded), statcount.LiveRows+17, strconv.Quote(table))
+			t.Fatalf("the counts never caught up with the log: %d succeeded, want %d (%s)", storetest.Counted(stats, once.StatusSucceeded), storekit.LiveRows+17, strconv.Quote(table))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -123,7 +123,7 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 	ctx := context.Background()
 	_, s := largeUncounted(t)
-	const finished = statcount.LiveRows + 5_000
+	const finished = storekit.LiveRows + 5_000
 	// Far shorter than a count of the log (tens of milliseconds), and
 	// long enough for the open statuses' counts, read by their indexes.
 	const deadline = 10 * time.Millisecond
@@ -148,13 +148,13 @@ func TestStatsOfALogTooLargeToCountInADeadlineAnswerLater(t *testing.T) {
 }
 
 // largeUncounted is a store over the test's pool whose log, of
-// statcount.LiveRows+5,000 finished actions, the statistics say is large, and
+// storekit.LiveRows+5,000 finished actions, the statistics say is large, and
 // which has not counted it yet.
 func largeUncounted(t *testing.T) (*pgx.Conn, *Store) {
 	t.Helper()
 	conn, s := planStoreWith(t, nil)
 	table := s.names.Table("action")
-	fillFinished(t, conn, table, "bulk", statcount.LiveRows+5_000)
+	fillFinished(t, conn, table, "bulk", storekit.LiveRows+5_000)
 	if _, err := conn.Exec(context.Background(), `ANALYZE `+table); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestStatsRacingClose(t *testing.T) {
 	}
 }
 
-// A log that grew past statcount.LiveRows after its first count (an
+// A log that grew past storekit.LiveRows after its first count (an
 // import, a restore) is counted in the background from the first call that
 // could not count it within its deadline.
 func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
@@ -218,7 +218,7 @@ func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
 	if _, err := s.Stats(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fillFinished(t, conn, table, "bulk", statcount.LiveRows+5_000)
+	fillFinished(t, conn, table, "bulk", storekit.LiveRows+5_000)
 	if _, err := conn.Exec(ctx, `ANALYZE `+table); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestStatsOfALogThatGrewPastItsFirstCountAnswerLater(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, deadline)
 		stats, err := s.Stats(cctx)
 		cancel()
-		if err == nil && storetest.Counted(stats, once.StatusSucceeded) == statcount.LiveRows+5_010 {
+		if err == nil && storetest.Counted(stats, once.StatusSucceeded) == storekit.LiveRows+5_010 {
 			return
 		}
 		last = err
@@ -259,7 +259,7 @@ func TestStatsOrderDoesNotDependOnTheLogsSize(t *testing.T) {
 		return ks
 	}
 	small := kinds()
-	fillFinished(t, conn, table, "bulk", statcount.LiveRows)
+	fillFinished(t, conn, table, "bulk", storekit.LiveRows)
 	kinds() // the count that finds the log large
 	large := kinds()
 	if !slices.Contains(large, "bulk") || !slices.Equal(slices.DeleteFunc(slices.Clone(large), func(k string) bool { return k == "bulk" }), small) {

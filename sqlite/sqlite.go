@@ -38,9 +38,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/migrate"
-	"github.com/oncehq/once/internal/sqlrows"
-	"github.com/oncehq/once/internal/statcount"
+	"github.com/oncehq/once/storekit"
 )
 
 //go:embed migrations/*.sql
@@ -77,7 +75,7 @@ func (cfg Config) check() (Config, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "once_"
 	}
-	return cfg, migrate.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false)
+	return cfg, storekit.CheckIdent("sqlite: Config.Prefix", cfg.Prefix, false)
 }
 
 // Migrations returns the schema migrations rendered for cfg's prefix,
@@ -88,7 +86,7 @@ func Migrations(cfg Config) ([]once.Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return migrate.Load(migrationFS, "migrations", migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent})
+	return storekit.LoadMigrations(migrationFS, "migrations", storekit.Names{Prefix: cfg.Prefix, Quote: quoteIdent})
 }
 
 // busyTimeout is how long a statement waits for another connection or
@@ -127,7 +125,7 @@ type Store struct {
 	// another *sql.DB, so it runs their text.
 	ownTx *sql.Tx
 	path  string
-	names migrate.Names
+	names storekit.Names
 	q     queries
 	stmts *statements
 	// writer admits this store's writes to SQLite's write lock one at a
@@ -139,7 +137,7 @@ type Store struct {
 	// Config.Unbatched.
 	group *group
 	// counts is the last count of the finished actions, for Stats.
-	counts *statcount.Counts
+	counts *storekit.Counts
 	// closed is closed by Close: its waiters can read nothing more.
 	closed    chan struct{}
 	closeOnce *sync.Once
@@ -149,6 +147,7 @@ var (
 	_ once.Store             = (*Store)(nil)
 	_ once.TxBinder[*sql.Tx] = (*Store)(nil)
 	_ once.Waiter            = (*Store)(nil)
+	_ once.Migrator          = (*Store)(nil)
 )
 
 // Open opens the database file at path, creating it if it does not exist,
@@ -206,7 +205,7 @@ func Open(path string, cfg Config) (*Store, error) {
 }
 
 func newStore(db *sql.DB, path string, cfg Config) *Store {
-	names := migrate.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
+	names := storekit.Names{Prefix: cfg.Prefix, Quote: quoteIdent}
 	q := buildQueries(names.Table("action"), names.Table("event"))
 	var g *group
 	if !cfg.Unbatched {
@@ -442,174 +441,56 @@ type queries struct {
 	list, listBrief, count string
 }
 
-// transitionSet is the SET clause of a transition, whose WHERE clause
-// matches its statuses as a JSON array (?11) or, for one, as text.
-const transitionSet = `
-UPDATE $T SET status = ?3, result = ?4, error = ?5, updated_at = $NOW,
-    attempt = attempt + ?6,
-    claimed_at = CASE WHEN ?6 THEN $NOW ELSE claimed_at END,
-    lease_until = CASE WHEN ?7 > 0 THEN $NOW + ?7 END,
-    completed_at = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW END,
-    outcome_seq = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $SEQ END,
-    retain_until = CASE WHEN ?3 IN ('succeeded', 'failed') THEN $NOW + coalesce(retention_ms, ?14) END,
-    verify_failures = ?8,
-    resolved_by = CASE WHEN ?9 <> '' THEN ?9 ELSE resolved_by END,
-    resolved_at = CASE WHEN ?9 <> '' THEN $NOW ELSE resolved_at END,
-    resolve_note = CASE WHEN ?9 <> '' THEN ?10 ELSE resolve_note END,
-    hold_token = NULL,
-    token = CASE WHEN ?13 <> '' THEN ?13 ELSE token END`
+// queriesSQL holds the store's statements, one named query each
+// (storekit.LoadQueries).
+//
+//go:embed queries.sql
+var queriesSQL embed.FS
 
-// kindHold is a taken action's hold in milliseconds: its kind's in the
-// JSON object ?8 (RecoverRequest.KindHolds), else ?2.
-const kindHold = `coalesce((SELECT h.value FROM json_each(?8) AS h WHERE h.key = kind), ?2)`
+// stmtNames are the names in queries.sql of the statements stmtID
+// numbers.
+var stmtNames = [nStmt]string{
+	stClaim: "claim", stReclaim: "reclaim", stSelectRow: "select_row", stHeartbeat: "heartbeat",
+	stTransition: "transition", stOutcome: "outcome", stBackfill: "backfill", stEvent: "event",
+	stGet: "get", stState: "state", stEventsRow: "events_row", stEvents: "events",
+	stTrailInfo: "trail_info", stEventsAfter: "events_after", stEventsBefore: "events_before",
+	stRecent: "recent", stRecoverable: "recoverable", stRecoverKey: "recover_key",
+	stStats: "stats", stOpenStats: "open_stats", stFinishedStats: "finished_stats",
+	stEstimate: "estimate", stPurgeDue: "purge_due", stPurgeOlder: "purge_older",
+	stPurgeEvents: "purge_events", stCountDue: "count_due", stCountOlder: "count_older", stNow: "now",
+}
+
+// sqlQueries are queries.sql's statements by name, read once: the file
+// is embedded, so a fault in it fails every test, not a user.
+var sqlQueries = sync.OnceValue(func() map[string]string {
+	qs, err := storekit.LoadQueries(queriesSQL, "queries.sql")
+	if err != nil {
+		panic("sqlite store: " + err.Error())
+	}
+	return qs
+})
+
+// namedQuery is the statement queries.sql names name.
+func namedQuery(name string) string {
+	q, ok := sqlQueries()[name]
+	if !ok {
+		panic("sqlite store: queries.sql has no query " + name)
+	}
+	return q
+}
 
 func buildQueries(table, events string) queries {
 	r := strings.NewReplacer("$T", table, "$E", events, "$C", columns, "$V", eventColumns, "$NOW", nowMS,
 		"$SEQ", "coalesce((SELECT max(id) FROM "+events+"), 0)")
-	// The finished actions a purge may delete: past their own deadline,
-	// which the purge deadlines' index finds, or, when ?1 is positive,
-	// not updated for ?1 milliseconds, which reads the table. Two
-	// statements, not one with a CASE, which no index serves.
-	purgeDue := r.Replace(`status IN ('succeeded', 'failed') AND retain_until <= $NOW`)
-	purgeOlder := r.Replace(`status IN ('succeeded', 'failed') AND updated_at < $NOW - ?1`)
+	// The fragments several statements share go in first.
+	frag := strings.NewReplacer("$TRANSITION_SET", namedQuery("transition_set"), "$KIND_HOLD", namedQuery("kind_hold"),
+		"$PURGE_DUE", namedQuery("purge_due_where"), "$PURGE_OLDER", namedQuery("purge_older_where"))
 	var q queries
-	q.list = r.Replace(`SELECT $C FROM $T`)
-	q.listBrief = `SELECT ` + sqlrows.BriefColumns(columns, "NULL", "NULL") + ` FROM ` + table
+	q.list = r.Replace(namedQuery("list"))
+	q.listBrief = `SELECT ` + storekit.BriefColumns(columns, "NULL", "NULL") + ` FROM ` + table
 	q.count = `SELECT count(*) FROM ` + table
-	q.text = [nStmt]string{
-		// A new key, in one statement that is its own transaction. A
-		// first claim writes no event: the row, with its origin, is the
-		// trail's first entry (sqlrows.WithHappyPath). DO NOTHING: a key
-		// that stands is answered by selectRow, or claimed again by
-		// reclaim, in a transaction of their own. It returns only the
-		// time: the rest of the row is the request's (claimedRow).
-		stClaim: r.Replace(`
-INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
-    redrive_after_ms, redrive, origin, claim_seq)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14, $SEQ)
-ON CONFLICT (key) DO NOTHING
-RETURNING created_at`),
-		// A released action is claimed again as the next attempt, if the
-		// payload is the same. Its claim is an event of the trail.
-		stReclaim: r.Replace(`
-UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = $NOW + ?3,
-    claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-    hold_token = NULL, token = ?4, recovery = ?5, retention_ms = ?6,
-    retain_until = NULL, redrive_after_ms = ?7, redrive = ?8
-WHERE key = ?1 AND status = 'released' AND fingerprint = ?2
-RETURNING $C, $NOW`),
-		stSelectRow: r.Replace(`SELECT $C, $NOW FROM $T WHERE key = ?1`),
-		stHeartbeat: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ?3, hold_token = NULL
-WHERE key = ?1 AND attempt = ?2 AND status = 'in_flight'
-RETURNING lease_until`),
-		// The statuses to match come as one JSON array, so the statement
-		// text is the same whatever their number.
-		stTransition: r.Replace(transitionSet + `
-WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
-  AND (NOT ?15 OR updated_at < $NOW - coalesce(redrive_after_ms, ?16))
-RETURNING attempt, status`),
-		// The worker's outcome, and any transition from one status that
-		// writes no event: the same, with one status to match and
-		// nothing to return but the count.
-		stOutcome: r.Replace(transitionSet + `
-WHERE key = ?1 AND attempt = ?2 AND status = ?11 AND (?12 = '' OR hold_token = ?12)`),
-		// Before a transition takes an action out of the worker's
-		// outcome of attempt 1, which was never written (the row told
-		// it), the outcome is written, with its time and its origin:
-		// the row will tell it no more. The condition is the
-		// transition's, so both apply or neither, and the trail's test
-		// for a written outcome is sqlrows.WithHappyPath's, so a row
-		// from before the happy path, whose outcome was written, gets no
-		// second one.
-		stBackfill: r.Replace(`
-INSERT INTO $E (key, at, type, attempt, from_status, to_status, actor, origin)
-SELECT key, coalesce(completed_at, updated_at), status, 1, 'in_flight', status, 'worker', origin FROM $T a
-WHERE key = ?1 AND attempt = ?2 AND attempt = 1 AND status IN ('succeeded', 'failed')
-  AND status IN (SELECT value FROM json_each(?3)) AND (?4 = '' OR hold_token = ?4)
-  AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)`),
-		stEvent: r.Replace(`INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`),
-		stGet:   r.Replace(`SELECT $C FROM $T WHERE key = ?1`),
-		// A waiter's poll: where the action stands, without its payload.
-		stState:     r.Replace(`SELECT status, attempt FROM $T WHERE key = ?1`),
-		stEventsRow: r.Replace(`SELECT $C, origin FROM $T WHERE key = ?1`),
-		stEvents:    r.Replace(`SELECT $V FROM $E WHERE key = ?1 ORDER BY id`),
-		// What a page of a trail needs of the rest of it
-		// (sqlrows.TrailInfo): ?2 is the row's status, ?3 its
-		// completed_at.
-		stTrailInfo: r.Replace(`
-SELECT count(*), coalesce(max(attempt = 1 AND type = 'claimed'), 0),
-    coalesce((SELECT origin FROM $E c WHERE c.key = ?1 AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), ''),
-    coalesce(max(attempt = 1 AND type <> 'refused' AND to_status = ?2), 0),
-    coalesce(min(CASE WHEN at > ?3 THEN id END), 0)
-FROM $E WHERE key = ?1`),
-		stEventsAfter:  r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id > ?2 ORDER BY id LIMIT ?3`),
-		stEventsBefore: r.Replace(`SELECT $V FROM $E WHERE key = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3`),
-		// The trail's events of the given types, newest first, with the
-		// happy path's that were not written (sqlrows.WithHappyPath) made
-		// from the action rows: a first claim for a row whose trail does
-		// not hold one, the worker's outcome of attempt 1 for a row that
-		// stands there with no event that took it there. Times are
-		// milliseconds, and events often share one: pos, the last event
-		// id when a made up one was recorded (claim_seq, outcome_seq),
-		// orders them among the written ones, then a claim before its
-		// outcome, then the actions' rows in the order they were made.
-		stRecent: r.Replace(`
-SELECT $V FROM (
-    SELECT $V, id AS pos, 0 AS ord, 0 AS rid FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1))
-    UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, coalesce(claim_seq, 0), 1, rowid FROM $T a
-    WHERE (json_array_length(?1) = 0 OR 'claimed' IN (SELECT value FROM json_each(?1)))
-      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
-    UNION ALL
-    SELECT 0, key, completed_at, status, 1, 'in_flight', status, 'worker', '', origin, coalesce(outcome_seq, 0), 2, rowid FROM $T a
-    WHERE attempt = 1 AND status IN ('succeeded', 'failed')
-      AND (json_array_length(?1) = 0 OR status IN (SELECT value FROM json_each(?1)))
-      AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type <> 'refused' AND e.to_status = a.status)
-) ORDER BY at DESC, pos DESC, ord DESC, rid DESC LIMIT ?2`),
-		// Takes a batch of due actions and holds them, in one statement
-		// under the database's write lock, so no two callers share one.
-		stRecoverable: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
-WHERE key IN (
-    SELECT key FROM $T
-    WHERE status IN ('in_flight', 'unknown') AND lease_until <= $NOW AND (?4 IS NULL OR lease_until <= ?4)
-      AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
-           OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
-    ORDER BY lease_until
-    LIMIT ?1)
-RETURNING $C, $NOW`),
-		// One key, for inline recovery, by its primary key.
-		stRecoverKey: r.Replace(`
-UPDATE $T SET lease_until = $NOW + ` + kindHold + `, hold_token = ?3
-WHERE key = ?1 AND status IN ('in_flight', 'unknown') AND lease_until <= $NOW
-  AND (recovery <> 'verify_then_decide' OR kind IN (SELECT value FROM json_each(?5))
-       OR (?6 AND kind NOT IN (SELECT value FROM json_each(?7))))
-RETURNING $C, $NOW`),
-		stStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T GROUP BY kind, status, recovery ORDER BY kind, status, recovery`),
-		// The open statuses' counts, each branch read through the
-		// partial index whose condition it implies (action_due,
-		// action_open), and the finished ones', which read the log
-		// (package statcount). TestPlans holds the first's plan.
-		stOpenStats: r.Replace(`
-SELECT kind, status, recovery, count(*) FROM (
-    SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
-    UNION ALL
-    SELECT kind, status, recovery FROM $T WHERE status = 'review'
-    UNION ALL
-    SELECT kind, status, recovery FROM $T WHERE status = 'released'
-) a GROUP BY kind, status, recovery`),
-		stFinishedStats: r.Replace(`SELECT kind, status, recovery, count(*) FROM $T WHERE status IN ('succeeded', 'failed') GROUP BY kind, status, recovery`),
-		// How many rows the log has held at most: SQLite numbers a new
-		// row one past the highest, so this reads one page, and errs only
-		// high, after a purge.
-		stEstimate:    r.Replace(`SELECT coalesce(max(rowid), 0) FROM $T`),
-		stPurgeEvents: r.Replace(`DELETE FROM $E WHERE key IN (SELECT value FROM json_each(?1))`),
-		stPurgeDue:    r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeDue + ` ORDER BY retain_until LIMIT ?1) RETURNING key`),
-		stPurgeOlder:  r.Replace(`DELETE FROM $T WHERE key IN (SELECT key FROM $T WHERE ` + purgeOlder + ` ORDER BY key LIMIT ?2) RETURNING key`),
-		stCountDue:    r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeDue),
-		stCountOlder:  r.Replace(`SELECT count(*) FROM $T WHERE ` + purgeOlder),
-		stNow:         `SELECT ` + nowMS,
+	for id, name := range stmtNames {
+		q.text[id] = r.Replace(frag.Replace(namedQuery(name)))
 	}
 	return q
 }
@@ -624,7 +505,7 @@ func leaseMS(d time.Duration) int64 {
 }
 
 // scanOne scans one action.
-func scanOne(r sqlrows.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
+func scanOne(r storekit.Rows) (a once.Action, err error) { return a, scanAction(r, &a) }
 
 // scanAction scans the column list, plus extra destinations.
 func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...any) error {
@@ -759,7 +640,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		err := s.grouped(ctx, len(req.Payload), func(ctx context.Context, w *Store) error {
 			return w.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
 				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-				sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
+				storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
 		})
 		if err == nil {
 			return once.ClaimResult{Claimed: true, Action: claimedRow(req, now), Now: msTime(now)}, nil
@@ -771,7 +652,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	err := s.inWriteTx(ctx, func(tx *Store) error {
 		res = once.ClaimResult{}
 		err := tx.queryRow(ctx, stReclaim, scan, string(req.Key), string(req.Fingerprint), leaseMS(req.Lease), req.Token,
-			sqlrows.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
+			storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
 		if err == nil {
 			res.Claimed = true
 			err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),
@@ -802,7 +683,7 @@ func claimedRow(req once.ClaimRequest, now int64) once.Action {
 	a := once.Action{Key: req.Key, Fingerprint: req.Fingerprint, Run: req.Run, Step: req.Step, Kind: req.Kind, Target: req.Target,
 		Payload: bytes.Clone(req.Payload), Status: once.StatusInFlight, Attempt: 1, LeaseUntil: msTime(now + leaseMS(req.Lease)),
 		CreatedAt: msTime(now), ClaimedAt: msTime(now), UpdatedAt: msTime(now), Token: req.Token,
-		Recovery: once.ParseRecovery(sqlrows.RecoveryText(req.Recovery)), Redrive: req.Redrive}
+		Recovery: once.ParseRecovery(storekit.RecoveryText(req.Recovery)), Redrive: req.Redrive}
 	if ms, ok := optMillis(req.Retention).(int64); ok {
 		a.Retention = time.Duration(ms) * time.Millisecond
 	}
@@ -828,7 +709,7 @@ func (s *Store) Heartbeat(ctx context.Context, key once.Key, attempt int, lease 
 }
 
 // Transition implements once.Store. The worker's outcome of attempt 1
-// writes no event (sqlrows.Unwritten): it is one statement, its own
+// writes no event (storekit.Unwritten): it is one statement, its own
 // transaction. A transition with an event to write, or one that takes an
 // action out of such an outcome, which must then be written first, runs
 // in a transaction.
@@ -837,7 +718,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	if len(t.Result) > 0 {
 		result = string(t.Result)
 	}
-	event := sqlrows.EventToWrite(t)
+	event := storekit.EventToWrite(t)
 	size := len(t.Result) + len(t.Error) + len(t.ResolveNote)
 	backfill := slices.Contains(t.From, once.StatusSucceeded) || slices.Contains(t.From, once.StatusFailed)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
@@ -933,13 +814,17 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 		if err != nil {
 			return err
 		}
-		// Both statements number their parameters alike, so one list
-		// serves: ?1 is the key or the limit.
-		holds, err := sqlrows.KindHolds(req.KindHolds, leaseMS)
+		vr, err := jsonStrings(req.Verifiable.Recoveries)
 		if err != nil {
 			return err
 		}
-		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve, holds}
+		// Both statements number their parameters alike, so one list
+		// serves: ?1 is the key or the limit.
+		holds, err := storekit.KindHolds(req.KindHolds, leaseMS)
+		if err != nil {
+			return err
+		}
+		id, args := stRecoverable, []any{max(req.Limit, 1), leaseMS(req.Hold), req.Token, dueBy, vk, req.Verifiable.Others, ve, holds, vr}
 		if req.Key != "" {
 			id, args[0] = stRecoverKey, string(req.Key)
 		}
@@ -948,7 +833,7 @@ func (s *Store) Recoverable(ctx context.Context, req once.RecoverRequest) ([]onc
 			return err
 		}
 		defer rows.Close()
-		out, err = sqlrows.Collect(rows, func(r sqlrows.Rows) (a once.Action, err error) {
+		out, err = storekit.Collect(rows, func(r storekit.Rows) (a once.Action, err error) {
 			return a, scanAction(r, &a, &now)
 		})
 		if err != nil {
@@ -976,7 +861,7 @@ func (s *Store) AppendEvent(ctx context.Context, e once.Event) error {
 }
 
 // Events implements once.Store. The happy path's events, which are not
-// written, are made from the action row (sqlrows.WithHappyPath).
+// written, are made from the action row (storekit.WithHappyPath).
 func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) {
 	var a once.Action
 	var origin string
@@ -991,7 +876,7 @@ func (s *Store) Events(ctx context.Context, key once.Key) ([]once.Event, error) 
 		// the trail is what was written.
 		return stored, err
 	}
-	return sqlrows.WithHappyPath(a, origin, stored), nil
+	return storekit.WithHappyPath(a, origin, stored), nil
 }
 
 // EventPage implements once.Store.
@@ -1003,7 +888,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return once.EventPage{}, s.wrap(err)
 	}
-	var info sqlrows.TrailInfo
+	var info storekit.TrailInfo
 	var completed any
 	if !a.CompletedAt.IsZero() {
 		completed = a.CompletedAt.UnixMilli()
@@ -1013,7 +898,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	}, string(q.Key), string(a.Status), completed); err != nil {
 		return once.EventPage{}, s.wrap(err)
 	}
-	after, limit := sqlrows.PageCursor(q)
+	after, limit := storekit.PageCursor(q)
 	stmt := stEventsAfter
 	if q.Newest {
 		stmt = stEventsBefore
@@ -1022,7 +907,7 @@ func (s *Store) EventPage(ctx context.Context, q once.EventQuery) (once.EventPag
 	if err != nil {
 		return once.EventPage{}, err
 	}
-	return sqlrows.Page(a, found, origin, info, rows, q, limit), nil
+	return storekit.Page(a, found, origin, info, rows, q, limit), nil
 }
 
 // RecentEvents implements once.Store.
@@ -1038,9 +923,9 @@ func (s *Store) RecentEvents(ctx context.Context, types []once.EventType, limit 
 	return s.queryEvents(ctx, stRecent, js, max(limit, 1))
 }
 
-// Versions returns every migration version the schema records, in
-// order, none if it has no migration table: a build refuses a schema
-// migrated by a newer one, or one whose record has a gap.
+// Versions implements once.Migrator: every migration version the schema
+// records, in order, none if it has no migration table. A build refuses
+// a schema migrated by a newer one, or one whose record has a gap.
 func (s *Store) Versions(ctx context.Context) ([]int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`, s.names.Prefix+"migration").Scan(&n); err != nil {
@@ -1054,7 +939,7 @@ func (s *Store) Versions(ctx context.Context) ([]int, error) {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	vs, err := sqlrows.Collect(rows, sqlrows.Int)
+	vs, err := storekit.Collect(rows, storekit.ScanInt)
 	return vs, s.wrap(err)
 }
 
@@ -1075,36 +960,36 @@ func (s *Store) Version(ctx context.Context) (int, error) {
 
 func (s *Store) queryEvents(ctx context.Context, id stmtID, args ...any) ([]once.Event, error) {
 	rows, err := s.query(ctx, id, args...)
-	return collect(s, rows, err, sqlrows.Event(msTime))
+	return collect(s, rows, err, storekit.ScanEvent(msTime))
 }
 
 // collect scans every row of a query's rows with scan.
-func collect[T any](s *Store, rows *sql.Rows, err error, scan func(sqlrows.Rows) (T, error)) ([]T, error) {
+func collect[T any](s *Store, rows *sql.Rows, err error, scan func(storekit.Rows) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, s.wrap(err)
 	}
 	defer rows.Close()
-	out, err := sqlrows.Collect(rows, scan)
+	out, err := storekit.Collect(rows, scan)
 	return out, s.wrap(err)
 }
 
 // Stats implements once.Store. It counts every action while the log
-// holds fewer than statcount.LiveRows finished ones; past that, it counts
+// holds fewer than storekit.LiveRows finished ones; past that, it counts
 // the open ones at each call and takes the finished ones from a count
 // made now and then, in the background, whose cells say when (AsOf).
 func (s *Store) Stats(ctx context.Context) ([]once.StatusCount, error) {
 	if s.inTx {
 		rows, err := s.query(ctx, stStats)
-		return collect(s, rows, err, sqlrows.StatusCount)
+		return collect(s, rows, err, storekit.ScanStatusCount)
 	}
 	all, err := s.counts.Stats(ctx)
 	return all, s.wrap(err)
 }
 
-// newCounts returns the counts Stats answers from (package statcount).
+// newCounts returns the counts Stats answers from (storekit.Counts).
 // The stores BindTx makes share them, but count within their
 // transaction.
-func newCounts(s *Store) *statcount.Counts {
+func newCounts(s *Store) *storekit.Counts {
 	cells := func(id stmtID) func(context.Context) ([]once.StatusCount, error) {
 		return func(ctx context.Context) ([]once.StatusCount, error) {
 			rows, err := s.query(ctx, id)
@@ -1112,10 +997,10 @@ func newCounts(s *Store) *statcount.Counts {
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.StatusCount)
+			return storekit.Collect(rows, storekit.ScanStatusCount)
 		}
 	}
-	return statcount.New(statcount.Queries{
+	return storekit.NewCounts(storekit.StatQueries{
 		All:      cells(stStats),
 		Open:     cells(stOpenStats),
 		Finished: cells(stFinishedStats),
@@ -1149,7 +1034,7 @@ func (s *Store) Purge(ctx context.Context, req once.PurgeRequest) (int, error) {
 		if err != nil {
 			return err
 		}
-		keys, err = sqlrows.Collect(rows, sqlrows.String)
+		keys, err = storekit.Collect(rows, storekit.ScanString)
 		rows.Close()
 		if err != nil {
 			return err
@@ -1199,11 +1084,11 @@ func (s *Store) Count(ctx context.Context, f once.Filter) (int64, error) {
 
 // listQuery is List's statement for f (or Count's), and its arguments.
 func (s *Store) listQuery(f once.Filter, count bool) (string, []any) {
-	clauseOf := sqlrows.ListClause
+	clauseOf := storekit.ListClause
 	if count {
-		clauseOf = sqlrows.CountClause
+		clauseOf = storekit.CountClause
 	}
-	clause, args := clauseOf(f, sqlrows.Dialect{
+	clause, args := clauseOf(f, storekit.Dialect{
 		Placeholder: func(int) string { return "?" },
 		Time: func(t time.Time) any {
 			// Rows hold whole milliseconds: one at or after Since is at
@@ -1240,7 +1125,7 @@ func (s *Store) listQuery(f once.Filter, count bool) (string, []any) {
 // Migrations returns the schema migrations rendered for this store's
 // prefix, for users who run their own migration tool.
 func (s *Store) Migrations() ([]once.Migration, error) {
-	return migrate.Load(migrationFS, "migrations", s.names)
+	return storekit.LoadMigrations(migrationFS, "migrations", s.names)
 }
 
 // Migrate implements once.Store. It runs in one transaction that begins
@@ -1253,8 +1138,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return err
 }
 
-// MigrateApplied is Migrate, and returns the migrations this call ran:
-// none when another migrator ran them first.
+// MigrateApplied implements once.Migrator: it is Migrate, and returns
+// the migrations this call ran, none when another migrator ran them
+// first.
 func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 	if s.inTx {
 		return nil, errors.New("sqlite store: Migrate cannot run inside a caller's transaction")
@@ -1278,7 +1164,7 @@ func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
 // apply records and runs the migrations tx has not seen, and returns
 // those it ran.
 func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once.Migration, error) {
-	return migrate.Apply(ctx, migrate.Tx{
+	return storekit.ApplyMigrations(ctx, storekit.MigrationTx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
@@ -1289,7 +1175,7 @@ func (s *Store) apply(ctx context.Context, tx dbtx, ms []once.Migration) ([]once
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.Int)
+			return storekit.Collect(rows, storekit.ScanInt)
 		},
 		Table: s.names.Table("migration"),
 		Columns: `(

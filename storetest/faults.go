@@ -25,12 +25,22 @@ type Faults interface {
 	// Refuse makes the faulted store's connections fail at once, open
 	// ones and new ones, until Refuse(false). Needs Features.Refusal.
 	Refuse(on bool)
+	// End ends every connection the faulted store holds, open or idle,
+	// at once, on the database's side (a DBA's pg_terminate_backend, an
+	// idle-session timeout, a pooler's restart); new ones are accepted.
+	// Needs Features.Refusal.
+	End()
 	// LoseReply arms a lost reply: the next statement of the faulted
 	// store whose text contains marker is carried out and committed, and
 	// its reply never arrives; with hang the connection then hangs
 	// instead of closing. The channel closes when it happened. Needs
 	// Features.LostReplies.
 	LoseReply(marker string, hang bool) <-chan struct{}
+	// Lock holds key's row locked, in a transaction of the harness's own
+	// on the database, until unlock ends it: every write to the row
+	// waits meanwhile, as behind a slow or long transaction. On a store
+	// whose database has one write lock (SQLite) every write waits.
+	Lock(ctx context.Context, key once.Key) (unlock func() error, err error)
 }
 
 // Markers name the statements LoseReply can aim at, in the store's own
@@ -40,6 +50,13 @@ type Markers struct {
 	Claim string
 	// Transition is text found only in Store.Transition's statement.
 	Transition string
+	// Events is text found only in Store.Events' read of the trail.
+	Events string
+	// Recoverable is text found only in Store.Recoverable's statement
+	// that takes a batch (RecoverRequest.Key empty).
+	Recoverable string
+	// AppendEvent is text found only in Store.AppendEvent's statement.
+	AppendEvent string
 }
 
 // faultTests are the partial-failure cases: every one needs

@@ -132,6 +132,53 @@ func testRecoverableKindHolds(t *testing.T, h Harness) {
 	check(got, now)
 }
 
+// Recoverable takes an action whose recorded recovery is among
+// Verifiable.Recoveries only for the kinds Verifiable names (Kinds, or
+// every kind but Except when Others), in a batch and by key, and any
+// other action whatever it names. The store substitutes the values it
+// is given; it knows no recovery mode.
+func testRecoverableVerifiable(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
+	claim := func(step int64, kind string, rec once.Recovery) once.Key {
+		req := claimReq(t, once.Intent{Run: "verifiable", Step: step, Kind: kind}, time.Millisecond)
+		req.Recovery = rec
+		mustClaim(t, s, req)
+		return req.Key
+	}
+	mine := claim(1, "mine", once.VerifyThenDecide)
+	theirs := claim(2, "theirs", once.VerifyThenDecide)
+	person := claim(3, "theirs", once.AskPerson)
+	other := claim(4, "other", once.VerifyThenDecide)
+	time.Sleep(20 * time.Millisecond)
+	only := []string{once.VerifyThenDecide.String()}
+	take := func(token string, key once.Key, v once.Verifiable) map[once.Key]bool {
+		t.Helper()
+		got, _, err := s.Recoverable(ctx(t), once.RecoverRequest{Key: key, Limit: 10, Hold: time.Millisecond, Token: token, Verifiable: v})
+		if err != nil {
+			t.Fatalf("Recoverable(%+v) = %v", v, err)
+		}
+		taken := map[once.Key]bool{}
+		for _, a := range got {
+			taken[a.Key] = true
+		}
+		// Due again at once, for the next request.
+		time.Sleep(20 * time.Millisecond)
+		return taken
+	}
+	if got := take("a", theirs, once.Verifiable{Recoveries: only, Kinds: []string{"mine"}}); len(got) != 0 {
+		t.Errorf("Recoverable by key took %v, recorded %s, of a kind it does not name", got, once.VerifyThenDecide)
+	}
+	if got := take("b", "", once.Verifiable{Recoveries: only, Kinds: []string{"mine"}}); len(got) != 2 || !got[mine] || !got[person] {
+		t.Errorf("Recoverable naming kind mine took %v; want %s (its kind named) and %s (recorded %s)", got, mine, person, once.AskPerson)
+	}
+	if got := take("c", "", once.Verifiable{Recoveries: only, Others: true, Except: []string{"other"}}); len(got) != 3 || got[other] {
+		t.Errorf("Recoverable for every kind but other took %v; want all but %s", got, other)
+	}
+	if got := take("d", "", once.Verifiable{}); len(got) != 4 {
+		t.Errorf("Recoverable restricting no recovery took %v; want all four", got)
+	}
+}
+
 // A Redrive hook may run the action itself with once.Do, instead of
 // publishing its job again. Two reapers (two clients, each with its own
 // connection) that both find the same released actions waiting hand each

@@ -30,6 +30,7 @@ func storeTests() []namedTest {
 		{name: "RecoverableDue", fn: testRecoverableDue},
 		{name: "RecoverableDisjoint", fn: testRecoverableDisjoint},
 		{name: "RecoverableKindHolds", fn: testRecoverableKindHolds},
+		{name: "RecoverableVerifiable", fn: testRecoverableVerifiable},
 		{name: "TransitionWaiting", fn: testTransitionWaiting},
 		{name: "Events", fn: testEvents},
 		{name: "Stats", fn: testStats},
@@ -115,6 +116,39 @@ func testMigrateTwice(t *testing.T, h Harness) {
 		t.Fatalf("Version after Migrate = %d, %v; want %d", v, err, latestVersion(t, s))
 	}
 	useSchema(t, s)
+	if m, ok := s.(once.Migrator); ok {
+		testMigrator(t, h, m)
+	}
+}
+
+// testMigrator checks a once.Migrator on a fresh store: Versions is
+// empty before the first migration and 1, 2, 3… after, and
+// MigrateApplied runs every migration once, then none.
+func testMigrator(t *testing.T, h Harness, migrated once.Migrator) {
+	if vs, err := migrated.Versions(ctx(t)); err != nil || len(vs) != latestVersion(t, migrated.(once.Store)) {
+		t.Fatalf("Versions of a migrated schema = %v, %v", vs, err)
+	}
+	if ran, err := migrated.MigrateApplied(ctx(t)); err != nil || len(ran) != 0 {
+		t.Fatalf("MigrateApplied of a migrated schema = %d migrations, %v; want none", len(ran), err)
+	}
+	s, _ := h.New(t)
+	m := s.(once.Migrator)
+	if vs, err := m.Versions(ctx(t)); err != nil || len(vs) != 0 {
+		t.Fatalf("Versions before Migrate = %v, %v; want none", vs, err)
+	}
+	ran, err := m.MigrateApplied(ctx(t))
+	if err != nil || len(ran) != latestVersion(t, s) {
+		t.Fatalf("MigrateApplied of a new schema = %d migrations, %v; want %d", len(ran), err, latestVersion(t, s))
+	}
+	vs, err := m.Versions(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vs {
+		if v != i+1 || ran[i].Version != v {
+			t.Fatalf("Versions = %v after MigrateApplied ran %d migrations; want 1, 2, 3…", vs, len(ran))
+		}
+	}
 }
 
 func testMigrateConcurrently(t *testing.T, h Harness) {

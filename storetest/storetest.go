@@ -28,7 +28,8 @@
 //	func TestStore(t *testing.T)  { storetest.RunStore(t, harness) }
 //	func TestClient(t *testing.T) { storetest.RunClient(t, harness) }
 //
-// Every subtest runs in parallel on a store of its own.
+// Every subtest runs on a store of its own, in parallel but for a few
+// whose second-long leases a crowded machine could stretch.
 package storetest
 
 import (
@@ -82,13 +83,18 @@ type Features struct {
 	// database, so a DoTx left open holds up claims of its own key only
 	// (PostgreSQL; SQLite has one write lock per file).
 	RowLocks bool
-	// Refusal: Faults.Refuse makes the faulted store's connections fail
-	// (a server reached over a network).
+	// Refusal: Faults.Refuse makes the faulted store's connections fail,
+	// and Faults.End ends them (a server reached over a network).
 	Refusal bool
 	// LostReplies: Faults.LoseReply can lose a committed statement's
 	// reply (a server reached over a network; SQLite runs in the
 	// process, so its replies cannot be lost, only the process killed).
 	LostReplies bool
+	// Partition: Faults.Hang is a network partition, which holds up the
+	// faulted store's reads as well as its writes, and nothing else: the
+	// harness's own store goes on. SQLite's hang is its write lock,
+	// which reads pass and every store on the file meets.
+	Partition bool
 }
 
 // namedTest is one subtest of a layer.
@@ -98,6 +104,10 @@ type namedTest struct {
 	// needs is what the test needs of the harness; zero means nothing
 	// beyond New and Open.
 	needs need
+	// serial runs it alone, before the parallel subtests: it holds a
+	// lease or a hold of a second or less against a lock or a pause,
+	// which a crowded machine could stretch into another outcome.
+	serial bool
 }
 
 type need int
@@ -109,6 +119,7 @@ const (
 	needFaults
 	needRefusal
 	needLostReplies
+	needPartition
 )
 
 // missing names what the harness lacks of n; empty if nothing.
@@ -132,6 +143,9 @@ func (h Harness) missing(n need) string {
 	if n&needLostReplies != 0 && !h.Features.LostReplies {
 		s = append(s, "Features.LostReplies")
 	}
+	if n&needPartition != 0 && !h.Features.Partition {
+		s = append(s, "Features.Partition")
+	}
 	return strings.Join(s, ", ")
 }
 
@@ -148,6 +162,9 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, txTests()...)
 	tests = append(tests, edgeTests()...)
 	tests = append(tests, faultTests()...)
+	tests = append(tests, renewalTests()...)
+	tests = append(tests, partialTests()...)
+	tests = append(tests, idleTests()...)
 	tests = append(tests, waitTests()...)
 	tests = append(tests, attemptTests()...)
 	tests = append(tests, reviewTests()...)
@@ -165,7 +182,9 @@ func run(t *testing.T, h Harness, tests []namedTest) {
 			continue
 		}
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
+			if !tt.serial {
+				t.Parallel()
+			}
 			tt.fn(t, h)
 		})
 	}

@@ -11,9 +11,9 @@ import (
 	"strings"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
+	"github.com/oncehq/once/storekit"
 )
 
 // Store is an opened store with what the command needs beside it.
@@ -24,26 +24,22 @@ type Store struct {
 }
 
 // Versions returns the migration versions the schema records (see
-// postgres.Store.Versions and sqlite.Store.Versions).
+// once.Migrator).
 func (s *Store) Versions(ctx context.Context) ([]int, error) {
-	v, ok := s.Store.(interface {
-		Versions(context.Context) ([]int, error)
-	})
+	m, ok := s.Store.(once.Migrator)
 	if !ok {
-		return nil, fmt.Errorf("%s cannot list its schema's versions", s.Name)
+		return nil, fmt.Errorf("%s cannot list its schema's versions (it is no once.Migrator)", s.Name)
 	}
-	return v.Versions(ctx)
+	return m.Versions(ctx)
 }
 
 // MigrateApplied migrates the schema and returns the migrations this
 // call ran, none when another migrator ran them first (see
-// postgres.Store.MigrateApplied and sqlite.Store.MigrateApplied).
+// once.Migrator).
 func (s *Store) MigrateApplied(ctx context.Context) ([]once.Migration, error) {
-	m, ok := s.Store.(interface {
-		MigrateApplied(context.Context) ([]once.Migration, error)
-	})
+	m, ok := s.Store.(once.Migrator)
 	if !ok {
-		return nil, fmt.Errorf("%s cannot say which migrations it applied", s.Name)
+		return nil, fmt.Errorf("%s cannot say which migrations it applied (it is no once.Migrator)", s.Name)
 	}
 	return m.MigrateApplied(ctx)
 }
@@ -90,10 +86,10 @@ func postgresConfig(raw string) (string, postgres.Config, error) {
 		return "", postgres.Config{}, fmt.Errorf("postgres store: the URL's query does not parse (%v); write its parameters as name=value joined by &, with %%, & and ; in a value percent-encoded (%%25, %%26, %%3B)", err)
 	}
 	cfg := postgres.Config{Schema: q.Get("once_schema"), Prefix: q.Get("once_prefix")}
-	if err := migrate.CheckSchema("once_schema", cfg.Schema, !q.Has("once_schema")); err != nil {
+	if err := storekit.CheckSchema("once_schema", cfg.Schema, !q.Has("once_schema")); err != nil {
 		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
 	}
-	if err := migrate.CheckIdent("once_prefix", cfg.Prefix, !q.Has("once_prefix")); err != nil {
+	if err := storekit.CheckIdent("once_prefix", cfg.Prefix, !q.Has("once_prefix")); err != nil {
 		return "", postgres.Config{}, fmt.Errorf("postgres store: %w; fix it in the URL", err)
 	}
 	pooler, err := postgres.ParsePooler(q.Get("once_pooler"))

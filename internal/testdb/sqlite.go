@@ -3,6 +3,7 @@ package testdb
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -153,37 +154,60 @@ type lockFaults struct {
 func (f *lockFaults) Hang(on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ctx := context.Background()
 	switch {
 	case on && f.held == nil:
-		conn, err := f.db.Conn(ctx)
+		conn, err := f.writeLock(context.Background())
 		if err != nil {
 			f.t.Errorf("hang: %v", err)
 			return
 		}
-		// The lock may be taken for a moment by a writer; wait for it.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, err = conn.ExecContext(ctx, `BEGIN IMMEDIATE`)
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		if err != nil {
-			conn.Close()
-			f.t.Errorf("hang: could not take the write lock: %v", err)
-			return
-		}
 		f.held = conn
 	case !on && f.held != nil:
-		f.held.ExecContext(ctx, `ROLLBACK`)
+		f.held.ExecContext(context.Background(), `ROLLBACK`)
 		f.held.Close()
 		f.held = nil
 	}
 }
 
+// writeLock takes the file's write lock on a connection of its own.
+func (f *lockFaults) writeLock(ctx context.Context) (*sql.Conn, error) {
+	conn, err := f.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The lock may be taken for a moment by a writer; wait for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err = conn.ExecContext(ctx, `BEGIN IMMEDIATE`)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("could not take the write lock: %w", err)
+	}
+	return conn, nil
+}
+
+// Lock holds the file's write lock, the only lock SQLite has: every
+// write waits, not only the row's.
+func (f *lockFaults) Lock(ctx context.Context, _ once.Key) (func() error, error) {
+	conn, err := f.writeLock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		defer conn.Close()
+		_, err := conn.ExecContext(context.Background(), `ROLLBACK`)
+		return err
+	}, nil
+}
+
 func (f *lockFaults) Refuse(bool) { f.t.Fatal("sqlite: no connection to refuse") }
+
+func (f *lockFaults) End() { f.t.Fatal("sqlite: no connection to end") }
 
 func (f *lockFaults) LoseReply(string, bool) <-chan struct{} {
 	f.t.Fatal("sqlite: no reply to lose")

@@ -26,10 +26,10 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
-	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/internal/view"
 	"github.com/oncehq/once/lab/chaos"
 	"github.com/oncehq/once/lab/demo"
+	"github.com/oncehq/once/storekit"
 )
 
 // DefaultDatabase is the embedded SQLite file used when neither --db nor
@@ -297,7 +297,7 @@ func (d *database) checkSchema(ctx context.Context, url string) error {
 	case len(vs) == 0:
 		return fmt.Errorf("%s has no once schema; run 'once migrate --db %s' first", d.name, url)
 	}
-	if err := migrate.Check(vs, len(ms)); err != nil {
+	if err := storekit.CheckVersions(vs, len(ms)); err != nil {
 		return fmt.Errorf("%s: %w", d.name, err)
 	}
 	if v := vs[len(vs)-1]; v < len(ms) {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/internal/dburl"
-	"github.com/oncehq/once/internal/migrate"
 	"github.com/oncehq/once/internal/view"
+	"github.com/oncehq/once/storekit"
 )
 
 func defineMigrate(fs *flagSet) func(env, []string) error {
@@ -54,7 +54,7 @@ func defineMigrate(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			return err
 		}
-		if err := migrate.Check(vs, len(ms)); err != nil {
+		if err := storekit.CheckVersions(vs, len(ms)); err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
 		// What this run applied is known only under the migration lock:

@@ -1,4 +1,4 @@
-package postgres_test
+package storetest
 
 import (
 	"context"
@@ -10,66 +10,71 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/postgres"
 )
 
-// The renewal before the effect: when too little of a claim's lease is
-// left to start on, Do renews it first, and a renewal that fails runs
-// nothing.
+// The renewal before the effect, and takeovers abandoned before it:
+// when too little of a claim's lease is left to start on, Do renews it
+// first, and a renewal that fails runs nothing; a takeover whose caller
+// is gone before its effect runs nothing either, and says so.
 
-// renewalStore is a migrated store and its action table's name.
-func renewalStore(t *testing.T) (*postgres.Store, string) {
-	s, schema := newStore(t)
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
+func renewalTests() []namedTest {
+	return []namedTest{
+		{name: "FailedRenewalReleasesTheUnrunClaim", fn: testFailedRenewalReleasesTheUnrunClaim, needs: needFaults, serial: true},
+		{name: "FailedRenewalAndReleaseSayNothingRan", fn: testFailedRenewalAndReleaseSayNothingRan, needs: needFaults, serial: true},
+		{name: "FailedRenewalOfATakeoverAsksTheVerifierAgain", fn: testFailedRenewalOfATakeoverAsksTheVerifierAgain, needs: needFaults, serial: true},
+		{name: "CallerGoneAfterATakeoverAsksTheVerifierAgain", fn: testCallerGoneAfterATakeoverAsksTheVerifierAgain},
+		{name: "AbandonedTakeoverTrailSaysNothingRan", fn: testAbandonedTakeoverTrailSaysNothingRan},
+		{name: "TwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan", fn: testTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan},
+		{name: "AbandonedRetryTakeoverIsReleased", fn: testAbandonedRetryTakeoverIsReleased},
+		{name: "AbandonedTakeoverPausedPastItsLeaseIsFenced", fn: testAbandonedTakeoverPausedPastItsLeaseIsFenced, serial: true},
 	}
-	return s, pgx.Identifier{schema, "once_action"}.Sanitize()
 }
 
 // lockOnExecute is an OnExecute hook that, when the given attempt
-// starts, locks its action's row for hold, so that the renewal before
-// the effect, and whatever writes the row after it, wait; then it holds
-// the worker for pause. The lock's end, or its failure, comes on the
-// channel.
-func lockOnExecute(s *postgres.Store, table string, attempt int, hold, pause time.Duration) (func(context.Context, once.Observation) (context.Context, func(once.Observation, error)), <-chan error) {
+// starts, locks its action's row for hold (Faults.Lock), so that the
+// renewal before the effect, and whatever writes the row after it, wait;
+// then it holds the worker for pause. The lock's end, or its failure,
+// comes on the channel.
+func lockOnExecute(f Faults, attempt int, hold, pause time.Duration) (func(context.Context, once.Observation) (context.Context, func(once.Observation, error)), <-chan error) {
 	locked := make(chan error, 1)
 	return func(ctx context.Context, o once.Observation) (context.Context, func(once.Observation, error)) {
 		if o.Event.Attempt != attempt {
 			return ctx, nil
 		}
-		tx, err := s.Pool().Begin(ctx)
+		unlock, err := f.Lock(ctx, o.Event.Key)
 		if err != nil {
 			locked <- err
 			return ctx, nil
 		}
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE key = $1 FOR UPDATE`, string(o.Event.Key)); err != nil {
-			tx.Rollback(ctx)
-			locked <- err
-			return ctx, nil
-		}
-		time.AfterFunc(hold, func() { locked <- tx.Rollback(context.Background()) })
+		time.AfterFunc(hold, func() { locked <- unlock() })
 		time.Sleep(pause)
 		return ctx, nil
 	}, locked
 }
 
-// TestFailedRenewalReleasesTheUnrunClaim: when too little of a claim's
+// renewalStore is a migrated store and the faults of its database, for
+// Faults.Lock.
+func renewalStore(t *testing.T, h Harness) (once.Store, Faults) {
+	s, spec := newStore(t, h)
+	_, f := h.Faults(t, spec)
+	return s, f
+}
+
+// FailedRenewalReleasesTheUnrunClaim: when too little of a claim's
 // lease is left to start the effect on (a hook held the worker up) and
 // its renewal fails because the database is slow (here, a lock on the
 // row held past the renewal's deadline), nothing runs, and the claim is
 // released for the next delivery, not left in flight for recovery to
 // put to a person as an effect that may have happened.
-func TestFailedRenewalReleasesTheUnrunClaim(t *testing.T) {
-	s, table := renewalStore(t)
+func testFailedRenewalReleasesTheUnrunClaim(t *testing.T, h Harness) {
+	s, f := renewalStore(t, h)
 	ctx := context.Background()
 	const lease = 1500 * time.Millisecond
 	// The row locked past the renewal's deadline (a third of the
 	// lease), and the worker held past the point where enough lease is
 	// left to start on; the next attempt is left alone.
-	hook, locked := lockOnExecute(s, table, 1, lease, lease*8/15)
+	hook, locked := lockOnExecute(f, 1, lease, lease*8/15)
 	c, err := once.New(once.Config{Store: s,
 		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.AskPerson}},
 		Hooks: once.Hooks{OnExecute: hook}})
@@ -105,17 +110,17 @@ func TestFailedRenewalReleasesTheUnrunClaim(t *testing.T) {
 	}
 }
 
-// TestFailedRenewalAndReleaseSayNothingRan: the renewal before the
+// FailedRenewalAndReleaseSayNothingRan: the renewal before the
 // effect fails (the row is locked past its deadline) and so does the
 // release of the unrun claim (locked past RecordTimeout). Nothing ran,
 // and Do's error says so, and why: the renewal failed, and the release
 // was not recorded (it may yet commit; the claim may stay in flight).
-func TestFailedRenewalAndReleaseSayNothingRan(t *testing.T) {
-	s, table := renewalStore(t)
+func testFailedRenewalAndReleaseSayNothingRan(t *testing.T, h Harness) {
+	s, f := renewalStore(t, h)
 	ctx := context.Background()
 	const lease = 1500 * time.Millisecond
 	// Held past the renewal (Lease/3) and the release's RecordTimeout.
-	hook, locked := lockOnExecute(s, table, 1, 4*time.Second, lease*8/15)
+	hook, locked := lockOnExecute(f, 1, 4*time.Second, lease*8/15)
 	c, err := once.New(once.Config{Store: s, RecordTimeout: time.Second,
 		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.AskPerson}},
 		Hooks: once.Hooks{OnExecute: hook}})
@@ -148,7 +153,7 @@ func TestFailedRenewalAndReleaseSayNothingRan(t *testing.T) {
 	t.Logf("row: %s attempt %d %q", a.Status, a.Attempt, a.Error)
 }
 
-// TestFailedRenewalOfATakeoverAsksTheVerifierAgain: attempt 1's
+// FailedRenewalOfATakeoverAsksTheVerifierAgain: attempt 1's
 // worker died with its effect's outcome unknown. A delivery recovers it
 // under VerifyThenDecide: the verifier (slow: the provider is eventually
 // consistent) finds no trace yet, and the action is taken over as
@@ -159,12 +164,12 @@ func TestFailedRenewalAndReleaseSayNothingRan(t *testing.T) {
 // run the effect without asking the verifier again, though attempt 1's
 // effect has landed by then. It stays in flight, its lease lapses, and
 // recovery asks the verifier again, which finds the effect landed.
-func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
-	s, table := renewalStore(t)
+func testFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T, h Harness) {
+	s, f := renewalStore(t, h)
 	ctx := context.Background()
 	const lease = 1500 * time.Millisecond
 	provider := &lateProvider{pause: lease * 8 / 15}
-	hook, locked := lockOnExecute(s, table, 2, lease, 0)
+	hook, locked := lockOnExecute(f, 2, lease, 0)
 	c, err := once.New(once.Config{Store: s,
 		Kinds: map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide, Verifier: provider.verify}},
 		Hooks: once.Hooks{OnExecute: hook}})
@@ -200,7 +205,7 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 	}
 }
 
-// TestCallerGoneAfterATakeoverAsksTheVerifierAgain: a caller whose
+// CallerGoneAfterATakeoverAsksTheVerifierAgain: a caller whose
 // context ends between taking a claim over and starting its effect runs
 // nothing, and does not release the takeover: it marks it unknown, due
 // at once. Released, it would let the next delivery run the effect
@@ -209,8 +214,8 @@ func TestFailedRenewalOfATakeoverAsksTheVerifierAgain(t *testing.T) {
 // context ends while a hook observes the takeover (a slow hook, a
 // deadline reached during the verification), and the next delivery
 // comes at once.
-func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
-	s, _ := renewalStore(t)
+func testCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
 	const lease = time.Second
 	provider := &lateProvider{}
 	c, err := once.New(once.Config{Store: s,
@@ -260,12 +265,12 @@ func TestCallerGoneAfterATakeoverAsksTheVerifierAgain(t *testing.T) {
 // cancelKey carries, in a Do call's context, the function that cancels it.
 type cancelKey struct{}
 
-// TestAbandonedTakeoverTrailSaysNothingRan: the trail says that a
+// AbandonedTakeoverTrailSaysNothingRan: the trail says that a
 // takeover abandoned before its effect never ran, and a person who is
 // asked later (the verifier could not tell) reads that, not that
 // attempt 2's worker stopped answering, as if it might have sent too.
-func TestAbandonedTakeoverTrailSaysNothingRan(t *testing.T) {
-	s, _ := renewalStore(t)
+func testAbandonedTakeoverTrailSaysNothingRan(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
 	c, err := once.New(once.Config{Store: s,
 		Kinds: map[string]once.KindPolicy{"send_email": {Lease: time.Second, Recovery: once.VerifyThenDecide, MaxVerifyFailures: 1,
 			Verifier: func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
@@ -311,12 +316,12 @@ func TestAbandonedTakeoverTrailSaysNothingRan(t *testing.T) {
 	}
 }
 
-// TestTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan: when a takeover
+// TwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan: when a takeover
 // is abandoned, then the next one too, the trail says of each that it
 // never ran, and neither note names the other as the attempt whose
 // effect may have happened.
-func TestTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan(t *testing.T) {
-	s, _ := renewalStore(t)
+func testTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
 	c, err := once.New(once.Config{Store: s,
 		Kinds: map[string]once.KindPolicy{"send_email": {Lease: time.Second, Recovery: once.VerifyThenDecide, Verifier: (&lateProvider{}).verify}},
 		Hooks: once.Hooks{OnEvent: cancelOnTakeover}})
@@ -369,13 +374,13 @@ func TestTwiceAbandonedTakeoverBlamesNoAttemptThatNeverRan(t *testing.T) {
 	}
 }
 
-// TestAbandonedRetryTakeoverIsReleased: under RetryWithProviderKey, a
+// AbandonedRetryTakeoverIsReleased: under RetryWithProviderKey, a
 // takeover abandoned before its effect is released, as a first claim
 // is: its next attempt carries the provider's key, which absorbs a late
 // attempt 1, and the next delivery runs it at once instead of waiting a
 // lease for a claim nobody holds.
-func TestAbandonedRetryTakeoverIsReleased(t *testing.T) {
-	s, _ := renewalStore(t)
+func testAbandonedRetryTakeoverIsReleased(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
 	c, err := once.New(once.Config{Store: s,
 		Kinds: map[string]once.KindPolicy{"charge": {Lease: 2 * time.Second, Recovery: once.RetryWithProviderKey}},
 		Hooks: once.Hooks{OnEvent: cancelOnTakeover}})
@@ -413,7 +418,7 @@ func cancelOnTakeover(ctx context.Context, o once.Observation) {
 
 // deadClaim claims in's key as attempt 1 of a worker that died at once:
 // its lease, a millisecond, has lapsed when it returns.
-func deadClaim(t *testing.T, s *postgres.Store, in once.Intent, recovery once.Recovery) once.Key {
+func deadClaim(t *testing.T, s once.Store, in once.Intent, recovery once.Recovery) once.Key {
 	t.Helper()
 	k, fp, err := once.KeyOf(in)
 	if err != nil {
@@ -464,13 +469,13 @@ func (p *lateProvider) verify(context.Context, once.Action) (bool, json.RawMessa
 	return false, nil, nil
 }
 
-// TestAbandonedTakeoverPausedPastItsLeaseIsFenced: a worker that took an
+// AbandonedTakeoverPausedPastItsLeaseIsFenced: a worker that took an
 // action over pauses past its lease, another takes it over meanwhile
 // and runs the effect, and then the first, its caller gone, abandons its
 // takeover: its mark as unknown is refused by the newer attempt
 // (*FencedError), and the newer attempt's outcome stands.
-func TestAbandonedTakeoverPausedPastItsLeaseIsFenced(t *testing.T) {
-	s, _ := renewalStore(t)
+func testAbandonedTakeoverPausedPastItsLeaseIsFenced(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
 	const lease = 300 * time.Millisecond
 	kinds := map[string]once.KindPolicy{"send_email": {Lease: lease, Recovery: once.VerifyThenDecide, Verifier: (&lateProvider{}).verify}}
 	other, err := once.New(once.Config{Store: s, Kinds: kinds})

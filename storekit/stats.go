@@ -1,18 +1,4 @@
-// Package statcount answers a store's Stats on a log of any size.
-//
-// Stats is asked often: by the console at each page, by a metrics
-// scrape every fifteen seconds. Counting every finished action reads the
-// whole log, which at ten million actions takes seconds per call (of a
-// server core for PostgreSQL, of the application's own for SQLite), and
-// a scrape with a deadline then fails. So the open statuses (in flight,
-// unknown, review, released), which a person acts on and which are few,
-// are counted at every call, through their partial indexes. The finished
-// ones (succeeded, failed) are counted at every call too while there are
-// fewer than LiveRows of them; past that, a count made in the background
-// stands in for them, made again when a call finds it older than Every
-// allows, and marked with when it was made (once.StatusCount.AsOf). No
-// call waits for a count of the whole log but the first.
-package statcount
+package storekit
 
 import (
 	"cmp"
@@ -25,7 +11,6 @@ import (
 	"time"
 
 	"github.com/oncehq/once"
-	"github.com/oncehq/once/internal/sqlrows"
 )
 
 // LiveRows is how many finished actions a log may hold and still be
@@ -33,18 +18,18 @@ import (
 // milliseconds.
 const LiveRows = 100_000
 
-// Every is how old a large log's count of its finished actions may grow
-// before a call starts another: a minute, or fifty times as long as the
-// last count took, so that counting takes at most a fiftieth of the
+// CountEvery is how old a large log's count of its finished actions may
+// grow before a call starts another: a minute, or fifty times as long as
+// the last count took, so that counting takes at most a fiftieth of the
 // time.
-func Every(took time.Duration) time.Duration { return max(time.Minute, 50*took) }
+func CountEvery(took time.Duration) time.Duration { return max(time.Minute, 50*took) }
 
-// timeout bounds a count made in the background.
-const timeout = 10 * time.Minute
+// countTimeout bounds a count made in the background.
+const countTimeout = 10 * time.Minute
 
-// Queries are a store's statements for Stats, each returning cells as
+// StatQueries are a store's statements for Stats, each returning cells as
 // once.StatusCount.
-type Queries struct {
+type StatQueries struct {
 	// All counts every action, ordered by kind, status and recovery,
 	// compared as bytes.
 	All func(ctx context.Context) ([]once.StatusCount, error)
@@ -56,13 +41,28 @@ type Queries struct {
 	Estimate func(ctx context.Context) (float64, error)
 }
 
-// Counts is a store's last count of its finished actions.
+// Counts is a store's last count of its finished actions, with which
+// its Stats answers on a log of any size (Counts.Stats).
+//
+// Stats is asked often: by the console at each page, by a metrics
+// scrape every fifteen seconds. Counting every finished action reads the
+// whole log, which at ten million actions takes seconds per call (of a
+// server core for PostgreSQL, of the application's own for SQLite), and
+// a scrape with a deadline then fails. So the open statuses (in flight,
+// unknown, review, released), which a person acts on and which are few,
+// are counted at every call, through their partial indexes. The finished
+// ones (succeeded, failed) are counted at every call too while there are
+// fewer than LiveRows of them; past that, a count made in the background
+// stands in for them, made again when a call finds it older than
+// CountEvery allows, and marked with when it was made
+// (once.StatusCount.AsOf). No call waits for a count of the whole log
+// but the first.
 type Counts struct {
-	q   Queries
+	q   StatQueries
 	log *slog.Logger
-	// Every is how old a count may grow (the function Every), and Live
-	// how many finished actions a log counted whole at every call may
-	// hold (LiveRows), unless a test sets others before the first call.
+	// Every is how old a count may grow (CountEvery), and Live how many
+	// finished actions a log counted whole at every call may hold
+	// (LiveRows), unless a test sets others before the first call.
 	Every func(took time.Duration) time.Duration
 	Live  int64
 	// ctx ends with Close: a count in the background stops, and no
@@ -86,12 +86,12 @@ type Counts struct {
 	done     chan struct{}
 }
 
-// New returns the counts of a store whose statements are q; log gets a
+// NewCounts returns the counts of a store whose statements are q; log gets a
 // line when a count in the background fails (nil: slog.Default() at
 // that moment).
-func New(q Queries, log *slog.Logger) *Counts {
+func NewCounts(q StatQueries, log *slog.Logger) *Counts {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Counts{q: q, log: log, Every: Every, Live: LiveRows, ctx: ctx, cancel: cancel}
+	return &Counts{q: q, log: log, Every: CountEvery, Live: LiveRows, ctx: ctx, cancel: cancel}
 }
 
 // Stats counts every action while the log holds fewer than LiveRows
@@ -128,7 +128,7 @@ func (c *Counts) Stats(ctx context.Context) ([]once.StatusCount, error) {
 	all := append(open, finished...)
 	slices.SortFunc(all, func(x, y once.StatusCount) int {
 		return cmp.Or(cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Status, y.Status),
-			cmp.Compare(sqlrows.RecoveryText(x.Recovery), sqlrows.RecoveryText(y.Recovery)))
+			cmp.Compare(RecoveryText(x.Recovery), RecoveryText(y.Recovery)))
 	})
 	return all, nil
 }
@@ -211,7 +211,7 @@ func (c *Counts) finished(ctx context.Context) ([]once.StatusCount, error) {
 func (c *Counts) count(start time.Time, done chan struct{}) {
 	defer c.wg.Done()
 	defer close(done)
-	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, countTimeout)
 	defer cancel()
 	cells, err := c.q.Finished(ctx)
 	took := time.Since(start)

@@ -1,4 +1,4 @@
-package migrate
+package storekit
 
 import (
 	"context"
@@ -7,15 +7,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	_ "modernc.org/sqlite"
 
-	"github.com/oncehq/once/internal/sqlrows"
+	"github.com/oncehq/once"
 )
 
-// sqliteTx runs Apply in a real SQLite transaction, the way the sqlite
+// sqliteTx runs ApplyMigrations in a real SQLite transaction, the way the sqlite
 // store does.
-func sqliteTx(t *testing.T, db *sql.DB, ms []Migration) error {
+func sqliteTx(t *testing.T, db *sql.DB, ms []once.Migration) error {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.BeginTx(ctx, nil)
@@ -23,7 +24,7 @@ func sqliteTx(t *testing.T, db *sql.DB, ms []Migration) error {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	_, err = Apply(ctx, Tx{
+	_, err = ApplyMigrations(ctx, MigrationTx{
 		Exec: func(ctx context.Context, sql string, args ...any) error {
 			_, err := tx.ExecContext(ctx, sql, args...)
 			return err
@@ -34,7 +35,7 @@ func sqliteTx(t *testing.T, db *sql.DB, ms []Migration) error {
 				return nil, err
 			}
 			defer rows.Close()
-			return sqlrows.Collect(rows, sqlrows.Int)
+			return Collect(rows, ScanInt)
 		},
 		Table:               `"m_migration"`,
 		Columns:             `(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL DEFAULT 0)`,
@@ -64,19 +65,19 @@ func tables(t *testing.T, db *sql.DB) string {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	names, err := sqlrows.Collect(rows, sqlrows.String)
+	names, err := Collect(rows, ScanString)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return strings.Join(names, ",")
 }
 
-// Apply runs what is missing and records it; run again, it runs nothing
+// ApplyMigrations runs what is missing and records it; run again, it runs nothing
 // (the migrations here would fail if they ran twice), and a migration
 // added later is the only one it runs.
-func TestApplyRunsWhatIsMissing(t *testing.T) {
+func TestApplyMigrationsRunsWhatIsMissing(t *testing.T) {
 	db := openSQLite(t)
-	ms := []Migration{
+	ms := []once.Migration{
 		{Version: 1, Name: "a", SQL: "CREATE TABLE a (x INTEGER);\nCREATE TABLE b (y INTEGER);"},
 		{Version: 2, Name: "c", SQL: "CREATE TABLE c (z INTEGER);"},
 	}
@@ -88,7 +89,7 @@ func TestApplyRunsWhatIsMissing(t *testing.T) {
 	if got := tables(t, db); got != "a,b,c,m_migration" {
 		t.Fatalf("tables = %s", got)
 	}
-	ms = append(ms, Migration{Version: 3, Name: "d", SQL: "CREATE TABLE d (w INTEGER);"})
+	ms = append(ms, once.Migration{Version: 3, Name: "d", SQL: "CREATE TABLE d (w INTEGER);"})
 	if err := sqliteTx(t, db, ms); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestApplyRunsWhatIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	vs, err := sqlrows.Collect(rows, sqlrows.Int)
+	vs, err := Collect(rows, ScanInt)
 	if err != nil || len(vs) != 3 || vs[0] != 1 || vs[2] != 3 {
 		t.Fatalf("recorded versions %v, %v; want 1, 2, 3", vs, err)
 	}
@@ -106,25 +107,25 @@ func TestApplyRunsWhatIsMissing(t *testing.T) {
 // A failing statement is named with its migration, and the rollback
 // leaves nothing of the migration, nor of those before it in the same
 // transaction.
-func TestApplyNamesTheFailure(t *testing.T) {
+func TestApplyMigrationsNamesTheFailure(t *testing.T) {
 	db := openSQLite(t)
-	ms := []Migration{
+	ms := []once.Migration{
 		{Version: 1, Name: "good", SQL: "CREATE TABLE a (x INTEGER);"},
 		{Version: 2, Name: "bad", SQL: "CREATE TABLE b (y INTEGER);\nCREATE TABLE oops (;"},
 	}
 	err := sqliteTx(t, db, ms)
 	if err == nil || !strings.Contains(err.Error(), "migration 002_bad") || !strings.Contains(err.Error(), "CREATE TABLE oops") {
-		t.Fatalf("Apply = %v, want an error naming migration 002_bad and its statement", err)
+		t.Fatalf("ApplyMigrations = %v, want an error naming migration 002_bad and its statement", err)
 	}
 	if got := tables(t, db); got != "" {
-		t.Fatalf("a failed Apply left tables %s", got)
+		t.Fatalf("a failed ApplyMigrations left tables %s", got)
 	}
 }
 
-// Apply refuses, under the store's lock and before running anything, a
+// ApplyMigrations refuses, under the store's lock and before running anything, a
 // schema a newer build migrated and one whose record has a gap.
-func TestApplyRefusesNewerOrGappedSchema(t *testing.T) {
-	ms := []Migration{
+func TestApplyMigrationsRefusesNewerOrGappedSchema(t *testing.T) {
+	ms := []once.Migration{
 		{Version: 1, Name: "a", SQL: "CREATE TABLE a (x INTEGER);"},
 		{Version: 2, Name: "b", SQL: "CREATE TABLE b (y INTEGER);"},
 	}
@@ -141,10 +142,67 @@ func TestApplyRefusesNewerOrGappedSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := sqliteTx(t, db, ms); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Apply over versions %s = %v; want %q", tc.recorded, err, tc.want)
+			t.Errorf("ApplyMigrations over versions %s = %v; want %q", tc.recorded, err, tc.want)
 		}
 		if got := tables(t, db); got != "m_migration" {
-			t.Errorf("Apply over versions %s left tables %s", tc.recorded, got)
+			t.Errorf("ApplyMigrations over versions %s left tables %s", tc.recorded, got)
 		}
+	}
+}
+
+var names = Names{Schema: "s", Prefix: "p_", Quote: func(s string) string { return `"` + s + `"` }}
+
+func TestLoadMigrationsRendersInOrder(t *testing.T) {
+	fsys := fstest.MapFS{
+		"m/002_more.sql":   {Data: []byte(`ALTER TABLE {{.Table "action"}} ADD x int;`)},
+		"m/001_action.sql": {Data: []byte(`CREATE TABLE {{.Table "action"}} (k text); CREATE INDEX {{.Index "a"}} ON {{.Table "action"}} (k);`)},
+		"m/README":         {Data: []byte("not a migration")},
+	}
+	ms, err := LoadMigrations(fsys, "m", names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 || ms[0].Version != 1 || ms[1].Name != "more" {
+		t.Fatalf("loaded %+v", ms)
+	}
+	if !strings.Contains(ms[0].SQL, `CREATE TABLE "s"."p_action"`) || !strings.Contains(ms[0].SQL, `INDEX "p_a_idx"`) {
+		t.Fatalf("rendered %q", ms[0].SQL)
+	}
+}
+
+func TestLoadMigrationsRefusesGaps(t *testing.T) {
+	fsys := fstest.MapFS{
+		"m/001_a.sql": {Data: []byte(`SELECT 1;`)},
+		"m/003_c.sql": {Data: []byte(`SELECT 3;`)},
+	}
+	if _, err := LoadMigrations(fsys, "m", names); err == nil || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("LoadMigrations with a gap = %v", err)
+	}
+	bad := fstest.MapFS{"m/001_a.sql": {Data: []byte(`{{.Nope}}`)}}
+	if _, err := LoadMigrations(bad, "m", names); err == nil {
+		t.Fatal("a template naming an unknown field was accepted")
+	}
+}
+
+func TestStatements(t *testing.T) {
+	got := Statements("-- comment\nCREATE TABLE a (\n  x int\n);\n\nCREATE INDEX b ON a (x);\nSELECT 1")
+	if len(got) != 3 || !strings.HasPrefix(got[0], "CREATE TABLE a") || got[2] != "SELECT 1" {
+		t.Fatalf("Statements = %q", got)
+	}
+}
+
+func TestCheckIdent(t *testing.T) {
+	for _, ok := range []string{"once_", "public", "_x9"} {
+		if err := CheckIdent("f", ok, false); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "9a", `a"b`, "a b", "a;drop", strings.Repeat("a", 41)} {
+		if err := CheckIdent("Config.Prefix", bad, false); err == nil || !strings.Contains(err.Error(), "Config.Prefix") {
+			t.Errorf("%q accepted or unnamed: %v", bad, err)
+		}
+	}
+	if err := CheckIdent("f", "", true); err != nil {
+		t.Error(err)
 	}
 }
