@@ -14,7 +14,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  make %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 test: ## every test, with the race detector (PostgreSQL on 127.0.0.1:5432; see docs/development.md)
-	go test -race -count=1 $(PKGS)
+	go test -race -count=1 -timeout 20m $(PKGS)
 
 bench: ## the benchmarks of both stores: a new intent and a replayed duplicate
 	go test -run '^$$' -bench . ./postgres/ ./sqlite/
