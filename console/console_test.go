@@ -28,6 +28,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/console"
+	"github.com/oncehq/once/console/internal/consoletest"
 	"github.com/oncehq/once/internal/testdb"
 	"github.com/oncehq/once/postgres"
 	"github.com/oncehq/once/sqlite"
@@ -44,20 +45,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mount is where a test puts the console: at the root of its own server,
-// as `once serve` does, or under a prefix on an application's own mux.
-type mount struct{ name, prefix string }
+// mount is where a test puts the console (consoletest.Mounts).
+type mount = consoletest.Mount
 
-var mounts = []mount{{"root", ""}, {"prefixed", "/ops/once"}}
+var mounts = consoletest.Mounts
 
 // appHome is what the application's own mux serves beside the console.
-const appHome = "the application's own page"
+const appHome = consoletest.AppHome
 
 // forMounts runs test once for each mount, in parallel.
 func forMounts(t *testing.T, test func(t *testing.T, m mount)) {
 	t.Helper()
 	for _, m := range mounts {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
 			test(t, m)
 		})
@@ -83,31 +83,9 @@ type bundle struct {
 
 func setup(t *testing.T, cfg console.Config) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	client, store := testdb.SQLiteClient(t, once.Config{})
-	b := &bundle{store: store, client: client, runID: "run-1", payload: "Your invoice is attached"}
-	do := func(step int64, target string, effect func() (string, error)) once.Key {
-		in := once.Intent{Run: b.runID, Step: step, Kind: "send_email", Target: target,
-			Payload: map[string]string{"subject": "Invoice", "body": b.payload}}
-		res, err := once.Do(ctx, client, in, func(context.Context, once.Attempt) (string, error) { return effect() })
-		key, _, kerr := once.KeyOf(in)
-		if kerr != nil {
-			t.Fatal(kerr)
-		}
-		if err == nil && res.Key != key {
-			t.Fatalf("Do returned key %s, KeyOf %s", res.Key, key)
-		}
-		return key
-	}
-	b.ok = do(0, "ada@example.com", func() (string, error) { return "msg-1", nil })
-	b.review = do(1, "bob@example.com", func() (string, error) { return "", errors.New("smtp: connection reset after DATA") })
-	b.failed = do(2, "nobody@example.com", func() (string, error) { return "", once.Permanent(errors.New("550 no such user")) })
-	for key, want := range map[once.Key]once.Status{b.ok: once.StatusSucceeded, b.review: once.StatusReview, b.failed: once.StatusFailed} {
-		if got := b.status(t, key); got != want {
-			t.Fatalf("setup: action %s is %s, want %s", key, got, want)
-		}
-	}
-	cfg.Client = client
+	l := consoletest.NewLog(t)
+	b := &bundle{store: l.Store, client: l.Client, ok: l.OK, review: l.Review, failed: l.Failed, runID: l.RunID, payload: l.Payload}
+	cfg.Client = l.Client
 	b.mount(t, cfg)
 	return b
 }
@@ -116,17 +94,7 @@ func setup(t *testing.T, cfg console.Config) *bundle {
 // with a prefix, on an application's mux that serves pages of its own.
 func (b *bundle) mount(t *testing.T, cfg console.Config) {
 	t.Helper()
-	h, err := console.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.console, b.h, b.prefix = h, h, strings.TrimSuffix(cfg.Prefix, "/")
-	if b.prefix != "" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, appHome) })
-		mux.Handle(b.prefix+"/", h)
-		b.h = mux
-	}
+	b.console, b.h, b.prefix = consoletest.Serve(t, cfg)
 }
 
 // url is the console's page p as the browser sees it, prefix included.
@@ -199,7 +167,7 @@ func TestPages(t *testing.T) {
 	forMounts(t, func(t *testing.T, m mount) {
 		status := new(console.ReaperStatus)
 		status.OnPass(once.ReapReport{Examined: 7, Review: 3}, nil)
-		b := setup(t, console.Config{Prefix: m.prefix, Reaper: status})
+		b := setup(t, console.Config{Prefix: m.Prefix, Reaper: status})
 		u := b.url
 		tests := []struct {
 			path   string
@@ -259,7 +227,7 @@ func TestPages(t *testing.T) {
 func TestStylesheet(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
-		b := setup(t, console.Config{Prefix: m.prefix})
+		b := setup(t, console.Config{Prefix: m.Prefix})
 		page := b.get("/").Body.String()
 		m2 := regexp.MustCompile(`href="(` + regexp.QuoteMeta(b.url("/static/console.css")) + `\?v=[0-9a-f]+)"`).FindStringSubmatch(page)
 		if m2 == nil {
@@ -275,7 +243,7 @@ func TestStylesheet(t *testing.T) {
 func TestRunIDNeedingEscapes(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
-		b := setup(t, console.Config{Prefix: m.prefix})
+		b := setup(t, console.Config{Prefix: m.Prefix})
 		ctx := context.Background()
 		for _, run := range []string{"job/42 ünïcode?x=1#y", ".."} {
 			in := once.Intent{Run: run, Kind: "post_message", Target: "#general"}
@@ -302,7 +270,7 @@ func TestRunIDNeedingEscapes(t *testing.T) {
 func TestCSRF(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
-		b := setup(t, console.Config{Prefix: m.prefix})
+		b := setup(t, console.Config{Prefix: m.Prefix})
 		cookie, token := b.form(t, "/actions/"+string(b.review))
 		path := "/actions/" + string(b.review) + "/resolve"
 		valid := url.Values{"decision": {"retry"}, "note": {"checked the mail log"}, "csrf": {token}}
@@ -382,9 +350,9 @@ func TestWrongTokenDiffers(t *testing.T) {
 func TestResolveForm(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
-		b := setup(t, console.Config{Prefix: m.prefix})
+		b := setup(t, console.Config{Prefix: m.Prefix})
 		cookie, token := b.form(t, "/review")
-		if want := cmp.Or(m.prefix, "/"); cookie.Path != want {
+		if want := cmp.Or(m.Prefix, "/"); cookie.Path != want {
 			t.Errorf("once_csrf cookie path %q, want %q", cookie.Path, want)
 		}
 		w := b.serve(b.postForm("/actions/"+string(b.review)+"/resolve", url.Values{
@@ -414,7 +382,7 @@ func TestResolveForm(t *testing.T) {
 		if flash == nil {
 			t.Fatal("no flash cookie after the resolution")
 		}
-		if want := cmp.Or(m.prefix, "/"); flash.Path != want {
+		if want := cmp.Or(m.Prefix, "/"); flash.Path != want {
 			t.Errorf("once_flash cookie path %q, want %q", flash.Path, want)
 		}
 		r := httptest.NewRequest(http.MethodGet, b.url("/review"), nil)
@@ -506,13 +474,13 @@ func TestResolveNextIsLocal(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
 		nexts := []string{"//evil.example/x", "https://evil.example/", "/\\evil.example", "review", ""}
-		if m.prefix != "" {
+		if m.Prefix != "" {
 			// A path on the host but outside the console is not the
 			// console's to send the browser to.
-			nexts = append(nexts, "/review", m.prefix+"x/review")
+			nexts = append(nexts, "/review", m.Prefix+"x/review")
 		}
 		for _, next := range nexts {
-			b := setup(t, console.Config{Prefix: m.prefix})
+			b := setup(t, console.Config{Prefix: m.Prefix})
 			cookie, token := b.form(t, "/review")
 			w := b.serve(b.postForm("/actions/"+string(b.review)+"/resolve",
 				url.Values{"decision": {"abandon"}, "note": {"n"}, "csrf": {token}, "next": {next}}, cookie))
@@ -530,7 +498,7 @@ func TestToken(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
 		const token = "s3cret-t0ken"
-		b := setup(t, console.Config{Token: token, Prefix: m.prefix})
+		b := setup(t, console.Config{Token: token, Prefix: m.Prefix})
 
 		w := b.get("/")
 		if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "Authorization: Bearer") || !strings.Contains(w.Body.String(), b.url("/")+"?token=") {
@@ -573,8 +541,8 @@ func TestToken(t *testing.T) {
 				cookie = c
 			}
 		}
-		if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != cmp.Or(m.prefix, "/") {
-			t.Fatalf("?token= set cookie %+v, want an HttpOnly SameSite=Strict once_token for %s", cookie, cmp.Or(m.prefix, "/"))
+		if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != cmp.Or(m.Prefix, "/") {
+			t.Fatalf("?token= set cookie %+v, want an HttpOnly SameSite=Strict once_token for %s", cookie, cmp.Or(m.Prefix, "/"))
 		}
 		r = httptest.NewRequest(http.MethodGet, b.url("/actions?status=review"), nil)
 		r.AddCookie(cookie)
@@ -808,7 +776,7 @@ type apiError struct {
 
 func TestAPI(t *testing.T) {
 	t.Parallel()
-	forMounts(t, func(t *testing.T, m mount) { testAPI(t, setup(t, console.Config{Prefix: m.prefix})) })
+	forMounts(t, func(t *testing.T, m mount) { testAPI(t, setup(t, console.Config{Prefix: m.Prefix})) })
 }
 
 func testAPI(t *testing.T, b *bundle) {
@@ -1154,7 +1122,7 @@ func TestReviewPages(t *testing.T) {
 			t.Fatalf("setup: %d actions in review, %v", len(want), err)
 		}
 		b := &bundle{client: client}
-		b.mount(t, console.Config{Client: client, Prefix: m.prefix})
+		b.mount(t, console.Config{Client: client, Prefix: m.Prefix})
 
 		var got []string
 		link := b.url("/review?limit=3")

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -9,35 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncehq/once"
-	"github.com/oncehq/once/console"
-	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/console/internal/consoletest"
 )
 
-// kindsLog is a store whose send_email actions were claimed by an
-// application with a 10 s lease, a re-drive hook after 10 s and a 3-day
-// retention, and a console over a client that knows no kind, as `once
-// serve` is.
-func kindsLog(t *testing.T) http.Handler {
-	t.Helper()
-	ctx := context.Background()
-	app, store := testdb.SQLiteClient(t, once.Config{Kinds: map[string]once.KindPolicy{"send_email": {
-		Lease: 10 * time.Second, RedriveAfter: 10 * time.Second, Retention: 72 * time.Hour,
-		Redrive: func(context.Context, once.Action) error { return nil },
-	}}})
-	for i, kind := range []string{"send_email", "send_email", "charge_card_with_a_rather_long_kind_name", "post_message"} {
-		once.Do(ctx, app, once.Intent{Run: "r", Step: int64(i), Kind: kind}, func(context.Context, once.Attempt) (int, error) { return i, nil })
-	}
-	serve, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := console.New(console.Config{Client: serve})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
+// kindsLog is consoletest.KindsLog.
+var kindsLog = consoletest.KindsLog
 
 // The kinds page shows what a kind's actions recorded at their claims
 // (a re-drive hook after 10 s, a retention of 3 days), not the defaults

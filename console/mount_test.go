@@ -21,7 +21,7 @@ var linkAttr = regexp.MustCompile(`(href|action|src)="([^"]*)"`)
 func TestLinksStayUnderMount(t *testing.T) {
 	t.Parallel()
 	forMounts(t, func(t *testing.T, m mount) {
-		b := setup(t, console.Config{Prefix: m.prefix, Reaper: new(console.ReaperStatus)})
+		b := setup(t, console.Config{Prefix: m.Prefix, Reaper: new(console.ReaperStatus)})
 		pages := []string{"/", "/review", "/actions", "/actions?status=review", "/actions/" + string(b.review),
 			"/actions/" + string(b.ok), "/runs/run-1", "/actions/0123abcd", "/runs/nope"}
 		followed := map[string]bool{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/console"
+	"github.com/oncehq/once/console/internal/consoletest"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -45,12 +46,12 @@ func TestBrowserResolve(t *testing.T) {
 	}
 	// One browser at a time: each is heavy for a small machine.
 	for _, m := range mounts {
-		t.Run(m.name, func(t *testing.T) { browserResolve(t, m) })
+		t.Run(m.Name, func(t *testing.T) { browserResolve(t, m) })
 	}
 }
 
-func browserResolve(t *testing.T, m mount) {
-	b := setup(t, console.Config{Prefix: m.prefix})
+func browserResolve(t *testing.T, m consoletest.Mount) {
+	b := setup(t, console.Config{Prefix: m.Prefix})
 	srv := httptest.NewServer(b.h)
 	defer srv.Close()
 
