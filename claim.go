@@ -78,6 +78,15 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				case (ok || earlier) && a.Status == StatusInFlight:
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
+				case known && !ok && !earlier && a.Key != "" && a.Status != StatusReleased:
+					// The row is there, and another's: a claim that
+					// found it would answer from it, and so does this
+					// one. A transaction that held the key may have
+					// committed after the claim gave up on its lock
+					// (TestClient/ClaimAnswersFromTheRowATransactionCommitted).
+					// The read has no database clock: a zero Now never
+					// makes a lease look lapsed.
+					return ClaimResult{Action: a}, nil
 				case known && !ok && !resent && ctx.Err() == nil && !errors.Is(err, ErrRejected):
 					// The database answered the read-back, on another
 					// connection, and the claim is not in the row: what

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func idleTests() []namedTest {
 		{name: "IdleTerminatedMidEffectRecords", fn: testIdleTerminatedMidEffectRecords, needs: needFaults | needRefusal},
 		{name: "ResendOnDeadConnectionStillWaitsForTheTransaction", fn: testResendOnDeadConnectionStillWaitsForTheTransaction,
 			needs: needFaults | needRefusal | needTx | needRowLocks},
+		{name: "ClaimAnswersFromTheRowATransactionCommitted", fn: testClaimAnswersFromTheRowATransactionCommitted, needs: needTx | needRowLocks},
 	}
 }
 
@@ -176,5 +178,62 @@ func testResendOnDeadConnectionStillWaitsForTheTransaction(t *testing.T, h Harne
 	if err != nil || !res.Replayed || res.Value != "from the transaction" {
 		t.Fatalf("Do waiting on a key an open DoTx holds (its resend on a dead connection, claims sent %d) = %+v, %v;\n"+
 			"want the transaction's result replayed once it commits", ws.claims.Load(), res, err)
+	}
+}
+
+// commitAfterSecondFailure commits a transaction once the second claim
+// through the store has failed: between that claim's failure and the
+// read that follows it, as a DoTx may commit at any moment.
+type commitAfterSecondFailure struct {
+	once.Store
+	commit func()
+	failed atomic.Int32
+}
+
+func (s *commitAfterSecondFailure) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimResult, error) {
+	cr, err := s.Store.Claim(ctx, req)
+	if err != nil && s.failed.Add(1) == 2 {
+		s.commit()
+	}
+	return cr, err
+}
+
+// ClaimAnswersFromTheRowATransactionCommitted: a Do meets a key an open
+// DoTx holds; its claim and the resend both wait out ClaimTimeout, and
+// the transaction commits just then. The read after the resend finds
+// the row succeeded: Do answers from it, replaying the transaction's
+// result. Before, it returned the resend's timeout, as if the claim had
+// failed for want of the database (seen behind PgBouncer, in
+// ResendOnDeadConnectionStillWaitsForTheTransaction).
+func testClaimAnswersFromTheRowATransactionCommitted(t *testing.T, h Harness) {
+	in := once.Intent{Run: "commit-between", Kind: "send_email", Target: "ada@example.com"}
+	s, spec := newStore(t, h)
+	holder, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := h.Tx(t, s, spec)
+	tx := begin(t, th)
+	if _, err := tx.do(ctx(t), holder, in, func(context.Context, func(string) error, once.Attempt) (any, error) {
+		return "from the transaction", nil
+	}); err != nil {
+		tx.rollback(context.Background())
+		t.Fatal(err)
+	}
+	var committed sync.Once
+	commitTx := func() { committed.Do(func() { commit(t, tx) }) }
+	defer commitTx()
+	ws := &commitAfterSecondFailure{Store: s, commit: commitTx}
+	c, err := once.New(once.Config{Store: ws, ClaimTimeout: 500 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := once.Do(ctx(t), c, in, func(context.Context, once.Attempt) (string, error) {
+		t.Error("ran the effect of an action a transaction claimed and committed")
+		return "", nil
+	})
+	if err != nil || !res.Replayed || res.Value != "from the transaction" {
+		t.Fatalf("Do on a key whose transaction committed between a failed claim and its read (%d claims failed) = %+v, %v;\n"+
+			"want the transaction's result replayed", ws.failed.Load(), res, err)
 	}
 }
