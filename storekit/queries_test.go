@@ -42,3 +42,17 @@ SELECT count(*) FROM $T -- every action
 		}
 	}
 }
+
+// A line that starts a statement in a spelling the name's grammar does
+// not take ("-- name: getAction") is not a comment: read as one, its
+// SQL would run as the tail of the statement before, and its name would
+// be missing. LoadQueries refuses it, as it refuses a name given twice.
+func TestLoadQueriesRefusesAMisspeltName(t *testing.T) {
+	for _, line := range []string{"-- name: getAction", "-- name: get-action", "-- Name: get_action", "--  NAME:get_action", "-- name: 1get"} {
+		fs := fstest.MapFS{"q.sql": {Data: []byte("-- name: get\nSELECT 1\n\n" + line + "\nSELECT 2\n")}}
+		qs, err := LoadQueries(fs, "q.sql")
+		if err == nil {
+			t.Errorf("LoadQueries of a file with the line %q = %q, nil; want it refused", line, qs)
+		}
+	}
+}
