@@ -46,8 +46,12 @@ func PageCursor(q once.EventQuery) (after int64, limit int) {
 // events the stores never write come in the page where
 // WithHappyPath would put them: the first claim in the oldest page, the
 // first attempt's outcome in the page of the first written event after
-// it (the newest page if none). Page reorders rows, which it owns.
+// it (the newest page if none). Page reorders rows, which it owns. A
+// limit below one is taken as the query's own, as PageCursor reads it.
 func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.Event, q once.EventQuery, limit int) once.EventPage {
+	if limit <= 0 {
+		_, limit = PageCursor(q)
+	}
 	p := once.EventPage{Total: info.Written}
 	more := len(rows) > limit
 	if more {
