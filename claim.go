@@ -96,7 +96,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					// with a new token: should the failed try still
 					// commit, its token (pending) makes its row this
 					// call's own, and its effect runs once
-					// (TestIdleConnectionTerminatedDoClaimsAgain,
+					// (TestClient/IdleConnectionTerminatedDoClaimsAgain,
 					// TestIdleBlackholedConnectionClaimsAgain).
 					c.log.Warn("once: the claim failed; the database answers, claiming again", "key", req.Key, "kind", req.Kind, "err", err)
 					c.emit(ctx, Observation{Event: Event{Key: req.Key, Type: EventClaimResent, Attempt: a.Attempt, From: a.Status, At: time.Now()}, Kind: req.Kind})
@@ -106,7 +106,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					// Neither the claim nor the read after it was
 					// answered: nothing is known of the row, and no
 					// transaction is known to hold the key
-					// (TestBlackholedClaimSaysTheStoreIsUnreachable).
+					// (TestClient/BlackholedClaimSaysTheStoreIsUnreachable).
 					return ClaimResult{}, &unavailableError{key: req.Key, kind: req.Kind, patience: c.claimTimeout, err: err}
 				case waited && (a.Key == "" || a.Status == StatusReleased):
 					// A try waited, and no row is visible or the one
@@ -114,7 +114,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					// not yet committed) holds the key, claiming it or
 					// claiming it again, or holds the database's write
 					// lock; also when the resend after it failed
-					// otherwise (TestResendOnDeadConnectionStillWaitsForTheTransaction).
+					// otherwise (TestClient/ResendOnDeadConnectionStillWaitsForTheTransaction).
 					// What is visible comes back with the error, for a
 					// caller that waits to watch.
 					return ClaimResult{Action: a}, &InFlightError{Key: req.Key, Attempt: a.Attempt, InTransaction: true}

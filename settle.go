@@ -49,9 +49,9 @@ func (c *Client) panickedBefore(ctx context.Context, a Action) int {
 // effect without the verifier being asked again. It is marked unknown,
 // due at once, so the next delivery or the reaper asks the verifier
 // again, and the trail says that this attempt never ran
-// (TestFailedRenewalOfATakeoverAsksTheVerifierAgain,
-// TestCallerGoneAfterATakeoverAsksTheVerifierAgain,
-// TestAbandonedTakeoverTrailSaysNothingRan).
+// (TestClient/FailedRenewalOfATakeoverAsksTheVerifierAgain,
+// TestClient/CallerGoneAfterATakeoverAsksTheVerifierAgain,
+// TestClient/AbandonedTakeoverTrailSaysNothingRan).
 func (c *Client) abandon(ctx context.Context, pol KindPolicy, a Action, cause error, takeover bool) outcome {
 	recovery := pol.recoveryOf(a)
 	if !takeover || recovery.rules().unrunTakeover().to == StatusReleased {

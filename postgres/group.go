@@ -70,7 +70,7 @@ const spareRunnerQueue = 16
 // flight on a connection that hangs (black-holed, its reply lost)
 // holds the requests queued behind it until its callers' deadlines,
 // seconds; requests that could go on another connection of the pool
-// then go there (TestGroupCommitHungLoneOutcomeHoldsNoClaim). It is
+// then go there (TestClient/HungLoneOutcomeHoldsNoClaim). It is
 // longer than a batch's lock timeout, so a batch that merely waits on a
 // lock does not start one. At most twice Config.BatchesInFlight run.
 const stallAfter = 250 * time.Millisecond
