@@ -206,3 +206,19 @@ func TestCheckIdent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A file that is meant as a migration but misses the NNN_name.sql form
+// (a hyphen, a capital, two digits) is refused, not passed over: as the
+// newest it leaves no gap, and the schema would lack it without a word.
+func TestLoadMigrationsRefusesAMisnamedMigration(t *testing.T) {
+	for _, file := range []string{"002_add-index.sql", "002_Add.sql", "02_add.sql", "0002_add.sql"} {
+		fsys := fstest.MapFS{
+			"m/001_a.sql": {Data: []byte(`SELECT 1;`)},
+			"m/" + file:   {Data: []byte(`SELECT 2;`)},
+			"m/README":    {Data: []byte("not a migration")},
+		}
+		if ms, err := LoadMigrations(fsys, "m", names); err == nil || !strings.Contains(err.Error(), file) {
+			t.Errorf("LoadMigrations beside %s = %d migrations, %v; want it refused, by name", file, len(ms), err)
+		}
+	}
+}
