@@ -40,9 +40,15 @@ func (n Names) Index(name string) string { return n.Quote(n.Prefix + name + "_id
 
 var fileRE = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.sql$`)
 
+// meantRE is a file meant as a migration: SQL whose name starts with a
+// digit. One that fileRE does not take is an error, not passed over.
+var meantRE = regexp.MustCompile(`^\d.*\.sql$`)
+
 // LoadMigrations reads every NNN_name.sql file in dir of fsys, in version order,
 // and renders it with names. Versions must be 1, 2, 3… with no gaps, so a
 // missing file is caught at build time by the tests, not in production.
+// Other files are passed over, but an .sql file whose name starts with a
+// digit in another form (02_x.sql, 002_add-x.sql) is an error.
 func LoadMigrations(fsys fs.FS, dir string, names Names) ([]once.Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
@@ -52,6 +58,9 @@ func LoadMigrations(fsys fs.FS, dir string, names Names) ([]once.Migration, erro
 	for _, e := range entries {
 		m := fileRE.FindStringSubmatch(e.Name())
 		if m == nil {
+			if meantRE.MatchString(e.Name()) {
+				return nil, fmt.Errorf("migration %s: name it NNN_name.sql, three digits and lowercase letters, digits or underscores", e.Name())
+			}
 			continue
 		}
 		v, _ := strconv.Atoi(m[1])
