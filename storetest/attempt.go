@@ -23,6 +23,7 @@ func attemptTests() []namedTest {
 		{name: "AttemptInDoIsDos", fn: testAttemptInDo},
 		{name: "FaultAttemptSucceedReplyLost", fn: testFaultAttemptReplyLost, needs: needFaults | needLostReplies},
 		{name: "FaultAttemptHeartbeatHangs", fn: testFaultAttemptHeartbeatHangs, needs: needFaults},
+		{name: "FaultAttemptSucceedHangs", fn: testFaultAttemptSucceedHangs, needs: needFaults},
 	}
 }
 
@@ -185,9 +186,10 @@ func testAttemptRebuilt(t *testing.T, h Harness) {
 		key    once.Key
 		number int
 		token  string
-	}{{"", 1, a.Token}, {a.Key, 0, a.Token}, {a.Key, 1, ""}, {"k\n", 1, a.Token}} {
+	}{{"", 1, a.Token}, {a.Key, 0, a.Token}, {a.Key, 1, ""}, {"k\n", 1, a.Token},
+		{a.Key, 1, strings.Repeat("A", 65)}, {once.Key(strings.Repeat("a", 1<<20)), 1, a.Token}} {
 		if _, err := other.Attempt(ctx(t), bad.key, bad.number, bad.token); !errors.Is(err, once.ErrInvalidIntent) {
-			t.Fatalf("Attempt(%q, %d, %q) = %v; want ErrInvalidIntent", bad.key, bad.number, bad.token, err)
+			t.Fatalf("Attempt(%.40q, %d, %.40q) = %v; want ErrInvalidIntent", bad.key, bad.number, bad.token, err)
 		}
 	}
 	if _, err := other.Attempt(ctx(t), keyOf(t, intent(9)), 1, a.Token); !errors.Is(err, once.ErrNotFound) {
@@ -344,5 +346,30 @@ func testFaultAttemptHeartbeatHangs(t *testing.T, h Harness) {
 	}
 	if st := mustGet(t, s, a.Key); st.Status != once.StatusInFlight || st.Attempt != 1 {
 		t.Fatalf("row = %s attempt %d; want the claim still held", st.Status, st.Attempt)
+	}
+}
+
+// The holder's connection hangs as it settles: Succeed gives up after
+// RecordTimeout with a *RecordError (the claim stays in flight), not
+// hang with the connection; once the partition heals, settling again
+// records the outcome once.
+func testFaultAttemptSucceedHangs(t *testing.T, h Harness) {
+	cfg := once.Config{RecordTimeout: 2 * time.Second}
+	c, _, s, f := faultClients(t, h, cfg)
+	a := claim(t, c, intent(1))
+	f.Hang(true)
+	err := a.Succeed(ctx(t), "250 queued")
+	f.Hang(false)
+	if !errors.Is(err, once.ErrNotRecorded) {
+		t.Fatalf("Succeed over a hung connection = %v; want ErrNotRecorded", err)
+	}
+	if err := a.Succeed(ctx(t), "250 queued"); err != nil {
+		t.Fatalf("Succeed after the partition healed: %v", err)
+	}
+	if st := mustGet(t, s, a.Key); st.Status != once.StatusSucceeded || string(st.Result) != `"250 queued"` {
+		t.Fatalf("row = %s %s; want the success recorded", st.Status, st.Result)
+	}
+	if tr := trail(t, s, a.Key); tr != "claimed,succeeded" {
+		t.Fatalf("trail %s; want the outcome recorded once", tr)
 	}
 }
