@@ -55,12 +55,15 @@ RETURNING created_at
 
 -- name: reclaim
 -- A released action is claimed again as the next attempt, if the
--- payload is the same. Its claim is an event of the trail.
+-- payload is the same. Its claim is an event of the trail. A process
+-- that does not configure the kind (?9) keeps the recovery the row
+-- recorded, and does not claim a row that recorded one it may not
+-- take (?10, ClaimRequest.Refuse, a JSON array).
 UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = $NOW + ?3,
     claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-    hold_token = NULL, token = ?4, recovery = ?5, retention_ms = ?6,
+    hold_token = NULL, token = ?4, recovery = CASE WHEN ?9 AND coalesce(recovery, '') <> '' THEN recovery ELSE ?5 END, retention_ms = ?6,
     retain_until = NULL, redrive_after_ms = ?7, redrive = ?8
-WHERE key = ?1 AND status = 'released' AND fingerprint = ?2
+WHERE key = ?1 AND status = 'released' AND fingerprint = ?2 AND coalesce(recovery, '') NOT IN (SELECT value FROM json_each(?10))
 RETURNING $C, $NOW
 
 -- name: select_row
@@ -120,11 +123,15 @@ SELECT $V FROM $E WHERE key = ?1 ORDER BY id
 -- name: trail_info
 -- What a page of a trail needs of the rest of it
 -- (storekit.TrailInfo): ?2 is the row's status, ?3 its
--- completed_at.
+-- completed_at. Times are milliseconds, and an event written in the
+-- millisecond the outcome was recorded is after it or before it:
+-- the row's outcome_seq, the last event id when the outcome was
+-- recorded, tells which (rows from before it was kept go by time)
+-- (TestClient/RefusedResolutionsDoNotGrowTheTrail).
 SELECT count(*), coalesce(max(attempt = 1 AND type = 'claimed'), 0),
     coalesce((SELECT origin FROM $E c WHERE c.key = ?1 AND c.attempt = 1 AND c.type = 'claimed' ORDER BY c.id LIMIT 1), ''),
     coalesce(max(attempt = 1 AND type <> 'refused' AND to_status = ?2), 0),
-    coalesce(min(CASE WHEN at > ?3 THEN id END), 0)
+    coalesce(min(CASE WHEN coalesce(id > (SELECT outcome_seq FROM $T WHERE key = ?1), at > ?3) THEN id END), 0)
 FROM $E WHERE key = ?1
 
 -- name: events_after

@@ -86,7 +86,7 @@ func Page(a once.Action, found bool, origin string, info TrailInfo, rows []once.
 			p.Total++
 		}
 	}
-	p.Events = happyPath(a, origin, asc, addClaim, addOutcome)
+	p.Events = happyPath(a, origin, asc, addClaim, addOutcome, info.FirstAfter)
 	if q.Newest {
 		slices.Reverse(p.Events)
 	}
@@ -146,14 +146,18 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 		}
 	}
 	return happyPath(a, origin, stored, !claimed,
-		a.Attempt == 1 && !decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed))
+		a.Attempt == 1 && !decided && (a.Status == once.StatusSucceeded || a.Status == once.StatusFailed), 0)
 }
 
 // happyPath is stored, in order, with the first claim added at the front
 // (addClaim) and the first attempt's outcome where it happened
 // (addOutcome); written outcomes of the happy path are put where they
-// happened too.
-func happyPath(a once.Action, origin string, stored []once.Event, addClaim, addOutcome bool) []once.Event {
+// happened too. before, when not zero, is the ID of the first written
+// event after the outcome (TrailInfo.FirstAfter): the outcome goes
+// just before it, also when the two share a time, as events written in
+// the millisecond of the outcome do
+// (TestClient/RefusedResolutionsDoNotGrowTheTrail).
+func happyPath(a once.Action, origin string, stored []once.Event, addClaim, addOutcome bool, before int64) []once.Event {
 	out := make([]once.Event, 0, len(stored)+2)
 	if addClaim {
 		out = append(out, once.Event{Key: a.Key, At: a.CreatedAt, Type: once.EventClaimed, Attempt: 1,
@@ -173,8 +177,12 @@ func happyPath(a once.Action, origin string, stored []once.Event, addClaim, addO
 		if a.Status == once.StatusFailed {
 			typ = once.EventFailed
 		}
-		out = inPlace(out, once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
-			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin})
+		e := once.Event{Key: a.Key, At: a.CompletedAt, Type: typ, Attempt: 1,
+			From: once.StatusInFlight, To: a.Status, Actor: once.ActorWorker, Origin: origin}
+		if i := slices.IndexFunc(out, func(w once.Event) bool { return before != 0 && w.ID == before }); i >= 0 {
+			return slices.Insert(out, i, e)
+		}
+		out = inPlace(out, e)
 	}
 	return out
 }
