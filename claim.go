@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -131,11 +132,17 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				return cr, nil
 			}
 		}
-		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint {
+		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint || req.refuses(cr.Action) {
 			return cr, nil
 		}
 	}
 	return ClaimResult{}, fmt.Errorf("once: claiming action %s: the row kept changing under the claim; try again", req.Key)
+}
+
+// refuses reports whether req may not claim the released row a again
+// (ClaimRequest.Refuse).
+func (req ClaimRequest) refuses(a Action) bool {
+	return slices.Contains(req.Refuse, a.Recovery.String())
 }
 
 // answer serves a caller that did not win the claim from the standing
@@ -178,6 +185,14 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		}
 		o.err = &UnknownOutcomeError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Status: StatusUnknown, Due: due}
 	case StatusReleased:
+		if req.refuses(a) {
+			// Only a process with the kind's verifier claims it again
+			// (TestClient/ReviewReleasedVerifiableRunWithoutItsVerifier).
+			o.err = fmt.Errorf("once: action %s (%s) was released under %v, and this process has no verifier for kind %q: "+
+				"a process that configures the kind claims it again, after asking the verifier whether an earlier attempt landed: %w",
+				a.Key, a.Kind, a.Recovery, a.Kind, ErrRetryLater)
+			return o
+		}
 		// Released between this caller's read and now (a person chose
 		// Retry, or recovery released it): the next delivery runs it.
 		o.err = fmt.Errorf("once: action %s was released for another attempt: %w", a.Key, ErrRetryLater)

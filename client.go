@@ -177,6 +177,16 @@ func (c *Client) takesVerify(kind string) bool {
 	return named || c.def.Verifier != nil
 }
 
+// refused are the recoveries of a released action of kind that this
+// client must not claim again: those only a process with the kind's
+// verifier takes, when it has none for the kind.
+func (c *Client) refused(kind string) []string {
+	if c.takesVerify(kind) {
+		return nil
+	}
+	return c.verifiable.Recoveries
+}
+
 // call bounds one store call that recovery or a resolution makes.
 func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.claimTimeout)
@@ -218,5 +228,6 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
 		Payload: payload, Lease: pol.storedLease(), Origin: c.origin, Recovery: pol.Recovery, Retention: pol.Retention,
 		RedriveAfter: pol.RedriveAfter, Redrive: pol.Redrive != nil,
+		Unconfigured: !c.Configured(in.Kind), Refuse: c.refused(in.Kind),
 	}, pol, nil
 }

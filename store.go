@@ -136,6 +136,17 @@ type ClaimRequest struct {
 	Retention    time.Duration
 	RedriveAfter time.Duration
 	Redrive      bool
+	// Unconfigured says the claiming process does not configure the
+	// kind (Client.Configured): it claims by its Default's policy. A
+	// released row it claims again keeps the recovery the row
+	// recorded, which the kind's own process chose.
+	Unconfigured bool
+	// Refuse are recoveries, as rows record them (Recovery.String), of
+	// a released row this claim must not claim again: the ones only a
+	// process with the kind's verifier takes (Verifiable.Recoveries),
+	// when this one has none for the kind. Such a row is answered as
+	// it stands, released, for a process that can verify it.
+	Refuse []string
 }
 
 // ClaimResult is what a claim found.

@@ -675,13 +675,22 @@ func (s *Store) claimRest(ctx context.Context, req once.ClaimRequest, res once.C
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
-		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin),
+		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin,
+		req.Unconfigured, refuse(req)),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
 		return res, nil
 	}
 	return re, s.wrap(err)
+}
+
+// refuse is req.Refuse as the reclaim statement takes it: never NULL.
+func refuse(req once.ClaimRequest) []string {
+	if req.Refuse == nil {
+		return []string{}
+	}
+	return req.Refuse
 }
 
 // Heartbeat implements once.Store.

@@ -167,13 +167,15 @@ SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (S
 
 -- name: reclaim
 -- A released action is claimed again as the next attempt, if the
--- payload is the same.
+-- payload is the same. A process that does not configure the kind
+-- ($10) keeps the recovery the row recorded, and does not claim a
+-- row that recorded one it may not take ($11, ClaimRequest.Refuse).
 WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = statement_timestamp() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
-        hold_token = NULL, token = $4, recovery = $5, retention_us = $6, retain_until = NULL,
-        redrive_after_us = $7, redrive = $8, waiters = false
-    WHERE key = $1 AND $S = 'released' AND fingerprint = $2
+        hold_token = NULL, token = $4, recovery = CASE WHEN $10 AND coalesce(recovery, '') <> '' THEN recovery ELSE $5 END,
+        retention_us = $6, retain_until = NULL, redrive_after_us = $7, redrive = $8, waiters = false
+    WHERE key = $1 AND $S = 'released' AND fingerprint = $2 AND NOT (coalesce(recovery, '') = ANY($11))
     RETURNING $C
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)

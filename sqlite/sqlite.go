@@ -649,10 +649,15 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 			return once.ClaimResult{}, s.wrap(err)
 		}
 	}
-	err := s.inWriteTx(ctx, func(tx *Store) error {
+	refuse, err := jsonStrings(req.Refuse)
+	if err != nil {
+		return once.ClaimResult{}, err
+	}
+	err = s.inWriteTx(ctx, func(tx *Store) error {
 		res = once.ClaimResult{}
 		err := tx.queryRow(ctx, stReclaim, scan, string(req.Key), string(req.Fingerprint), leaseMS(req.Lease), req.Token,
-			storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive)
+			storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive,
+			req.Unconfigured, refuse)
 		if err == nil {
 			res.Claimed = true
 			err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),

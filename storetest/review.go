@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,8 @@ func reviewTests() []namedTest {
 		{name: "ReviewDoAttemptNotSettledByRebuild", fn: testReviewDoAttemptNotSettledByRebuild},
 		{name: "ReviewRebuiltUnknownKeepsRowRecovery", fn: testReviewRebuiltUnknownKeepsRowRecovery},
 		{name: "ReviewConflictNamesWhereTheRowWent", fn: testReviewConflictNamesWhereTheRowWent},
+		{name: "ReviewReleasedVerifiableRunWithoutItsVerifier", fn: testReviewReleasedVerifiableRunWithoutItsVerifier},
+		{name: "ReviewReclaimKeepsRowRecovery", fn: testReviewReclaimKeepsRowRecovery},
 		{name: "FaultReviewLateOutcomeAfterTakeoverRefused", fn: testFaultReviewLateOutcomeAfterTakeover, needs: needFaults | needLostReplies},
 		{name: "FaultReviewDoLateOutcomeAfterTakeoverRefused", fn: testFaultReviewDoLateOutcomeAfterTakeover, needs: needFaults | needLostReplies},
 		{name: "FaultReviewRetriedSettleReachesHooks", fn: testFaultReviewRetriedSettleReachesHooks, needs: needFaults | needLostReplies},
@@ -274,5 +278,75 @@ func testFaultReviewRetriedSettleReachesHooks(t *testing.T, h Harness) {
 	defer mu.Unlock()
 	if seen != 1 {
 		t.Errorf("hooks saw the success %d times; want once", seen)
+	}
+}
+
+// A released action whose row recorded VerifyThenDecide is claimed again
+// only by a process that takes its kind's verifier: one that does not
+// configure the kind (its Default asks a person, with no verifier) would
+// run the effect without the verifier being asked whether an earlier
+// attempt landed, and write its own recovery over the row's. It is told
+// to retry later, and the row keeps its recovery for the process that
+// can verify it.
+func testReviewReleasedVerifiableRunWithoutItsVerifier(t *testing.T, h Harness) {
+	var asked atomic.Int64
+	verifier := func(context.Context, once.Action) (bool, json.RawMessage, error) {
+		asked.Add(1)
+		return false, nil, nil
+	}
+	in := intent(1)
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{in.Kind: {Recovery: once.VerifyThenDecide, Verifier: verifier}}}
+	s, knows, _ := setup(t, h, cfg)
+	stranger := client(t, s, once.Config{})
+	var runs counter
+	if _, err := once.Do(ctx(t), knows, in, func(context.Context, once.Attempt) (string, error) {
+		runs.n.Add(1)
+		return "", once.RetryLater(errors.New("provider busy"))
+	}); !errors.Is(err, once.ErrRetryLater) {
+		t.Fatalf("first Do = %v; want ErrRetryLater", err)
+	}
+	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusReleased || a.Recovery != once.VerifyThenDecide {
+		t.Fatalf("after RetryLater the row is %s recording %v; want released recording verify_then_decide", a.Status, a.Recovery)
+	}
+	_, err := once.Do(ctx(t), stranger, in, runs.fn("stranger"))
+	if !errors.Is(err, once.ErrRetryLater) || !strings.Contains(err.Error(), "verif") {
+		t.Errorf("Do by a process without the kind's verifier = %v; want ErrRetryLater saying the verifier's process claims it", err)
+	}
+	if runs.n.Load() != 1 {
+		t.Fatalf("effect ran %d times; the process without the verifier must not run it", runs.n.Load())
+	}
+	a := mustGet(t, s, keyOf(t, in))
+	if a.Status != once.StatusReleased || a.Attempt != 1 || a.Recovery != once.VerifyThenDecide {
+		t.Fatalf("row after the refused claim: %s attempt %d recording %v; want released attempt 1 recording verify_then_decide", a.Status, a.Attempt, a.Recovery)
+	}
+	res, err := once.Do(ctx(t), knows, in, runs.fn("knows"))
+	if err != nil || res.Value != "knows" {
+		t.Fatalf("Do by the process with the verifier = %+v, %v; want it run", res, err)
+	}
+	if asked.Load() != 1 || runs.n.Load() != 2 {
+		t.Errorf("verifier asked %d times, effect run %d times; want the verifier asked before the second run", asked.Load(), runs.n.Load())
+	}
+}
+
+// A process that does not configure a kind claims a released action of
+// it again keeping the recovery its row recorded: its Default's recovery
+// (here RetryWithProviderKey, which re-executes) must not replace the
+// AskPerson the kind's own process chose.
+func testReviewReclaimKeepsRowRecovery(t *testing.T, h Harness) {
+	in := intent(1)
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{in.Kind: {Recovery: once.AskPerson}}}
+	s, knows, _ := setup(t, h, cfg)
+	stranger := client(t, s, once.Config{Default: once.KindPolicy{Recovery: once.RetryWithProviderKey}})
+	if _, err := once.Do(ctx(t), knows, in, func(context.Context, once.Attempt) (string, error) {
+		return "", once.RetryLater(errors.New("provider busy"))
+	}); !errors.Is(err, once.ErrRetryLater) {
+		t.Fatalf("first Do = %v; want ErrRetryLater", err)
+	}
+	a, err := stranger.Claim(ctx(t), in)
+	if err != nil {
+		t.Fatalf("Claim by the stranger: %v", err)
+	}
+	if row := mustGet(t, s, a.Key); row.Attempt != 2 || row.Recovery != once.AskPerson {
+		t.Errorf("row after the stranger's claim: attempt %d recording %v; want attempt 2 still recording ask_person", row.Attempt, row.Recovery)
 	}
 }
