@@ -76,10 +76,14 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				_, earlier := pending.sent(a.Token)
 				waited = waited || timedOut
 				switch {
-				case (ok || earlier) && a.Status == StatusInFlight:
+				case (ok || earlier) && (a.Status == StatusInFlight || a.Status == StatusAwaitingApproval && a.Attempt == 1):
+					// Read back, the status it was claimed from is not
+					// known: a claim of attempt 2 or later is taken as
+					// a claim of a released action, whose verifier is
+					// asked first, the careful answer.
 					c.log.Warn("once: the claim's reply was lost; it was ours", "key", req.Key, "kind", req.Kind, "err", err)
 					return ClaimResult{Claimed: true, Action: a}, nil
-				case known && !ok && !earlier && a.Key != "" && a.Status != StatusReleased:
+				case known && !ok && !earlier && a.Key != "" && !a.Status.Claimable():
 					// The row is there, and another's: a claim that
 					// found it would answer from it, and so does this
 					// one. A transaction that held the key may have
@@ -109,7 +113,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					// transaction is known to hold the key
 					// (TestClient/BlackholedClaimSaysTheStoreIsUnreachable).
 					return ClaimResult{}, &unavailableError{key: req.Key, kind: req.Kind, patience: c.claimTimeout, err: err}
-				case waited && (a.Key == "" || a.Status == StatusReleased):
+				case waited && (a.Key == "" || a.Status.Claimable()):
 					// A try waited, and no row is visible or the one
 					// visible is released: another transaction (a DoTx
 					// not yet committed) holds the key, claiming it or
@@ -123,7 +127,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 			}
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
 		}
-		if !cr.Claimed && cr.Action.Status == StatusInFlight {
+		if !cr.Claimed && (cr.Action.Status == StatusInFlight || cr.Action.Status == StatusAwaitingApproval && cr.Action.Attempt == 1) {
 			if _, mine := pending.sent(cr.Action.Token); mine {
 				// Nothing else writes this token: the row is still
 				// at the claim this call gave up on, and nobody runs it.
@@ -132,7 +136,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 				return cr, nil
 			}
 		}
-		if cr.Claimed || cr.Action.Status != StatusReleased || cr.Action.Fingerprint != req.Fingerprint || req.refuses(cr.Action) {
+		if cr.Claimed || !cr.Action.Status.Claimable() || cr.Action.Fingerprint != req.Fingerprint || req.refuses(cr.Action) {
 			return cr, nil
 		}
 	}
@@ -142,7 +146,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 // refuses reports whether req may not claim the released row a again
 // (ClaimRequest.Refuse).
 func (req ClaimRequest) refuses(a Action) bool {
-	return slices.Contains(req.Refuse, a.Recovery.String())
+	return a.Status == StatusReleased && slices.Contains(req.Refuse, a.Recovery.String())
 }
 
 // answer serves a caller that did not win the claim from the standing
@@ -198,6 +202,13 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		o.err = fmt.Errorf("once: action %s was released for another attempt: %w", a.Key, ErrRetryLater)
 	case StatusReview:
 		o.err = &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error}
+	case StatusAwaitingApproval:
+		// A duplicate: the claim that wrote the row announced the wait.
+		o.err = awaitingApproval(a, cr.Now)
+	case StatusApproved:
+		// Approved between this caller's read and now; the next
+		// delivery claims and runs it.
+		o.err = fmt.Errorf("once: action %s was approved by %s; the next delivery runs it: %w", a.Key, a.ResolvedBy, ErrRetryLater)
 	default:
 		o.err = fmt.Errorf("once: action %s has status %q, which this version does not know; upgrade", a.Key, a.Status)
 	}

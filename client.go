@@ -223,11 +223,21 @@ func (c *Client) prepare(in Intent) (ClaimRequest, KindPolicy, error) {
 		return ClaimRequest{}, KindPolicy{}, err
 	}
 	pol := c.Policy(in.Kind)
-	return ClaimRequest{
+	req := ClaimRequest{
 		Key: key, Fingerprint: fp,
 		Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target,
 		Payload: payload, Lease: pol.storedLease(), Origin: c.origin, Recovery: pol.Recovery, Retention: pol.Retention,
 		RedriveAfter: pol.RedriveAfter, Redrive: pol.Redrive != nil,
 		Unconfigured: !c.Configured(in.Kind), Refuse: c.refused(in.Kind),
-	}, pol, nil
+	}
+	if pol.Approval.set() {
+		need, err := pol.Approval.needs(in)
+		if err != nil {
+			return ClaimRequest{}, KindPolicy{}, err
+		}
+		if need {
+			req.Approval, req.OnExpiry = pol.Approval.Expiry, pol.Approval.OnExpiry
+		}
+	}
+	return req, pol, nil
 }

@@ -99,6 +99,7 @@ func Dispose(err error) Disposition {
 		unknown  *UnknownOutcomeError
 		fenced   *FencedError
 		record   *RecordError
+		awaiting *AwaitingApprovalError
 	)
 	switch {
 	case err == nil:
@@ -144,6 +145,19 @@ func Dispose(err error) Disposition {
 			}
 			return Disposition{Action: JobRetry, After: d, Reason: "outcome unknown: the next delivery asks the verifier"}
 		}
+	case errors.As(err, &awaiting):
+		switch {
+		case awaiting.Expired:
+			return Disposition{Action: JobDrop, Reason: "its wait for approval expired unanswered; the reaper records it, and it does not run"}
+		case awaiting.Redrive:
+			return Disposition{Action: JobDrop, Reason: "awaits a person's approval; once approved, the kind's Redrive hook runs it"}
+		}
+		// Come back now and then, and just after the wait expires.
+		d := time.Minute
+		if left := time.Until(awaiting.Expires); left > 0 && left < d {
+			d = left + time.Second
+		}
+		return Disposition{Action: JobRetry, After: d, Reason: "awaits a person's approval; a delivery after it is approved runs it"}
 	case errors.Is(err, ErrFailed):
 		return Disposition{Action: JobAck, Reason: "failed for good; recorded"}
 	case errors.Is(err, ErrPermanent) && classify(err) == StatusFailed:

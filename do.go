@@ -259,11 +259,24 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 			}
 			return won{}, outcome{err: err}, false
 		}
+		if cr.Claimed && cr.Action.Status == StatusAwaitingApproval {
+			// This claim wrote the wait: it announces it, once, and
+			// answers (or, with WaitFor, waits for a decision) as a
+			// duplicate would. In a caller's transaction the row is
+			// not committed yet, and may never be: nobody is told
+			// (TestClient/ApprovalDuplicatesAnnounceNothing).
+			if tx == nil {
+				c.announce(ctx, cr.Action)
+			}
+			cr.Claimed = false
+		}
 		if cr.Claimed {
 			if at, ok := pending.sent(cr.Action.Token); ok {
 				sent = at
 			}
-			if cr.Action.Attempt > 1 && tx == nil {
+			// An approved action's attempt before this one never ran:
+			// there is nothing for a verifier to find.
+			if cr.Action.Attempt > 1 && tx == nil && cr.From != StatusApproved {
 				o, renewed, decided := c.verifyReleased(ctx, pol, cr.Action, sent)
 				if decided {
 					return won{}, o, false
@@ -276,7 +289,7 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 		due := (a.Status == StatusInFlight || a.Status == StatusUnknown) && !a.LeaseUntil.After(cr.Now)
 		if tx != nil || recovered || !due || a.Fingerprint != req.Fingerprint {
 			var stop error
-			if live(cr, req) {
+			if live(cr, req) && (tx == nil || a.Status == StatusInFlight) {
 				var again bool
 				again, stop = wait.wait(ctx, s, a, a.Kind, a.LeaseUntil.Sub(cr.Now))
 				if again {

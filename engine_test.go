@@ -266,7 +266,7 @@ func TestLogger(t *testing.T) {
 
 func TestStatuses(t *testing.T) {
 	all := once.Statuses()
-	if len(all) != 6 || len(slices.Compact(slices.Sorted(slices.Values(all)))) != 6 {
+	if len(all) != 8 || len(slices.Compact(slices.Sorted(slices.Values(all)))) != 8 {
 		t.Fatalf("Statuses() = %v", all)
 	}
 	for _, s := range all {

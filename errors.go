@@ -390,9 +390,15 @@ var ErrConflict = errors.New("once: action changed concurrently")
 type ConflictError struct {
 	Op      string
 	Current Action
+	// why, when set, says why (an approval's refusal: who decided
+	// first, or the wait's expiry).
+	why string
 }
 
 func (e *ConflictError) Error() string {
+	if e.why != "" {
+		return fmt.Sprintf("once: %s refused: %s", e.Op, e.why)
+	}
 	if strings.HasPrefix(e.Op, "resolve") && e.Current.Status == StatusSucceeded {
 		// Done for good: no decision is left to take, on any page.
 		by := ""
@@ -410,13 +416,14 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 // ErrInvalidResolution: a resolution was refused before any write.
 var ErrInvalidResolution = errors.New("once: invalid resolution")
 
-// ResolutionError says which field of a Resolution is wrong and why.
+// ResolutionError says which field of a Resolution (or an Approval) is
+// wrong and why.
 type ResolutionError struct {
 	Field  string
 	Reason string
 }
 
 func (e *ResolutionError) Error() string {
-	return fmt.Sprintf("once: invalid resolution: %s %s", e.Field, e.Reason)
+	return fmt.Sprintf("once: invalid decision: %s %s", e.Field, e.Reason)
 }
 func (e *ResolutionError) Is(target error) bool { return target == ErrInvalidResolution }

@@ -94,7 +94,7 @@ func TestErrorsIsAs(t *testing.T) {
 			[]string{"resolve done refused", "now released (attempt 2)", "reload it and decide again"}},
 		{"ConflictError succeeded", &once.ConflictError{Op: "resolve retry", Current: once.Action{Key: key, Status: once.StatusSucceeded, Attempt: 2}}, []string{"ErrConflict"}, false,
 			[]string{"resolve retry refused", "succeeded (attempt 2); there is nothing to resolve"}},
-		{"ResolutionError", &once.ResolutionError{Field: "Note", Reason: "is empty"}, []string{"ErrInvalidResolution"}, false, []string{"invalid resolution: Note is empty"}},
+		{"ResolutionError", &once.ResolutionError{Field: "Note", Reason: "is empty"}, []string{"ErrInvalidResolution"}, false, []string{"invalid decision: Note is empty"}},
 	} {
 		if c.err == nil {
 			t.Errorf("%s: no error", c.name)

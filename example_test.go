@@ -387,7 +387,7 @@ func ExampleReaper_RunOnce() {
 		fmt.Println(a.Step, a.Status)
 	}
 	// Output:
-	// {"examined":2,"review":0,"released":1,"verified":1,"deferred":0,"changed":0,"redriven":0,"waiting":0,"awaiting_verifier":0,"by_kind":{"post_message":2}}
+	// {"examined":2,"review":0,"released":1,"verified":1,"deferred":0,"changed":0,"redriven":0,"waiting":0,"awaiting_verifier":0,"expired":0,"by_kind":{"post_message":2}}
 	// 0 succeeded
 	// 1 released
 }

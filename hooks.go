@@ -59,6 +59,17 @@ type Hooks struct {
 	// called exactly once when the attempt is settled, with the outcome's
 	// observation and the error Do or DoTx returns (nil on success).
 	OnExecute func(context.Context, Observation) (context.Context, func(Observation, error))
+	// OnAwaitingApproval is called when a claim has written an action
+	// awaiting a person's approval (KindPolicy.Approval), with the row
+	// (its payload, its expiry): tell someone. It is called once per
+	// action, by the call whose claim wrote the row, never for a
+	// duplicate; not for DoTx, whose row is not committed yet. It runs
+	// on the caller's goroutine before Do returns: hand the message to
+	// something that sends it, and return. A hook that panics is
+	// logged. A process that dies right after its claim tells nobody:
+	// once serve's webhook (--approval-webhook) watches the store, not
+	// a process, for that.
+	OnAwaitingApproval func(context.Context, Action)
 }
 
 // JoinHooks returns hooks that call each of hs in order: metrics and
@@ -74,6 +85,15 @@ func JoinHooks(hs ...Hooks) Hooks {
 					prev(ctx, o)
 				}
 				h.OnEvent(ctx, o)
+			}
+		}
+		if h.OnAwaitingApproval != nil {
+			prev := j.OnAwaitingApproval
+			j.OnAwaitingApproval = func(ctx context.Context, a Action) {
+				if prev != nil {
+					prev(ctx, a)
+				}
+				h.OnAwaitingApproval(ctx, a)
 			}
 		}
 		if h.OnExecute != nil {
@@ -105,6 +125,22 @@ func (c *Client) emit(ctx context.Context, o Observation) {
 	if c.hooks.OnEvent != nil {
 		c.hooks.OnEvent(ctx, o)
 	}
+}
+
+// announce tells the hooks that a's claim, this call's, wrote it
+// awaiting approval.
+func (c *Client) announce(ctx context.Context, a Action) {
+	c.log.Info("once: awaiting approval", "key", a.Key, "kind", a.Kind, "target", a.Target, "expires", a.LeaseUntil)
+	c.emit(ctx, Observation{Event: Event{Key: a.Key, Type: EventAwaitingApproval, Attempt: a.Attempt, To: StatusAwaitingApproval, Actor: ActorWorker, At: a.CreatedAt}, Kind: a.Kind})
+	if c.hooks.OnAwaitingApproval == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("once: Hooks.OnAwaitingApproval panicked; the action waits all the same", "key", a.Key, "kind", a.Kind, "panic", p)
+		}
+	}()
+	c.hooks.OnAwaitingApproval(ctx, a)
 }
 
 // started reports a won claim to the hooks and returns the context the

@@ -125,6 +125,65 @@ type KindPolicy struct {
 	// before Redrive is called. Zero means DefaultRedriveAfter (5
 	// minutes).
 	RedriveAfter time.Duration
+	// Approval makes an action of the kind wait for a person before its
+	// effect runs: for anything irreversible, ask first. The zero value
+	// asks nobody; a kind that sets none takes Config.Default's.
+	Approval ApprovalPolicy
+}
+
+// ApprovalPolicy says which actions of a kind wait for a person's
+// approval before they run, and for how long.
+//
+// A new key that needs approval is claimed into StatusAwaitingApproval:
+// nothing runs and no lease is held, and Do returns an
+// *AwaitingApprovalError to it and to every duplicate. A person approves
+// (Client.Approve) or rejects (Client.Reject) it, fenced by its attempt
+// and payload, so a double click or a retried webhook applies once. An
+// approved action runs at its next delivery, once, however many race;
+// a rejected one fails, and every duplicate gets the rejection. Approval
+// is asked once per action, at its first claim: a retry after it runs
+// was approved already.
+type ApprovalPolicy struct {
+	// Always makes every action of the kind wait.
+	Always bool
+	// When, if set, makes the actions it returns true for wait: an
+	// amount over a limit, a recipient outside the company. It is
+	// called with the intent before the claim, and must not block or
+	// have effects. A When that panics fails the call, and nothing is
+	// claimed.
+	When func(Intent) bool
+	// Expiry is how long an action waits for a decision. Zero means
+	// DefaultApprovalExpiry (24 hours).
+	Expiry time.Duration
+	// OnExpiry is what an action that waited past Expiry becomes, when
+	// the reaper finds it: StatusFailed (the default: nobody approved
+	// it, so it does not happen) or StatusReview (a person decides
+	// what then).
+	OnExpiry Status
+}
+
+// DefaultApprovalExpiry is how long an action waits for approval.
+const DefaultApprovalExpiry = 24 * time.Hour
+
+// set reports whether p asks for approval at all.
+func (p ApprovalPolicy) set() bool { return p.Always || p.When != nil }
+
+// needs reports whether in waits for approval under p. A When that
+// panics is reported as an error: a claim without the approval its
+// kind asks for would run an effect nobody approved.
+func (p ApprovalPolicy) needs(in Intent) (need bool, err error) {
+	if p.Always {
+		return true, nil
+	}
+	if p.When == nil {
+		return false, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("once: the ApprovalPolicy.When of kind %q panicked: %v; nothing was claimed", in.Kind, r)
+		}
+	}()
+	return p.When(in), nil
 }
 
 // DefaultRedriveAfter is how long a released action waits for a delivery
@@ -139,6 +198,7 @@ var packageDefaults = KindPolicy{
 	MaxVerifyFailures: DefaultMaxVerifyFailures,
 	VerifyBackoff:     10 * time.Second,
 	RedriveAfter:      DefaultRedriveAfter,
+	Approval:          ApprovalPolicy{Expiry: DefaultApprovalExpiry, OnExpiry: StatusFailed},
 }
 
 // withDefaults fills p's zero fields from d. Every field is inherited the
@@ -171,6 +231,15 @@ func (p KindPolicy) withDefaults(d KindPolicy) KindPolicy {
 	if p.RedriveAfter == 0 {
 		p.RedriveAfter = d.RedriveAfter
 	}
+	if !p.Approval.set() {
+		p.Approval.Always, p.Approval.When = d.Approval.Always, d.Approval.When
+	}
+	if p.Approval.Expiry == 0 {
+		p.Approval.Expiry = d.Approval.Expiry
+	}
+	if p.Approval.OnExpiry == "" {
+		p.Approval.OnExpiry = d.Approval.OnExpiry
+	}
 	return p
 }
 
@@ -184,6 +253,14 @@ func (p KindPolicy) validate(name string) error {
 		return fmt.Errorf("once: Config.%s.Recovery is %v; use AskPerson, RetryWithProviderKey or VerifyThenDecide", name, p.Recovery)
 	case p.Verifier != nil && p.Recovery != VerifyThenDecide && p.Recovery != RecoveryDefault:
 		return fmt.Errorf("once: Config.%s has a Verifier but Recovery is %v; a verifier is only asked under VerifyThenDecide", name, p.Recovery)
+	case p.Approval.Expiry < 0:
+		return fmt.Errorf("once: Config.%s.Approval.Expiry is %v; zero means the default, %v", name, p.Approval.Expiry, DefaultApprovalExpiry)
+	case p.Approval.Expiry > 0 && p.Approval.Expiry < time.Second:
+		return fmt.Errorf("once: Config.%s.Approval.Expiry is %v; give a person at least a second", name, p.Approval.Expiry)
+	case p.Approval.OnExpiry != "" && p.Approval.OnExpiry != StatusFailed && p.Approval.OnExpiry != StatusReview:
+		return fmt.Errorf("once: Config.%s.Approval.OnExpiry is %q; use once.StatusFailed or once.StatusReview", name, p.Approval.OnExpiry)
+	case p.Approval.Always && p.Approval.When != nil:
+		return fmt.Errorf("once: Config.%s.Approval sets both Always and When; Always asks for every action, so drop one", name)
 	}
 	return nil
 }

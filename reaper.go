@@ -58,6 +58,10 @@ type ReapReport struct {
 	// hold their kind's verifier: only a process that does can decide
 	// them (run a reaper in the application).
 	AwaitingVerifier int `json:"awaiting_verifier"`
+	// Expired counts actions whose wait for approval expired unanswered:
+	// failed, or put up for review, as their kind asked when they were
+	// claimed.
+	Expired int `json:"expired"`
 	// ByKind breaks Examined down by kind.
 	ByKind map[string]int `json:"by_kind,omitempty"`
 }
@@ -166,17 +170,56 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapReport, error) {
 		}
 		rep.add(a.Kind, d)
 	}
+	if err := r.expire(ctx, &rep); err != nil {
+		firstErr = cmp.Or(firstErr, err)
+	}
 	if err := r.redrive(ctx, &rep); err != nil {
 		firstErr = cmp.Or(firstErr, err)
 	}
 	if err := r.countUnverifiable(ctx, &rep); err != nil {
 		firstErr = cmp.Or(firstErr, err)
 	}
-	if rep.Examined > 0 || rep.Redriven > 0 || rep.Waiting > 0 || rep.AwaitingVerifier > 0 {
+	if rep.Examined > 0 || rep.Redriven > 0 || rep.Waiting > 0 || rep.AwaitingVerifier > 0 || rep.Expired > 0 {
 		r.log.Info("once: reaper pass", "examined", rep.Examined, "review", rep.Review, "released", rep.Released, "verified", rep.Verified,
-			"deferred", rep.Deferred, "changed", rep.Changed, "redriven", rep.Redriven, "waiting", rep.Waiting, "awaiting_verifier", rep.AwaitingVerifier)
+			"deferred", rep.Deferred, "changed", rep.Changed, "redriven", rep.Redriven, "waiting", rep.Waiting, "awaiting_verifier", rep.AwaitingVerifier,
+			"expired", rep.Expired)
 	}
 	return rep, firstErr
+}
+
+// expire ends the waits for approval that expired unanswered: each
+// becomes what its row recorded at the claim (OnExpiry: failed, or
+// review), fenced by its attempt, its status and the expiry itself
+// (Transition.Expired, by the database's clock), so an approval given
+// before the expiry wins, and one given after it is refused; of two
+// reapers, one expires it.
+func (r *Reaper) expire(ctx context.Context, rep *ReapReport) error {
+	cctx, cancel := r.c.call(ctx)
+	acts, err := r.c.store.List(cctx, Filter{Expired: true, OldestFirst: true, Brief: true, Limit: r.cfg.MaxPerPass})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("once: reaper: listing expired approvals: %w", err)
+	}
+	var firstErr error
+	for _, a := range acts {
+		m, then := expireFail, "it failed and does not run"
+		if a.OnExpiry == StatusReview {
+			m, then = expireReview, "a person decides what then"
+		}
+		t := m.of(a, ActorReaper).noting(fmt.Sprintf("nobody approved or rejected it within its wait, which expired at %s; %s",
+			a.LeaseUntil.UTC().Format(time.RFC3339), then))
+		t.Expired = true
+		ok, err := r.c.transition(ctx, t)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("once: expiring action %s: %w", a.Key, err))
+			continue
+		}
+		if ok {
+			rep.Expired++
+			r.c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind, Recovered: true})
+		}
+	}
+	return firstErr
 }
 
 // redrive hands released actions that waited too long for a delivery to
@@ -208,7 +251,7 @@ func (r *Reaper) redrive(ctx context.Context, rep *ReapReport) error {
 		}
 		t := redrive.of(a, ActorReaper)
 		t.Error, t.Waiting = a.Error, true
-		t.Event.Note = fmt.Sprintf("released %s ago and not claimed since; handed to the kind's Redrive hook", time.Since(a.UpdatedAt).Round(time.Second))
+		t.Event.Note = fmt.Sprintf("%s %s ago and not claimed since; handed to the kind's Redrive hook", a.Status, time.Since(a.UpdatedAt).Round(time.Second))
 		ok, err := r.c.transition(ctx, t)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, fmt.Errorf("once: marking action %s re-driven: %w", a.Key, err))

@@ -33,12 +33,24 @@ const (
 	// StatusReleased: the effect did not happen and the next attempt may
 	// claim the key again.
 	StatusReleased Status = "released"
+	// StatusAwaitingApproval: the kind asks a person before it runs
+	// (KindPolicy.Approval). The first claim wrote the row here, and
+	// nothing ran; no lease is held. LeaseUntil is when the wait
+	// expires.
+	StatusAwaitingApproval Status = "awaiting_approval"
+	// StatusApproved: a person approved it (Client.Approve), and the
+	// next delivery with the same payload claims and runs it, once.
+	StatusApproved Status = "approved"
 )
 
 // Statuses returns every status, in the order an operator reads them.
 func Statuses() []Status {
-	return []Status{StatusInFlight, StatusUnknown, StatusReview, StatusReleased, StatusSucceeded, StatusFailed}
+	return []Status{StatusAwaitingApproval, StatusApproved, StatusInFlight, StatusUnknown, StatusReview, StatusReleased, StatusSucceeded, StatusFailed}
 }
+
+// Claimable reports whether a claim with the row's payload takes an
+// action in status s as its next attempt: released, or approved.
+func (s Status) Claimable() bool { return s == StatusReleased || s == StatusApproved }
 
 // Valid reports whether s is one of the statuses above.
 func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
@@ -110,6 +122,11 @@ type Action struct {
 	// one nobody will.
 	RedriveAfter time.Duration
 	Redrive      bool
+	// OnExpiry is, for an action whose first claim waited for approval,
+	// where the wait goes when it expires unanswered: StatusFailed or
+	// StatusReview. Empty for an action that never waited. Recorded at
+	// the claim, so any process's reaper applies it.
+	OnExpiry Status
 }
 
 // ClaimRequest asks a store to claim a key for a new attempt.
@@ -147,12 +164,19 @@ type ClaimRequest struct {
 	// when this one has none for the kind. Such a row is answered as
 	// it stands, released, for a process that can verify it.
 	Refuse []string
+	// Approval, when positive, makes a new key wait for a person: the
+	// row is written awaiting approval, with no lease, expiring
+	// Approval from the database's now, and OnExpiry recorded. It
+	// changes nothing for a key that stands.
+	Approval time.Duration
+	OnExpiry Status
 }
 
 // ClaimResult is what a claim found.
 type ClaimResult struct {
-	// Claimed is true when this request won: a new row was inserted, or a
-	// released row with the same fingerprint was claimed again.
+	// Claimed is true when this request won: a new row was inserted (in
+	// flight, or awaiting approval), or a released or approved row with
+	// the same fingerprint was claimed again.
 	Claimed bool
 	// Action is the row after the claim: the new attempt if Claimed, the
 	// standing row otherwise.
@@ -160,6 +184,9 @@ type ClaimResult struct {
 	// Now is the database's clock when the claim ran; lease arithmetic
 	// compares against it, never against the caller's clock.
 	Now time.Time
+	// From is the status a claim that won took the row from: empty for
+	// a new row, StatusReleased or StatusApproved for a claim again.
+	From Status
 }
 
 // Transition is a fenced compare-and-set on one action: it applies only
@@ -187,6 +214,16 @@ type Transition struct {
 	// waiting, only the first to mark it re-driven does, since the mark
 	// updates it.
 	Waiting bool
+	// Fingerprint, when set, additionally requires the row's payload
+	// to be this one: a person's approval applies to the payload the
+	// person saw.
+	Fingerprint Fingerprint
+	// Unexpired and Expired, when set, additionally require the row's
+	// lease_until to be after, or at or before, the database's now: an
+	// approval is given only before its wait expires, and the reaper
+	// expires it only after, so the two never both apply.
+	Unexpired bool
+	Expired   bool
 	// Result is stored when To is StatusSucceeded.
 	Result json.RawMessage
 	// Error is stored as the action's error message (cleared if empty).
@@ -231,6 +268,16 @@ const (
 	// EventRedriven: a released action that waited too long for a
 	// delivery was handed to its kind's Redrive hook.
 	EventRedriven EventType = "redriven"
+	// EventAwaitingApproval reaches hooks only: a first claim wrote the
+	// row awaiting a person's approval. The trail tells it as the first
+	// claim, to awaiting_approval, which the row itself is.
+	EventAwaitingApproval EventType = "awaiting_approval"
+	// EventApproved and EventRejected: a person's decision on an action
+	// awaiting approval. EventExpired: the reaper found it unanswered
+	// past its expiry.
+	EventApproved EventType = "approved"
+	EventRejected EventType = "rejected"
+	EventExpired  EventType = "expired"
 )
 
 // Event is one entry of an action's append-only trail.
@@ -340,8 +387,8 @@ type Filter struct {
 	Since time.Time
 	// Before keeps actions last updated before it.
 	Before time.Time
-	// Waiting keeps released actions that no delivery has claimed for
-	// longer than their recorded RedriveAfter (DefaultRedriveAfter where
+	// Waiting keeps released and approved actions that no delivery has
+	// claimed for longer than their recorded RedriveAfter (DefaultRedriveAfter where
 	// none was recorded), by the database's clock.
 	Waiting bool
 	// OldestFirst lists the least recently updated first, so a limit
@@ -350,6 +397,9 @@ type Filter struct {
 	// Due keeps actions due for recovery: in flight with a lapsed lease,
 	// or unknown and due for their verifier, by the database's clock.
 	Due bool
+	// Expired keeps actions awaiting approval past their expiry, by the
+	// database's clock.
+	Expired bool
 	// Recovery keeps actions that recorded this recovery at their claim;
 	// RecoveryDefault keeps all.
 	Recovery Recovery

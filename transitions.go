@@ -65,7 +65,16 @@ var (
 
 	// A reaper hands a released action that waited too long to its
 	// kind's Redrive hook.
-	redrive = move{name: "re-drive", from: []Status{StatusReleased}, to: StatusReleased, by: ActorReaper, event: EventRedriven, why: "released and not claimed for RedriveAfter"}
+	// It keeps the status (approved stays approved).
+	redrive = move{name: "re-drive", from: []Status{StatusReleased, StatusApproved}, by: ActorReaper, event: EventRedriven, why: "released or approved, and not claimed for RedriveAfter"}
+
+	// An approval gate (KindPolicy.Approval): a person's decision before
+	// the effect runs (Client.Approve, Client.Reject), or the reaper's
+	// when nobody decided in time.
+	approve      = move{name: "approve", from: []Status{StatusAwaitingApproval}, to: StatusApproved, by: byPerson, event: EventApproved, why: "Client.Approve, before the wait expired, of the payload the person saw"}
+	reject       = move{name: "reject", from: []Status{StatusAwaitingApproval}, to: StatusFailed, by: byPerson, event: EventRejected, why: "Client.Reject, before the wait expired: every duplicate gets the rejection"}
+	expireFail   = move{name: "expire: fail", from: []Status{StatusAwaitingApproval}, to: StatusFailed, by: ActorReaper, event: EventExpired, why: "nobody decided before the wait expired (OnExpiry StatusFailed, the default)"}
+	expireReview = move{name: "expire: review", from: []Status{StatusAwaitingApproval}, to: StatusReview, by: ActorReaper, event: EventExpired, why: "nobody decided before the wait expired (OnExpiry StatusReview)"}
 
 	// A person's decision (Client.Resolve).
 	resolveDone    = move{name: "resolve: done", from: ResolvableStatuses(), to: StatusSucceeded, by: byPerson, event: EventResolved, why: "DecisionDone, with the person's result"}
@@ -77,6 +86,8 @@ var (
 var claims = []move{
 	{name: "claim", to: StatusInFlight, by: ActorWorker, event: EventClaimed, why: "a new key (the event is the row itself)"},
 	{name: "claim again", from: []Status{StatusReleased}, to: StatusInFlight, by: ActorWorker, event: EventClaimed, newAttempt: true, why: "a released key with the same fingerprint"},
+	{name: "claim, awaiting approval", to: StatusAwaitingApproval, by: ActorWorker, event: EventClaimed, why: "a new key of a kind that asks for approval: nothing runs, no lease is held (the event is the row itself)"},
+	{name: "claim approved", from: []Status{StatusApproved}, to: StatusInFlight, by: ActorWorker, event: EventClaimed, newAttempt: true, why: "an approved key with the same fingerprint: the approved payload runs, once"},
 }
 
 // moves is the table, in the order the docs list it.
@@ -86,6 +97,7 @@ func moves() []move {
 		succeedLate, failLate,
 		takeOver, recoverRelease, recoverReview, recoverVerified, verifyLater,
 		redrive,
+		approve, reject, expireFail, expireReview,
 		resolveDone, resolveRetry, resolveAbandon)
 }
 

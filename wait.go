@@ -29,7 +29,11 @@ type doOptions struct {
 //   - its lease ran out (the worker died): the kind's recovery applies
 //     inline, as it would for a later delivery;
 //   - it went to review, or its outcome is unknown: the same errors as
-//     without waiting.
+//     without waiting;
+//   - it awaits a person's approval (KindPolicy.Approval): the call
+//     waits for the decision, and runs fn once approved, or returns the
+//     rejection; the wait that ends first, d or the approval's expiry,
+//     returns the *AwaitingApprovalError.
 //
 // After d, the call returns the *InFlightError it would have returned at
 // once, read afresh (LeaseUntil as it now stands, Waited set). When ctx
@@ -87,11 +91,12 @@ type waiting struct {
 func (c *Client) waiting(o doOptions) *waiting { return &waiting{c: c, limit: o.wait} }
 
 // live reports whether a call may wait for the action a claim found:
-// another attempt holds it with a lease that has not run out, for the
-// same payload. Anything else is answered (or recovered) as it stands.
+// another attempt holds it with a lease that has not run out, or it
+// waits for a person's approval that has not expired, for the same
+// payload. Anything else is answered (or recovered) as it stands.
 func live(cr ClaimResult, req ClaimRequest) bool {
 	a := cr.Action
-	return a.Status == StatusInFlight && a.LeaseUntil.After(cr.Now) && a.Fingerprint == req.Fingerprint
+	return (a.Status == StatusInFlight || a.Status == StatusAwaitingApproval) && a.LeaseUntil.After(cr.Now) && a.Fingerprint == req.Fingerprint
 }
 
 // wait waits, through s, until the action a stands for (as a claim read

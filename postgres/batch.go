@@ -303,15 +303,19 @@ func claimsArgs(reqs []*request) []any {
 		payloads                  = make([][]byte, n)
 		retentions, redriveAfters = make([]*int64, n), make([]*int64, n)
 		redrives                  = make([]bool, n)
+		approvals                 = make([]int64, n)
+		onExpiry                  = make([]string, n)
 	)
 	for i, r := range reqs {
 		c := r.claim
+		approvals[i], onExpiry[i] = c.Approval.Microseconds(), string(c.OnExpiry)
 		keys[i], fps[i], runs[i], kinds[i], targets[i] = string(c.Key), string(c.Fingerprint), c.Run, c.Kind, c.Target
 		tokens[i], recoveries[i], origins[i] = c.Token, storekit.RecoveryText(c.Recovery), c.Origin
 		steps[i], leases[i], payloads[i], redrives[i] = c.Step, c.Lease.Microseconds(), c.Payload, c.Redrive
 		retentions[i], redriveAfters[i] = optMicrosPtr(c.Retention), optMicrosPtr(c.RedriveAfter)
 	}
-	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins}
+	return []any{keys, fps, runs, steps, kinds, targets, payloads, leases, tokens, recoveries, retentions, redriveAfters, redrives, origins,
+		approvals, onExpiry}
 }
 
 // transitionsArgs are the transitions statement's arguments: one array
@@ -326,6 +330,8 @@ func transitionsArgs(reqs []*request) []any {
 		attempts, leases, failures = make([]int64, n), make([]int64, n), make([]int64, n)
 		results                    = make([]*string, n)
 		newAttempts, waiting       = make([]bool, n), make([]bool, n)
+		fingerprints               = make([]string, n)
+		unexpired, expired         = make([]bool, n), make([]bool, n)
 	)
 	for i, r := range reqs {
 		t := r.transition
@@ -339,10 +345,11 @@ func transitionsArgs(reqs []*request) []any {
 		froms[i], holds[i] = strings.Join(statuses(t.From), ","), t.Hold
 		evTypes[i], evFroms[i], actors[i], evNotes[i] = event, string(t.Event.From), t.Event.Actor, t.Event.Note
 		tokens[i], origins[i], waiting[i] = t.Token, t.Event.Origin, t.Waiting
+		fingerprints[i], unexpired[i], expired[i] = string(t.Fingerprint), t.Unexpired, t.Expired
 	}
 	return []any{keys, attempts, tos, results, errs, newAttempts, leases, failures, resolvedBy, notes, froms, holds,
 		evTypes, evFroms, actors, evNotes, tokens, once.DefaultRetention.Microseconds(), origins,
-		waiting, once.DefaultRedriveAfter.Microseconds()}
+		waiting, once.DefaultRedriveAfter.Microseconds(), fingerprints, unexpired, expired}
 }
 
 // optMicrosPtr is a duration in microseconds, zero as NULL.
@@ -357,7 +364,8 @@ func optMicrosPtr(d time.Duration) *int64 {
 // claimArgs are the claim statement's arguments.
 func claimArgs(req once.ClaimRequest) []any {
 	return []any{string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, req.Payload, req.Lease.Microseconds(), req.Token,
-		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin}
+		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin,
+		req.Approval.Microseconds(), string(req.OnExpiry)}
 }
 
 // transitionArgs are the transition statement's arguments.
@@ -370,5 +378,6 @@ func transitionArgs(t once.Transition) []any {
 	return []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, t.Lease.Microseconds(), t.VerifyFailures, t.ResolvedBy, t.ResolveNote,
 		statuses(t.From), t.Hold, event, string(t.Event.From), t.Event.Actor, t.Event.Note, t.Token,
-		once.DefaultRetention.Microseconds(), t.Event.Origin, t.Waiting, once.DefaultRedriveAfter.Microseconds()}
+		once.DefaultRetention.Microseconds(), t.Event.Origin, t.Waiting, once.DefaultRedriveAfter.Microseconds(),
+		string(t.Fingerprint), t.Unexpired, t.Expired}
 }

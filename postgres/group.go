@@ -326,7 +326,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []once.ClaimRequest) ([]once
 		s.batch.answerAll(len(rs),
 			func(j int) bool {
 				r := rs[j]
-				return (err == nil || isDone(r)) && (r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status == once.StatusReleased))
+				return (err == nil || isDone(r)) && (r.alone || r.err != nil || (!r.cr.Claimed && r.cr.Action.Status.Claimable()))
 			},
 			func(j int) {
 				if i, r := wave[j], rs[j]; err != nil && !isDone(r) {

@@ -455,7 +455,7 @@ func rejected(err error) bool {
 		pgerrcode.IsSyntaxErrororAccessRuleViolation(pe.Code)
 }
 
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_us, retain_until, redrive_after_us, redrive`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_us, retain_until, redrive_after_us, redrive, on_expiry`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note, origin`
 
@@ -588,14 +588,15 @@ func scanPositional(row pgx.Row, a *once.Action, extra ...any) error {
 	var lease, completed, resolved, retain *time.Time
 	var recovery string
 	var retention, redriveAfter *int64
+	var onExpiry string
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &a.CreatedAt, &a.ClaimedAt, &a.UpdatedAt, &completed,
 		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain,
-		&redriveAfter, &a.Redrive}, extra...)
+		&redriveAfter, &a.Redrive, &onExpiry}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
-	a.Key, a.Fingerprint, a.Status = once.Key(key), once.Fingerprint(fp), once.Status(status)
+	a.Key, a.Fingerprint, a.Status, a.OnExpiry = once.Key(key), once.Fingerprint(fp), once.Status(status), once.Status(onExpiry)
 	if result != nil {
 		a.Result = result
 	}
@@ -670,18 +671,19 @@ func (s *Store) claimRest(ctx context.Context, req once.ClaimRequest, res once.C
 			return res, s.wrap(fmt.Errorf("claim of %s raced with a purge; try again", req.Key))
 		}
 	}
-	if err != nil || res.Claimed || res.Action.Status != once.StatusReleased || res.Action.Fingerprint != req.Fingerprint {
+	if err != nil || res.Claimed || !res.Action.Status.Claimable() || res.Action.Fingerprint != req.Fingerprint {
 		return res, s.wrap(err)
 	}
 	var re once.ClaimResult
 	err = scanAction(s.db.QueryRow(ctx, s.q.reclaim, string(req.Key), string(req.Fingerprint), req.Lease.Microseconds(), req.Token,
 		storekit.RecoveryText(req.Recovery), optMicros(req.Retention), optMicros(req.RedriveAfter), req.Redrive, req.Origin,
-		req.Unconfigured, refuse(req)),
+		req.Unconfigured, refuse(req), string(res.Action.Status)),
 		&re.Action, &re.Claimed, &re.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt claimed it first; the caller reads again.
 		return res, nil
 	}
+	re.From = res.Action.Status
 	return re, s.wrap(err)
 }
 
@@ -1011,7 +1013,7 @@ var listDialect = storekit.Dialect{
 	Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 	Time:        func(t time.Time) any { return t },
 	Waiting: func(def string) string {
-		return `status = 'released' AND updated_at < now() - coalesce(redrive_after_us, ` + def + `::bigint)::float8 * interval '1 microsecond'`
+		return `status IN ('released', 'approved') AND updated_at < now() - coalesce(redrive_after_us, ` + def + `::bigint)::float8 * interval '1 microsecond'`
 	},
 	Duration: func(d time.Duration) any { return d.Microseconds() },
 	Now:      "now()",

@@ -54,16 +54,17 @@ updated_at < now() - $1::float8 * interval '1 microsecond'
 -- and never the whole log (TestGroupCommitReadsByKeyAsTheLogGrows).
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[],
-        $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[])
+        $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::boolean[], $14::text[], $15::bigint[], $16::text[])
         WITH ORDINALITY AS b(key, fingerprint, run_id, step, kind, target, payload, lease_us, token, recovery, retention_us,
-            redrive_after_us, redrive, origin, i)
+            redrive_after_us, redrive, origin, approval_us, on_expiry, i)
 ), standing AS (
     SELECT $QT, b.i FROM b JOIN $T t ON t.key = b.key AND t.key = ANY($1::text[])
 ), claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive, origin)
-    SELECT key, fingerprint, run_id, step, kind, target, payload, 'in_flight', 1, statement_timestamp() + lease_us::float8 * interval '1 microsecond',
-        token, recovery, retention_us, redrive_after_us, redrive, origin
+        redrive_after_us, redrive, origin, on_expiry)
+    SELECT key, fingerprint, run_id, step, kind, target, payload, CASE WHEN approval_us > 0 THEN 'awaiting_approval' ELSE 'in_flight' END, 1,
+        statement_timestamp() + CASE WHEN approval_us > 0 THEN approval_us ELSE lease_us END::float8 * interval '1 microsecond',
+        token, recovery, retention_us, redrive_after_us, redrive, origin, on_expiry
     FROM b WHERE NOT EXISTS (SELECT 1 FROM standing s WHERE s.i = b.i) ORDER BY i
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
@@ -81,9 +82,10 @@ SELECT $QC, true, statement_timestamp(), b.i FROM claimed c JOIN b ON b.key = c.
 WITH b AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[],
         $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $19::text[],
-        $20::boolean[])
+        $20::boolean[], $22::text[], $23::boolean[], $24::boolean[])
         WITH ORDINALITY AS b(key, attempt, to_status, result, error, new_attempt, lease_us, verify_failures,
-            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, waiting, i)
+            resolved_by, resolve_note, from_statuses, hold, ev_type, ev_from, actor, note, token, origin, waiting,
+            fingerprint, unexpired, expired, i)
 ), u AS (
     UPDATE $T t SET status = b.to_status, result = b.result::json, error = b.error, updated_at = now(),
         attempt = t.attempt + CASE WHEN b.new_attempt THEN 1 ELSE 0 END,
@@ -102,6 +104,8 @@ WITH b AS (
     WHERE t.key = b.key AND t.key = ANY($1::text[]) AND t.attempt = b.attempt AND t.status = ANY(string_to_array(b.from_statuses, ','))
       AND (b.hold = '' OR t.hold_token = b.hold)
       AND (NOT b.waiting OR t.updated_at < now() - coalesce(t.redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
+      AND (b.fingerprint = '' OR t.fingerprint = b.fingerprint) AND (NOT b.unexpired OR t.lease_until > now())
+      AND (NOT b.expired OR t.lease_until <= now())
     RETURNING b.i, t.key, t.attempt, t.status, t.waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
@@ -124,14 +128,19 @@ SELECT i, (SELECT count(*) FROM n) FROM u
 -- comes back, and claimRest reads it again with a fresh snapshot
 -- (TestClaimSeesARowCommittedAfterItsSnapshot).
 -- A first claim writes no event: the row, with its origin, is
--- the trail's first entry (storekit.WithHappyPath).
+-- the trail's first entry (storekit.WithHappyPath). A kind that
+-- asks for approval ($15, the wait in microseconds, positive)
+-- writes the row awaiting approval, its lease_until when the wait
+-- expires, and what expiry makes of it ($16).
 WITH standing AS (
     SELECT $C FROM $T WHERE key = $1
 ), claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive, origin)
-    SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::bytea, 'in_flight', 1,
-        statement_timestamp() + $8::float8 * interval '1 microsecond', $9::text, $10::text, $11::bigint, $12::bigint, $13::boolean, $14::text
+        redrive_after_us, redrive, origin, on_expiry)
+    SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::bytea,
+        CASE WHEN $15::bigint > 0 THEN 'awaiting_approval' ELSE 'in_flight' END, 1,
+        statement_timestamp() + CASE WHEN $15::bigint > 0 THEN $15::bigint ELSE $8::bigint END::float8 * interval '1 microsecond', $9::text, $10::text, $11::bigint, $12::bigint,
+        $13::boolean, $14::text, $16::text
     WHERE NOT EXISTS (SELECT 1 FROM standing)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
@@ -156,8 +165,9 @@ SELECT $C, true, statement_timestamp() FROM claimed
 -- live.
 WITH claimed AS (
     INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_us,
-        redrive_after_us, redrive, origin)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'in_flight', 1, statement_timestamp() + $8::float8 * interval '1 microsecond', $9, $10, $11, $12, $13, $14)
+        redrive_after_us, redrive, origin, on_expiry)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $15::bigint > 0 THEN 'awaiting_approval' ELSE 'in_flight' END, 1,
+        statement_timestamp() + CASE WHEN $15::bigint > 0 THEN $15::bigint ELSE $8::bigint END::float8 * interval '1 microsecond', $9, $10, $11, $12, $13, $14, $16)
     ON CONFLICT (key) DO NOTHING
     RETURNING $C
 )
@@ -170,16 +180,19 @@ SELECT $C, false, statement_timestamp() FROM $T WHERE key = $1 AND NOT EXISTS (S
 -- payload is the same. A process that does not configure the kind
 -- ($10) keeps the recovery the row recorded, and does not claim a
 -- row that recorded one it may not take ($11, ClaimRequest.Refuse).
+-- An approved action ($12 is the status the claim saw, released or
+-- approved, and claims it from) is claimed again the same way: its
+-- attempt before this one never ran, so nothing is refused.
 WITH claimed AS (
     UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = statement_timestamp() + $3::float8 * interval '1 microsecond',
         claimed_at = now(), updated_at = now(), completed_at = NULL, result = NULL, error = '', verify_failures = 0,
         hold_token = NULL, token = $4, recovery = CASE WHEN $10 AND coalesce(recovery, '') <> '' THEN recovery ELSE $5 END,
         retention_us = $6, retain_until = NULL, redrive_after_us = $7, redrive = $8, waiters = false
-    WHERE key = $1 AND $S = 'released' AND fingerprint = $2 AND NOT (coalesce(recovery, '') = ANY($11))
+    WHERE key = $1 AND $S = $12::text AND fingerprint = $2 AND ($12::text = 'approved' OR NOT (coalesce(recovery, '') = ANY($11)))
     RETURNING $C
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, origin)
-    SELECT key, 'claimed', attempt, 'released', 'in_flight', 'worker', $9 FROM claimed
+    SELECT key, 'claimed', attempt, $12::text, 'in_flight', 'worker', $9 FROM claimed
 )
 SELECT $C, true, statement_timestamp() FROM claimed
 
@@ -214,6 +227,7 @@ WITH u AS (
         token = CASE WHEN $17 <> '' THEN $17 ELSE token END
     WHERE key = $1 AND attempt = $2 AND $S = ANY($11) AND ($12 = '' OR hold_token = $12)
       AND (NOT $20::boolean OR updated_at < now() - coalesce(redrive_after_us, $21::bigint)::float8 * interval '1 microsecond')
+      AND ($22::text = '' OR fingerprint = $22) AND (NOT $23::boolean OR lease_until > now()) AND (NOT $24::boolean OR lease_until <= now())
     RETURNING key, attempt, status, waiters
 ), ev AS (
     INSERT INTO $E (key, type, attempt, from_status, to_status, actor, note, origin)
@@ -304,7 +318,8 @@ WHERE key = $1 AND attempt = 1 AND status IN ('succeeded', 'failed') AND complet
 SELECT $V FROM (
     SELECT $V, 1 AS ord FROM $E WHERE cardinality($1::text[]) = 0 OR type = ANY($1)
     UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, 0 FROM $T a
+    SELECT 0, key, created_at, 'claimed', 1, '', CASE WHEN on_expiry <> '' THEN 'awaiting_approval' ELSE 'in_flight' END, 'worker', '', origin, 0
+    FROM $T a
     WHERE (cardinality($1::text[]) = 0 OR 'claimed' = ANY($1))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
     UNION ALL

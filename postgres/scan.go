@@ -14,7 +14,7 @@ import (
 
 // Reading the column list.
 //
-// Every claim, a replay's included, reads the whole row back: 26
+// Every claim, a replay's included, reads the whole row back: 27
 // columns, and the claimed flag and the database's clock. Scanned
 // positionally, pgx plans each column's scan again for every row (the
 // plans are the row's, not the statement's), allocates each pointer
@@ -44,6 +44,7 @@ var actionColumns = [...]uint32{
 	oidText, oidText, oidText, oidInt8, oidText, oidText, oidBytea, oidText, oidInt4, // key … attempt
 	oidJSON, oidText, oidTimestamptz, oidTimestamptz, oidTimestamptz, oidTimestamptz, oidTimestamptz, // result … completed_at
 	oidInt4, oidText, oidTimestamptz, oidText, oidText, oidText, oidInt8, oidTimestamptz, oidInt8, oidBool, // verify_failures … redrive
+	oidText, // on_expiry
 }
 
 // nullable marks the columns whose NULL the Action holds as a zero
@@ -191,6 +192,7 @@ func decodeAction(a *once.Action, vals [][]byte, loc *time.Location) {
 		RetainUntil:    timeOf(vals[23], loc),
 		RedriveAfter:   microsOf(vals[24]),
 		Redrive:        vals[25][0] != 0,
+		OnExpiry:       once.Status(vals[26]),
 	}
 }
 

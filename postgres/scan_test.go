@@ -26,12 +26,12 @@ func TestScanReadsWhatPgxReads(t *testing.T) {
 		"full": `('full', 'fp', 'run', -7, 'kind', 'target', '\x00ff', 'review', 3, '{"a":[1,"é"]}', 'why',
 			'1969-12-31 23:59:59.999999+00', '1999-12-31 23:59:59.5+00', '2000-01-01 00:00:00.000001+00', '2026-05-01 12:00:00+02',
 			'2026-05-01 12:00:01+00', 2147483647, 'ada', '2026-05-02 00:00:00+00', 'note', 'tok', 'verify_then_decide',
-			9223372036854775807, '4000-01-01 00:00:00+00', 1, true, 'origin')`,
+			9223372036854775807, '4000-01-01 00:00:00+00', 1, true, 'review', 'origin')`,
 		"nulls": `('nulls', '', '', 0, '', '', NULL, 'in_flight', 1, NULL, '',
 			NULL, '0001-01-01 00:00:00+00', '2026-01-01 00:00:00+00', '2026-01-01 00:00:00+00',
-			NULL, 0, '', NULL, '', '', '', NULL, NULL, NULL, false, '')`,
+			NULL, 0, '', NULL, '', '', '', NULL, NULL, NULL, false, '', '')`,
 		"infinite": `('infinite', 'fp', 'run', 1, 'kind', 'target', '\x', 'unknown', 1, NULL, '',
-			'infinity', now(), now(), now(), NULL, 0, '', NULL, '', '', '', NULL, NULL, NULL, false, '')`,
+			'infinity', now(), now(), now(), NULL, 0, '', NULL, '', '', '', NULL, NULL, NULL, false, '', '')`,
 	}
 	for _, v := range rows {
 		if _, err := conn.Exec(ctx, `INSERT INTO `+table+` (`+columns+`, origin) VALUES `+v); err != nil {

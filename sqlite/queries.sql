@@ -46,10 +46,14 @@ SELECT $C FROM $T
 -- trail's first entry (storekit.WithHappyPath). DO NOTHING: a key
 -- that stands is answered by selectRow, or claimed again by
 -- reclaim, in a transaction of their own. It returns only the
--- time: the rest of the row is the request's (claimedRow).
+-- time: the rest of the row is the request's (claimedRow). A kind
+-- that asks for approval (?15, the wait in milliseconds, positive)
+-- writes the row awaiting approval, its lease_until when the wait
+-- expires, and what expiry makes of it (?16).
 INSERT INTO $T (key, fingerprint, run_id, step, kind, target, payload, status, attempt, lease_until, token, recovery, retention_ms,
-    redrive_after_ms, redrive, origin, claim_seq)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'in_flight', 1, $NOW + ?8, ?9, ?10, ?11, ?12, ?13, ?14, $SEQ)
+    redrive_after_ms, redrive, origin, claim_seq, on_expiry)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, CASE WHEN ?15 > 0 THEN 'awaiting_approval' ELSE 'in_flight' END, 1, $NOW + CASE WHEN ?15 > 0 THEN ?15 ELSE ?8 END, ?9, ?10, ?11,
+    ?12, ?13, ?14, $SEQ, ?16)
 ON CONFLICT (key) DO NOTHING
 RETURNING created_at
 
@@ -58,12 +62,15 @@ RETURNING created_at
 -- payload is the same. Its claim is an event of the trail. A process
 -- that does not configure the kind (?9) keeps the recovery the row
 -- recorded, and does not claim a row that recorded one it may not
--- take (?10, ClaimRequest.Refuse, a JSON array).
+-- take (?10, ClaimRequest.Refuse, a JSON array). ?11 is the status
+-- it claims from: released, or approved, whose attempt before never
+-- ran, so nothing is refused.
 UPDATE $T SET status = 'in_flight', attempt = attempt + 1, lease_until = $NOW + ?3,
     claimed_at = $NOW, updated_at = $NOW, completed_at = NULL, result = NULL, error = '', verify_failures = 0,
     hold_token = NULL, token = ?4, recovery = CASE WHEN ?9 AND coalesce(recovery, '') <> '' THEN recovery ELSE ?5 END, retention_ms = ?6,
     retain_until = NULL, redrive_after_ms = ?7, redrive = ?8
-WHERE key = ?1 AND status = 'released' AND fingerprint = ?2 AND coalesce(recovery, '') NOT IN (SELECT value FROM json_each(?10))
+WHERE key = ?1 AND status = ?11 AND fingerprint = ?2
+  AND (?11 = 'approved' OR coalesce(recovery, '') NOT IN (SELECT value FROM json_each(?10)))
 RETURNING $C, $NOW
 
 -- name: select_row
@@ -80,6 +87,7 @@ RETURNING lease_until
 $TRANSITION_SET
 WHERE key = ?1 AND attempt = ?2 AND status IN (SELECT value FROM json_each(?11)) AND (?12 = '' OR hold_token = ?12)
   AND (NOT ?15 OR updated_at < $NOW - coalesce(redrive_after_ms, ?16))
+  AND (?17 = '' OR fingerprint = ?17) AND (NOT ?18 OR lease_until > $NOW) AND (NOT ?19 OR lease_until <= $NOW)
 RETURNING attempt, status
 
 -- name: outcome
@@ -153,7 +161,8 @@ SELECT $V FROM $E WHERE key = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3
 SELECT $V FROM (
     SELECT $V, id AS pos, 0 AS ord, 0 AS rid FROM $E WHERE json_array_length(?1) = 0 OR type IN (SELECT value FROM json_each(?1))
     UNION ALL
-    SELECT 0, key, created_at, 'claimed', 1, '', 'in_flight', 'worker', '', origin, coalesce(claim_seq, 0), 1, rowid FROM $T a
+    SELECT 0, key, created_at, 'claimed', 1, '', CASE WHEN on_expiry <> '' THEN 'awaiting_approval' ELSE 'in_flight' END, 'worker', '', origin,
+        coalesce(claim_seq, 0), 1, rowid FROM $T a
     WHERE (json_array_length(?1) = 0 OR 'claimed' IN (SELECT value FROM json_each(?1)))
       AND NOT EXISTS (SELECT 1 FROM $E e WHERE e.key = a.key AND e.attempt = 1 AND e.type = 'claimed')
     UNION ALL

@@ -427,7 +427,7 @@ const nowMS = `CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
 
 // columns is the row as scanAction reads it. The last column tells a NULL
 // payload from an empty one, which the driver returns alike.
-const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_ms, retain_until, redrive_after_ms, redrive, payload IS NULL`
+const columns = `key, fingerprint, run_id, step, kind, target, payload, status, attempt, result, error, lease_until, created_at, claimed_at, updated_at, completed_at, verify_failures, resolved_by, resolved_at, resolve_note, token, recovery, retention_ms, retain_until, redrive_after_ms, redrive, payload IS NULL, on_expiry`
 
 const eventColumns = `id, key, at, type, attempt, from_status, to_status, actor, note, origin`
 
@@ -515,13 +515,14 @@ func scanAction(row interface{ Scan(...any) error }, a *once.Action, extra ...an
 	var recovery string
 	var created, claimed, updated int64
 	var payloadNull bool
+	var onExpiry string
 	dest := append([]any{&key, &fp, &a.Run, &a.Step, &a.Kind, &a.Target, &a.Payload, &status, &a.Attempt,
 		&result, &a.Error, &lease, &created, &claimed, &updated, &completed,
-		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain, &redriveAfter, &a.Redrive, &payloadNull}, extra...)
+		&a.VerifyFailures, &a.ResolvedBy, &resolved, &a.ResolveNote, &a.Token, &recovery, &retention, &retain, &redriveAfter, &a.Redrive, &payloadNull, &onExpiry}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}
-	a.Key, a.Fingerprint, a.Status = once.Key(key), once.Fingerprint(fp), once.Status(status)
+	a.Key, a.Fingerprint, a.Status, a.OnExpiry = once.Key(key), once.Fingerprint(fp), once.Status(status), once.Status(onExpiry)
 	if a.Payload == nil && !payloadNull {
 		a.Payload = []byte{}
 	}
@@ -626,7 +627,7 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		err := s.queryRow(ctx, stSelectRow, scan, string(req.Key))
 		switch {
 		case err == nil:
-			if res.Action.Status != once.StatusReleased || res.Action.Fingerprint != req.Fingerprint {
+			if !res.Action.Status.Claimable() || res.Action.Fingerprint != req.Fingerprint {
 				res.Now = msTime(now)
 				return res, nil
 			}
@@ -640,7 +641,8 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 		err := s.grouped(ctx, len(req.Payload), func(ctx context.Context, w *Store) error {
 			return w.queryRow(ctx, stClaim, func(r *sql.Rows) error { return r.Scan(&now) },
 				string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-				storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin)
+				storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive, req.Origin,
+				leaseMS(req.Approval), string(req.OnExpiry))
 		})
 		if err == nil {
 			return once.ClaimResult{Claimed: true, Action: claimedRow(req, now), Now: msTime(now)}, nil
@@ -653,15 +655,28 @@ func (s *Store) Claim(ctx context.Context, req once.ClaimRequest) (once.ClaimRes
 	if err != nil {
 		return once.ClaimResult{}, err
 	}
+	// The status the read saw, released or approved, is the one the
+	// reclaim claims from; without a read (a caller's transaction),
+	// released, then approved.
+	froms := []once.Status{res.Action.Status}
+	if !known {
+		froms = []once.Status{once.StatusReleased, once.StatusApproved}
+	}
 	err = s.inWriteTx(ctx, func(tx *Store) error {
 		res = once.ClaimResult{}
-		err := tx.queryRow(ctx, stReclaim, scan, string(req.Key), string(req.Fingerprint), leaseMS(req.Lease), req.Token,
-			storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive,
-			req.Unconfigured, refuse)
-		if err == nil {
-			res.Claimed = true
-			err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(once.StatusReleased),
-				string(once.StatusInFlight), once.ActorWorker, "", req.Origin)
+		var err error
+		for _, from := range froms {
+			err = tx.queryRow(ctx, stReclaim, scan, string(req.Key), string(req.Fingerprint), leaseMS(req.Lease), req.Token,
+				storekit.RecoveryText(req.Recovery), optMillis(req.Retention), optMillis(req.RedriveAfter), req.Redrive,
+				req.Unconfigured, refuse, string(from))
+			if err == nil {
+				res.Claimed, res.From = true, from
+				err = tx.execOnly(ctx, stEvent, string(req.Key), string(once.EventClaimed), res.Action.Attempt, string(from),
+					string(once.StatusInFlight), once.ActorWorker, "", req.Origin)
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				break
+			}
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			err = tx.queryRow(ctx, stSelectRow, scan, string(req.Key))
@@ -689,6 +704,12 @@ func claimedRow(req once.ClaimRequest, now int64) once.Action {
 		Payload: bytes.Clone(req.Payload), Status: once.StatusInFlight, Attempt: 1, LeaseUntil: msTime(now + leaseMS(req.Lease)),
 		CreatedAt: msTime(now), ClaimedAt: msTime(now), UpdatedAt: msTime(now), Token: req.Token,
 		Recovery: once.ParseRecovery(storekit.RecoveryText(req.Recovery)), Redrive: req.Redrive}
+	if req.Approval > 0 {
+		// Written awaiting approval, lease_until when the wait expires
+		// (the claim statement).
+		a.Status, a.OnExpiry = once.StatusAwaitingApproval, req.OnExpiry
+		a.LeaseUntil = msTime(now + leaseMS(req.Approval))
+	}
 	if ms, ok := optMillis(req.Retention).(int64); ok {
 		a.Retention = time.Duration(ms) * time.Millisecond
 	}
@@ -729,7 +750,7 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	args := []any{string(t.Key), t.Attempt, string(t.To), result, t.Error,
 		t.NewAttempt, leaseMS(t.Lease), t.VerifyFailures, t.ResolvedBy, t.ResolveNote, nil, t.Hold, t.Token,
 		once.DefaultRetention.Milliseconds()}
-	if event == "" && !backfill && len(t.From) == 1 && !t.Waiting {
+	if event == "" && !backfill && len(t.From) == 1 && !t.Waiting && t.Fingerprint == "" && !t.Unexpired && !t.Expired {
 		args[10] = string(t.From[0])
 		var n int64
 		err := s.grouped(ctx, size, func(ctx context.Context, w *Store) error {
@@ -752,6 +773,8 @@ func (s *Store) Transition(ctx context.Context, t once.Transition) (bool, error)
 	// ?15 and ?16: Transition.Waiting, and the RedriveAfter of a row
 	// that recorded none.
 	args = append(args, t.Waiting, once.DefaultRedriveAfter.Milliseconds())
+	// ?17 to ?19: Transition.Fingerprint, Unexpired and Expired.
+	args = append(args, string(t.Fingerprint), t.Unexpired, t.Expired)
 	var attempt int
 	var status string
 	update := func(ctx context.Context, s *Store) error {
@@ -1105,7 +1128,11 @@ func (s *Store) listQuery(f once.Filter, count bool) (string, []any) {
 			return since
 		},
 		Waiting: func(def string) string {
-			return `status = 'released' AND updated_at < ` + nowMS + ` - coalesce(redrive_after_ms, ` + def + `)`
+			// SQLite reads a partial index only for a query that has
+			// one of its condition's terms as a term of its own: each
+			// status in its own select, by the open statuses' index.
+			return `rowid IN (SELECT rowid FROM ` + s.names.Table("action") + ` WHERE status = 'released' UNION ALL SELECT rowid FROM ` +
+				s.names.Table("action") + ` WHERE status = 'approved') AND updated_at < ` + nowMS + ` - coalesce(redrive_after_ms, ` + def + `)`
 		},
 		Duration: func(d time.Duration) any { return d.Milliseconds() },
 		Now:      nowMS,

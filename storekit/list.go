@@ -82,6 +82,9 @@ func whereClause(f once.Filter, d Dialect, cursor bool) (string, []any) {
 	if f.Due {
 		where = append(where, "status IN ('in_flight', 'unknown') AND lease_until <= "+d.Now)
 	}
+	if f.Expired {
+		where = append(where, "status = 'awaiting_approval' AND lease_until <= "+d.Now)
+	}
 	if f.Recovery != once.RecoveryDefault {
 		add("recovery", f.Recovery.String())
 	}

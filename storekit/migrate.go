@@ -38,6 +38,11 @@ func (n Names) Table(name string) string {
 // Index returns the quoted name of an index.
 func (n Names) Index(name string) string { return n.Quote(n.Prefix + name + "_idx") }
 
+// Constraint is a constraint's name: Prefix and name, quoted. PostgreSQL
+// names a column's unnamed check table_column_check, which Constraint
+// of "action_status_check" is for the action table.
+func (n Names) Constraint(name string) string { return n.Quote(n.Prefix + name) }
+
 var fileRE = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.sql$`)
 
 // meantRE is a file meant as a migration: SQL whose name starts with a

@@ -160,8 +160,13 @@ func WithHappyPath(a once.Action, origin string, stored []once.Event) []once.Eve
 func happyPath(a once.Action, origin string, stored []once.Event, addClaim, addOutcome bool, before int64) []once.Event {
 	out := make([]once.Event, 0, len(stored)+2)
 	if addClaim {
+		to := once.StatusInFlight
+		if a.OnExpiry != "" {
+			// Its first claim waited for approval.
+			to = once.StatusAwaitingApproval
+		}
 		out = append(out, once.Event{Key: a.Key, At: a.CreatedAt, Type: once.EventClaimed, Attempt: 1,
-			To: once.StatusInFlight, Actor: once.ActorWorker, Origin: origin})
+			To: to, Actor: once.ActorWorker, Origin: origin})
 	}
 	for _, e := range stored {
 		if Unwritten(e.Attempt, e, e.To) {

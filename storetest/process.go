@@ -65,6 +65,9 @@ func child(mode, spec, file string, open func(context.Context, string) (once.Sto
 	if mode == "claim" {
 		return claimChild(ctx, s, file)
 	}
+	if mode == "approve" {
+		return approveChild(ctx, s)
+	}
 	lease, _ := time.ParseDuration(os.Getenv(envLease))
 	pol := once.KindPolicy{Lease: lease, Recovery: once.ParseRecovery(os.Getenv(envRecovery))}
 	if pol.Recovery == once.VerifyThenDecide {

@@ -168,6 +168,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, waitTests()...)
 	tests = append(tests, attemptTests()...)
 	tests = append(tests, reviewTests()...)
+	tests = append(tests, approvalTests()...)
 	run(t, h, tests)
 }
 

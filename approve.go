@@ -1,0 +1,187 @@
+package once
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Approval is a person's decision on an action awaiting approval
+// (KindPolicy.Approval): Client.Approve or Client.Reject.
+type Approval struct {
+	// By names who decided. Required.
+	By string
+	// Note says why. Required to reject (every duplicate is told it);
+	// optional to approve.
+	Note string
+	// Attempt, if not zero, is the attempt the person looked at, and
+	// Fingerprint, if set, the payload: the decision applies only while
+	// the action still stands there. A form sets both, so a decision
+	// taken on a page loaded before the key was purged and claimed again
+	// with another payload is refused instead of applying to what
+	// nobody saw.
+	Attempt     int
+	Fingerprint Fingerprint
+	// Via names the surface the decision came through, for the trail:
+	// "console", "cli", "api". Empty means "client".
+	Via string
+}
+
+// Approve approves an action awaiting approval: the next delivery of its
+// job (or, once its job was dropped, the kind's Redrive hook) runs it,
+// once, however many deliveries race. It is fenced by the attempt, the
+// payload and the wait's expiry, by the database's clock: of two
+// decisions, one applies, and the other is refused with a *ConflictError
+// that names who decided; a decision after the wait expired is refused.
+// A refusal is written to the trail beside what got there first.
+func (c *Client) Approve(ctx context.Context, key Key, d Approval) (Action, error) {
+	return c.decideApproval(ctx, key, d, approve)
+}
+
+// Reject rejects an action awaiting approval: it fails without running,
+// and every duplicate gets the rejection, who and why (a *FailedError).
+// It is fenced as Approve is.
+func (c *Client) Reject(ctx context.Context, key Key, d Approval) (Action, error) {
+	return c.decideApproval(ctx, key, d, reject)
+}
+
+// decideApproval makes m (approve or reject) on the action key, as d.
+func (c *Client) decideApproval(ctx context.Context, key Key, d Approval, m move) (Action, error) {
+	op := m.name
+	if err := validApproval(d, m.name == reject.name); err != nil {
+		return Action{}, err
+	}
+	gctx, cancel := c.call(ctx)
+	a, err := c.store.Get(gctx, key)
+	cancel()
+	if err != nil {
+		return Action{}, err
+	}
+	if a.Status != StatusAwaitingApproval || !d.sees(a) {
+		return a, c.refuseApproval(ctx, op, d, a)
+	}
+	via := d.Via
+	if via == "" {
+		via = "client"
+	}
+	t := m.of(a, d.By)
+	t.Fingerprint, t.Unexpired = a.Fingerprint, true
+	t.ResolvedBy, t.ResolveNote = d.By, d.Note
+	t.Event.Note = op + "d via " + via
+	if d.Note != "" {
+		t.Event.Note += ": " + d.Note
+	}
+	if m.name == reject.name {
+		t.Error = rejectedBy(d.By) + d.Note
+	}
+	ok, err := c.transition(ctx, t)
+	if err != nil {
+		return a, fmt.Errorf("once: %s action %s: %w", strings.TrimSuffix(op, "e")+"ing", key, err)
+	}
+	gctx, cancel = c.call(ctx)
+	cur, gerr := c.store.Get(gctx, key)
+	cancel()
+	if gerr != nil {
+		return cur, gerr
+	}
+	if !ok {
+		return cur, c.refuseApproval(ctx, op, d, cur)
+	}
+	c.emit(ctx, Observation{Event: t.Event, Kind: a.Kind})
+	c.log.Info("once: "+op+"d", "key", key, "kind", a.Kind, "by", d.By, "via", via)
+	return cur, nil
+}
+
+// sees reports whether a is the action d was decided on: its attempt and
+// payload, where d names them.
+func (d Approval) sees(a Action) bool {
+	return (d.Attempt == 0 || d.Attempt == a.Attempt) && (d.Fingerprint == "" || d.Fingerprint == a.Fingerprint)
+}
+
+// rejectedBy starts the error a rejection by who stores.
+func rejectedBy(who string) string { return "rejected by " + who + ": " }
+
+// refuseApproval writes a refused decision to the trail (once for a run
+// of refusals of the same attempt and status, as refuseResolution does)
+// and returns the *ConflictError that says why: who decided first, the
+// wait's expiry, or where the action went.
+func (c *Client) refuseApproval(ctx context.Context, op string, d Approval, cur Action) error {
+	conflict := &ConflictError{Op: op, Current: cur, why: approvalRefusal(d, cur)}
+	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: d.By, Origin: c.origin,
+		Note: fmt.Sprintf("%s refused: %s", op, conflict.why)}
+	if d.Note != "" {
+		refused.Note += ": " + d.Note
+	}
+	actx, cancel := c.call(ctx)
+	defer cancel()
+	if c.refusedLast(actx, cur) {
+		c.log.Warn("once: refused decision not written: the trail's last event is a refusal of the same attempt", "key", cur.Key, "op", op, "by", d.By)
+	} else if err := c.store.AppendEvent(actx, storableEvent(refused)); err != nil {
+		c.log.Warn("once: could not record a refused decision", "key", cur.Key, "err", err)
+	}
+	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
+	return conflict
+}
+
+// approvalRefusal says why a decision d on cur was refused.
+func approvalRefusal(d Approval, cur Action) string {
+	when := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch {
+	case d.Fingerprint != "" && d.Fingerprint != cur.Fingerprint:
+		return fmt.Sprintf("action %s holds another payload than the one decided on; reload it and decide again", cur.Key)
+	case d.Attempt != 0 && d.Attempt != cur.Attempt:
+		return fmt.Sprintf("it was decided on attempt %d, and action %s is at attempt %d (%s) now", d.Attempt, cur.Key, cur.Attempt, cur.Status)
+	case cur.Status == StatusAwaitingApproval:
+		return fmt.Sprintf("action %s waited for approval until %s, and its wait expired; nothing runs, and the reaper records it %s", cur.Key, when(cur.LeaseUntil), orFailed(cur.OnExpiry))
+	case cur.Status == StatusApproved || cur.OnExpiry != "" && cur.ResolvedBy != "" && cur.Attempt > 1:
+		return fmt.Sprintf("action %s was approved by %s at %s, and is %s now (attempt %d)", cur.Key, cur.ResolvedBy, when(cur.ResolvedAt), cur.Status, cur.Attempt)
+	case cur.Status == StatusFailed && strings.HasPrefix(cur.Error, rejectedBy(cur.ResolvedBy)) && cur.ResolvedBy != "":
+		return fmt.Sprintf("action %s was rejected by %s at %s: %s", cur.Key, cur.ResolvedBy, when(cur.ResolvedAt), strings.TrimPrefix(cur.Error, rejectedBy(cur.ResolvedBy)))
+	case cur.OnExpiry == "":
+		return fmt.Sprintf("action %s never waited for approval; it is %s (attempt %d)", cur.Key, cur.Status, cur.Attempt)
+	}
+	return fmt.Sprintf("action %s is %s now (attempt %d): %s", cur.Key, cur.Status, cur.Attempt, cur.Error)
+}
+
+// orFailed is what an expired wait becomes: s, or StatusFailed.
+func orFailed(s Status) Status {
+	if s == "" {
+		return StatusFailed
+	}
+	return s
+}
+
+// validApproval checks d before any I/O, as ValidateResolution does a
+// Resolution, and returns a *ResolutionError naming what is wrong.
+func validApproval(d Approval, noteRequired bool) error {
+	bad := func(field, reason string) error { return &ResolutionError{Field: field, Reason: reason} }
+	if d.Attempt < 0 {
+		return bad("Attempt", fmt.Sprintf("is %d; attempts are numbered from 1, and zero means whatever attempt stands", d.Attempt))
+	}
+	if d.Fingerprint != "" && (len(d.Fingerprint) > 128 || strings.ContainsFunc(string(d.Fingerprint), func(r rune) bool { return r <= ' ' || r > '~' })) {
+		return bad("Fingerprint", "is not a fingerprint; pass the one the action's row holds, or none")
+	}
+	for _, f := range []struct {
+		name, v, why string
+		max          int
+		required     bool
+	}{
+		{"By", d.By, "say who decided", MaxIDBytes, true},
+		{"Note", d.Note, "say why: every duplicate is told it", 4096, noteRequired},
+		{"Via", d.Via, "", 64, false},
+	} {
+		switch {
+		case strings.TrimSpace(f.v) == "" && f.required:
+			return bad(f.name, "is empty; "+f.why)
+		case len(f.v) > f.max:
+			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), f.max))
+		case !utf8.ValidString(f.v):
+			return bad(f.name, "is not valid UTF-8 text")
+		case strings.IndexByte(f.v, 0) >= 0:
+			return bad(f.name, "contains a NUL byte, which PostgreSQL text cannot hold; remove it")
+		}
+	}
+	return nil
+}
