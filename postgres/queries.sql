@@ -343,7 +343,7 @@ ORDER BY kind COLLATE "C", status COLLATE "C", recovery COLLATE "C"
 SELECT kind, status, recovery, count(*) FROM (
     SELECT kind, status, recovery FROM $T WHERE status IN ('in_flight', 'unknown')
     UNION ALL
-    SELECT kind, status, recovery FROM $T WHERE status IN ('review', 'released')
+    SELECT kind, status, recovery FROM $T WHERE status IN ('review', 'released', 'awaiting_approval', 'approved')
 ) a GROUP BY kind, status, recovery
 
 -- name: finished_stats

@@ -60,6 +60,16 @@ func TestStatsOfALargeLogReadItOnlyNowAndThen(t *testing.T) {
 			t.Fatalf("call %d counts %d succeeded, want %d", i, got, finished)
 		}
 	}
+	// The approval queue is counted with the other open statuses
+	// (TestStatsOfALargeLogReadItOnlyNowAndThen failed without it).
+	gated := once.ClaimRequest{Key: once.Key(strings.Repeat("cd", 32)), Fingerprint: "f", Kind: "gated", Lease: time.Hour, Token: "t2",
+		Approval: time.Hour, OnExpiry: once.StatusFailed}
+	if _, err := s.Claim(ctx, gated); err != nil {
+		t.Fatal(err)
+	}
+	if stats, err := s.Stats(ctx); err != nil || storetest.Counted(stats, once.StatusAwaitingApproval) != 1 {
+		t.Fatalf("a large log's counts find %d awaiting approval (%v); want 1", storetest.Counted(stats, once.StatusAwaitingApproval), err)
+	}
 	// One count of the whole log, and a few rows read for the open ones;
 	// twice the log leaves room for one count again in between.
 	if read := scanned(t, conn, s, table, 0); read >= 2*finished {

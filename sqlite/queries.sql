@@ -209,6 +209,10 @@ SELECT kind, status, recovery, count(*) FROM (
     SELECT kind, status, recovery FROM $T WHERE status = 'review'
     UNION ALL
     SELECT kind, status, recovery FROM $T WHERE status = 'released'
+    UNION ALL
+    SELECT kind, status, recovery FROM $T WHERE status = 'awaiting_approval'
+    UNION ALL
+    SELECT kind, status, recovery FROM $T WHERE status = 'approved'
 ) a GROUP BY kind, status, recovery
 
 -- name: finished_stats

@@ -156,3 +156,37 @@ func TestStatsOfALargeLogCatchUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A large log's open statuses are counted through their indexes at each
+// call: the approval queue and approved actions among them, or the
+// console's overview says nobody waits for a person.
+func TestStatsOfALargeLogCountTheApprovalQueue(t *testing.T) {
+	ctx := context.Background()
+	s, _ := largeLog(t)
+	if _, err := s.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, status := range []once.Status{once.StatusAwaitingApproval, once.StatusApproved} {
+		req := newClaim("gated-" + string(status))
+		req.Approval, req.OnExpiry = time.Hour, once.StatusFailed
+		cr, err := s.Claim(ctx, req)
+		if err != nil || cr.Action.Status != once.StatusAwaitingApproval {
+			t.Fatalf("claim %d = %+v, %v", i, cr, err)
+		}
+		if status == once.StatusApproved {
+			if ok, err := s.Transition(ctx, once.Transition{Key: req.Key, Attempt: 1, From: []once.Status{once.StatusAwaitingApproval}, To: once.StatusApproved,
+				Event: once.Event{Type: once.EventApproved, From: once.StatusAwaitingApproval, Actor: "ada"}}); !ok || err != nil {
+				t.Fatalf("approve = %v, %v", ok, err)
+			}
+		}
+	}
+	stats, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []once.Status{once.StatusAwaitingApproval, once.StatusApproved} {
+		if got := storetest.Counted(stats, status); got != 1 {
+			t.Errorf("a large log's counts find %d %s; want 1", got, status)
+		}
+	}
+}
