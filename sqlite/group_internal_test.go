@@ -41,7 +41,7 @@ func TestGroupCommitLeaderLeavesATransactionWithoutItsWrite(t *testing.T) {
 		req := claim("H")
 		return w.queryRow(ctx, stClaim, func(r *sql.Rows) error { return nil },
 			string(req.Key), string(req.Fingerprint), req.Run, req.Step, req.Kind, req.Target, nullBytes(req.Payload), leaseMS(req.Lease), req.Token,
-			"", nil, nil, false, "")
+			"", nil, nil, false, "", 0, "")
 	}}
 	s.group.mu.Lock()
 	s.group.queue = append(s.group.queue, h)
