@@ -91,6 +91,7 @@ func txTests() []namedTest {
 		{name: "DoTxWaitsForConcurrentCommit", fn: testDoTxWaitsCommit, needs: needTx},
 		{name: "DoTxWaitsForConcurrentRollback", fn: testDoTxWaitsRollback, needs: needTx},
 		{name: "DoTxHoldsOnlyItsKey", fn: testDoTxHoldsOnlyItsKey, needs: needTx | needRowLocks},
+		{name: "DoTxAwaitsApproval", fn: testDoTxAwaitsApproval, needs: needTx},
 	}
 }
 
@@ -450,4 +451,45 @@ func testDoTxHoldsOnlyItsKey(t *testing.T, h Harness) {
 		t.Fatalf("Do of another key while a DoTx is open = %+v, %v", res, err)
 	}
 	commit(t, tx)
+}
+
+// DoTx of a kind that asks for approval writes the wait in the caller's
+// transaction and runs nothing: committed, the action waits, and once
+// approved the next DoTx runs it inside its transaction; rolled back,
+// nothing was asked. Nobody is told before the commit.
+func testDoTxAwaitsApproval(t *testing.T, h Harness) {
+	var announced atomic.Int64
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{txIntent.Kind: {Approval: once.ApprovalPolicy{Always: true}}},
+		Hooks: once.Hooks{OnAwaitingApproval: func(context.Context, once.Action) { announced.Add(1) }}}
+	s, c, th := txSetup(t, h, cfg)
+	var effects atomic.Int64
+	k := keyOf(t, txIntent)
+	tx := begin(t, th)
+	if _, err := tx.do(ctx(t), c, txIntent, writeOutbox(&effects)); !errors.Is(err, once.ErrAwaitingApproval) {
+		t.Fatalf("DoTx of a gated kind = %v; want ErrAwaitingApproval", err)
+	}
+	rollback(t, tx)
+	if _, err := s.Get(ctx(t), k); !isNotFound(err) {
+		t.Fatalf("after the rollback Get = %v; want no row", err)
+	}
+	tx = begin(t, th)
+	if _, err := tx.do(ctx(t), c, txIntent, writeOutbox(&effects)); !errors.Is(err, once.ErrAwaitingApproval) {
+		t.Fatalf("DoTx = %v", err)
+	}
+	commit(t, tx)
+	if a := mustGet(t, s, k); a.Status != once.StatusAwaitingApproval || announced.Load() != 0 || effects.Load() != 0 {
+		t.Fatalf("row %s, announced %d, effects %d; want awaiting approval, nobody told by DoTx, nothing run", a.Status, announced.Load(), effects.Load())
+	}
+	if _, err := c.Approve(ctx(t), k, once.Approval{By: "ada"}); err != nil {
+		t.Fatal(err)
+	}
+	tx = begin(t, th)
+	res, err := tx.do(ctx(t), c, txIntent, writeOutbox(&effects))
+	if err != nil || res.Value != "written" || res.Attempt != 2 {
+		t.Fatalf("DoTx after approval = %+v, %v", res, err)
+	}
+	commit(t, tx)
+	if n := rows(t, th); n != 1 || effects.Load() != 1 {
+		t.Fatalf("outbox has %d rows after %d effects; want 1 and 1", n, effects.Load())
+	}
 }
