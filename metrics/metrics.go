@@ -37,6 +37,8 @@ type Metrics struct {
 	expiries    *prometheus.CounterVec
 	resolutions *prometheus.CounterVec
 	redriven    *prometheus.CounterVec
+	waits       *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
 	waiting     prometheus.Gauge
 	effect      *prometheus.HistogramVec
 	verify      *prometheus.HistogramVec
@@ -73,6 +75,8 @@ func New(reg prometheus.Registerer, stats StatsSource) (*Metrics, error) {
 		expiries:    counter("lease_expiries_total", "Claims whose lease lapsed: their worker stopped answering.", "kind"),
 		resolutions: counter("resolutions_total", "Decisions by people, by the status they led to.", "kind", "status"),
 		redriven:    counter("redriven_total", "Released actions handed to their kind's Redrive hook because no delivery claimed them.", "kind"),
+		waits:       counter("approval_waits_total", "Actions that began to wait for a person's approval.", "kind"),
+		decisions:   counter("approval_decisions_total", "Decisions on actions that waited for approval: approved, rejected, or expired unanswered.", "kind", "decision"),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "once", Name: "released_waiting",
 			Help: "Released actions past their kind's RedriveAfter that could not be re-driven, at the last reaper pass: they run only if their job is delivered again."}),
 		effect: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "once", Name: "effect_duration_seconds",
@@ -86,7 +90,7 @@ func New(reg prometheus.Registerer, stats StatsSource) (*Metrics, error) {
 		stats: stats,
 	}
 	for _, c := range []prometheus.Collector{m.claims, m.replays, m.conflicts, m.mismatches, m.outcomes, m.recoveries,
-		m.expiries, m.resolutions, m.redriven, m.waiting, m.effect, m.verify, m.scrapeErr, storeCollector{m}} {
+		m.expiries, m.resolutions, m.redriven, m.waits, m.decisions, m.waiting, m.effect, m.verify, m.scrapeErr, storeCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -140,6 +144,10 @@ func (m *Metrics) Observe(_ context.Context, o once.Observation) {
 		m.resolutions.WithLabelValues(k, string(o.To)).Inc()
 	case once.EventRedriven:
 		m.redriven.WithLabelValues(k).Inc()
+	case once.EventAwaitingApproval:
+		m.waits.WithLabelValues(k).Inc()
+	case once.EventApproved, once.EventRejected, once.EventExpired:
+		m.decisions.WithLabelValues(k, string(o.Type)).Inc()
 	default:
 		// A worker's own outcome; not recovery's decision (a takeover, a
 		// verifier's answer, a dead claim put up for review), which is
