@@ -61,7 +61,8 @@ func terminate(t *testing.T, admin *pgxpool.Pool, app string) {
 // The read of a trail is the only statement that ends "ORDER BY id",
 // and a statement's text ends with a NUL in both protocols.
 var pgMarkers = storetest.Markers{Claim: "ON CONFLICT (key) DO NOTHING", Transition: "WITH u AS (",
-	Events: "ORDER BY id\x00", Recoverable: "ORDER BY lease_until", AppendEvent: "origin) VALUES ("}
+	Events: "ORDER BY id\x00", Recoverable: "ORDER BY lease_until", AppendEvent: "origin) VALUES (",
+	Reclaim: "SET status = 'in_flight', attempt = attempt + 1"}
 
 // proxyFaults are storetest.Faults on a fault proxy. Lock locks a row
 // of schema's action table through locker, a pool that reaches the

@@ -202,7 +202,8 @@ FROM generate_series(1, 6000) g`); err != nil {
 	}{
 		{"a heartbeat", s.q.heartbeat, []any{key, 1, int64(60000000)}},
 		{"an outcome", s.q.transition, outcome},
-		{"a released action claimed again", s.q.reclaim, []any{key, "fp", int64(60000000), "tok", "", nil, nil, false, "o"}},
+		{"a released action claimed again", s.q.reclaim, []any{key, "fp", int64(60000000), "tok", "", nil, nil, false, "o", false, []string{}, "released"}},
+		{"an approved action claimed", s.q.reclaim, []any{key, "fp", int64(60000000), "tok", "", nil, nil, false, "o", true, []string{"verify_then_decide"}, "approved"}},
 		{"inline recovery of one key", s.q.recoverKey, []any{key, int64(60000000), "tok", []string{}, false, []string{}, "{}", []string{"verify_then_decide"}}},
 		{"a waiter's mark", s.q.await, []any{key, "in_flight", 1}},
 	} {

@@ -39,6 +39,9 @@ func approvalTests() []namedTest {
 		{name: "FaultApprovalReplyLost", fn: testFaultApprovalReplyLost, needs: needFaults | needLostReplies},
 		{name: "FaultApprovalClaimReplyLost", fn: testFaultApprovalClaimReplyLost, needs: needFaults | needLostReplies},
 		{name: "FaultApprovalHungThenExpired", fn: testFaultApprovalHung, needs: needFaults | needPartition, serial: true},
+		{name: "FaultRejectionReplyLost", fn: testFaultRejectionReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultExpiryReplyLost", fn: testFaultExpiryReplyLost, needs: needFaults | needLostReplies, serial: true},
+		{name: "FaultApprovedClaimReplyLost", fn: testFaultApprovedClaimReplyLost, needs: needFaults | needLostReplies},
 	}
 }
 
@@ -626,9 +629,10 @@ func testFaultApprovalClaimReplyLost(t *testing.T, h Harness) {
 	}
 }
 
-// A decision whose connection hangs past the wait's expiry: when it
-// gets through, the database's clock refuses it, and the reaper's
-// expiry stands.
+// A decision whose connection hangs past the wait's expiry fails and
+// applies nothing (the partition's end closes the connection); the same
+// decision sent again is refused by the database's clock, and the
+// reaper's expiry stands.
 func testFaultApprovalHung(t *testing.T, h Harness) {
 	cfg := gated(time.Second)
 	cut, direct, s, f := faultClients(t, h, cfg)
@@ -644,12 +648,14 @@ func testFaultApprovalHung(t *testing.T, h Harness) {
 	}()
 	time.Sleep(1500 * time.Millisecond)
 	f.Hang(false)
-	err := <-done
-	if !errors.Is(err, once.ErrConflict) || !strings.Contains(err.Error(), "expired") {
-		t.Fatalf("an approval held up past the expiry = %v; want it refused by the database's clock, saying the wait expired", err)
+	if err := <-done; err == nil {
+		t.Fatal("an approval whose connection hung past the expiry reported applied")
 	}
 	if a := mustGet(t, s, k); a.Status != once.StatusAwaitingApproval {
 		t.Fatalf("row %s after the hung approval", a.Status)
+	}
+	if _, err := cut.Approve(ctx(t), k, once.Approval{By: "ada"}); !errors.Is(err, once.ErrConflict) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("the approval sent again after the expiry = %v; want it refused by the database's clock, saying the wait expired", err)
 	}
 	r, _ := once.NewReaper(direct, once.ReaperConfig{})
 	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
@@ -657,5 +663,91 @@ func testFaultApprovalHung(t *testing.T, h Harness) {
 	}
 	if _, err := once.Do(ctx(t), direct, in, runs.fn("sent")); !errors.Is(err, once.ErrFailed) || runs.n.Load() != 0 {
 		t.Fatalf("Do after expiry = %v (ran %d)", err, runs.n.Load())
+	}
+}
+
+// The rejection commits and its reply is lost: Reject reports it
+// applied, and a duplicate gets the rejection.
+func testFaultRejectionReplyLost(t *testing.T, h Harness) {
+	cut, direct, s, f := faultClients(t, h, gated(0))
+	in := intent(1)
+	var runs counter
+	awaiting(t, direct, in, &runs)
+	k := keyOf(t, in)
+	lost := f.LoseReply(h.Markers.Transition, false)
+	a, err := cut.Reject(ctx(t), k, once.Approval{By: "grace", Note: "wrong customer"})
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the rejection's reply was never lost")
+	}
+	if err != nil || a.Status != once.StatusFailed {
+		t.Fatalf("Reject after a lost reply = %s, %v; want it reported applied", a.Status, err)
+	}
+	if tr := trail(t, s, k); tr != "claimed,rejected" {
+		t.Fatalf("trail %s", tr)
+	}
+	if _, err := once.Do(ctx(t), direct, in, runs.fn("sent")); !errors.Is(err, once.ErrFailed) || runs.n.Load() != 0 {
+		t.Fatalf("Do after the rejection = %v (ran %d)", err, runs.n.Load())
+	}
+}
+
+// The reaper's expiry commits and its reply is lost: the pass reads it
+// back, counts it once, and the trail holds one expiry.
+func testFaultExpiryReplyLost(t *testing.T, h Harness) {
+	cut, direct, s, f := faultClients(t, h, gated(time.Second))
+	in := intent(1)
+	var runs counter
+	awaiting(t, direct, in, &runs)
+	k := keyOf(t, in)
+	time.Sleep(1200 * time.Millisecond)
+	r, err := once.NewReaper(cut, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := f.LoseReply(h.Markers.Transition, false)
+	rep, err := r.RunOnce(ctx(t))
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the expiry's reply was never lost")
+	}
+	if err != nil || rep.Expired != 1 {
+		t.Fatalf("reaper pass after a lost reply = %+v, %v; want the expiry read back and counted", rep, err)
+	}
+	if tr := trail(t, s, k); tr != "claimed,expired" {
+		t.Fatalf("trail %s", tr)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 0 {
+		t.Fatalf("second pass = %+v, %v", rep, err)
+	}
+}
+
+// The claim of an approved action commits and its reply is lost: the
+// read-back finds it this call's own, and the effect runs once.
+func testFaultApprovedClaimReplyLost(t *testing.T, h Harness) {
+	cut, direct, s, f := faultClients(t, h, gated(0))
+	in := intent(1)
+	var runs counter
+	awaiting(t, direct, in, &runs)
+	k := keyOf(t, in)
+	if _, err := direct.Approve(ctx(t), k, once.Approval{By: "ada"}); err != nil {
+		t.Fatal(err)
+	}
+	lost := f.LoseReply(h.Markers.Reclaim, false)
+	res, err := once.Do(ctx(t), cut, in, runs.fn("sent"))
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the claim's reply was never lost")
+	}
+	if err != nil || res.Value != "sent" || runs.n.Load() != 1 {
+		t.Fatalf("Do after a lost claim reply = %+v, %v (ran %d); want it run once", res, err, runs.n.Load())
+	}
+	if _, err := once.Do(ctx(t), direct, in, runs.fn("again")); err != nil || runs.n.Load() != 1 {
+		t.Fatalf("a duplicate = %v (ran %d)", err, runs.n.Load())
+	}
+	if a := mustGet(t, s, k); a.Status != once.StatusSucceeded || a.Attempt != 2 {
+		t.Fatalf("row %s attempt %d", a.Status, a.Attempt)
 	}
 }

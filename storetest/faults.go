@@ -57,6 +57,9 @@ type Markers struct {
 	Recoverable string
 	// AppendEvent is text found only in Store.AppendEvent's statement.
 	AppendEvent string
+	// Reclaim is text found only in the claim of a released or approved
+	// key, as the next attempt.
+	Reclaim string
 }
 
 // faultTests are the partial-failure cases: every one needs
