@@ -171,7 +171,16 @@ type Response struct {
 //     follows its kind's recovery: a person decides (409) by default;
 //   - an action confirmed done without the handler's response on record
 //     (a person resolved it Done, or a verifier found it landed): 409,
-//     and the handler does not run again.
+//     and the handler does not run again;
+//   - a route whose kind asks for a person's approval (once.KindPolicy.Approval):
+//     202 awaiting-approval, with Retry-After (a minute at most, or just
+//     past the wait's expiry) and the expiry in the body, to the first
+//     request and every repeat, and the handler does not run; once
+//     approved, the next repeat runs it, once, and the ones after replay
+//     its answer; rejected, 409 key-rejected with the person's reason
+//     (not their name); unanswered past the expiry, 409
+//     approval-expired. With Config.Wait, a request waits that long
+//     for the decision first.
 //
 // The handler's context (Request.Context) outlives its client. A client
 // that times out and leaves does not cancel it: the handler finishes its
@@ -562,9 +571,11 @@ func (m *middleware) acts(method string) bool {
 // writeError answers a request whose handler did not run here.
 func (m *middleware) writeError(w http.ResponseWriter, err error) {
 	var (
-		unknown *once.UnknownOutcomeError
-		intent  *once.IntentError
-		held    *once.InFlightError
+		unknown  *once.UnknownOutcomeError
+		intent   *once.IntentError
+		held     *once.InFlightError
+		awaiting *once.AwaitingApprovalError
+		failed   *once.FailedError
 	)
 	retryAfter := m.cfg.RetryAfter
 	switch {
@@ -572,6 +583,20 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusBadRequest, "request-invalid", "the request cannot be made into an action: "+intent.Field+" "+intent.Reason)
 	case errors.Is(err, once.ErrFingerprintMismatch):
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", "this Idempotency-Key was first used with a different request (method, path or body); use a new key for a different request, or send the first request unchanged")
+	case errors.As(err, &awaiting) && awaiting.Expired:
+		writeProblem(w, http.StatusConflict, "approval-expired", fmt.Sprintf("the request with this Idempotency-Key waited for a person's approval until %s, and nobody approved it; it does not run: use a new key to ask again", awaiting.Expires.UTC().Format(time.RFC3339)))
+	case errors.As(err, &awaiting):
+		// The client comes back when a queue's job would: now and then,
+		// and just after the wait expires. A request has no job for a
+		// Redrive hook to bring back, so the client is told to return
+		// whatever the kind's hooks are.
+		asked := *awaiting
+		asked.Redrive = false
+		retryAfter = max(retryAfter, once.Dispose(&asked).After)
+		w.Header().Set("Retry-After", seconds(retryAfter))
+		writeAwaiting(w, awaiting.Expires)
+	case errors.As(err, &failed) && strings.HasPrefix(failed.Message, rejectedPrefix):
+		writeProblem(w, http.StatusConflict, "key-rejected", "the request with this Idempotency-Key was rejected by a person before it ran, and it does not run: "+rejectionNote(failed.Message)+"; use a new key to try a new request")
 	case errors.Is(err, once.ErrInFlight), errors.Is(err, once.ErrFenced):
 		// Fenced, here, is a claim taken over by another attempt before
 		// this request's handler ran (this process stalled past the
@@ -607,6 +632,34 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the idempotency store could not be reached; retry with the same key")
 	}
+}
+
+// rejectedPrefix starts the failure once stores for a rejected approval:
+// "rejected by <who>: <why>".
+const rejectedPrefix = "rejected by "
+
+// rejectionNote is the why of a stored rejection. Who decided stays in
+// the action's trail: an operator's name is not the API client's to see.
+func rejectionNote(msg string) string {
+	_, note, ok := strings.Cut(strings.TrimPrefix(msg, rejectedPrefix), ": ")
+	if !ok || strings.TrimSpace(note) == "" {
+		return "no reason was given"
+	}
+	return note
+}
+
+// writeAwaiting answers 202 for a request that waits for a person's
+// approval: accepted, not yet carried out. The body has a problem's
+// fields, so a client reads its code as it reads an error's, and says
+// until when the wait lasts.
+func writeAwaiting(w http.ResponseWriter, expires time.Time) {
+	until := expires.UTC().Format(time.RFC3339)
+	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(http.StatusAccepted), Status: http.StatusAccepted, Code: "awaiting-approval", Expires: until,
+		Detail: "the request with this Idempotency-Key waits for a person's approval before it runs, until " + until + "; nothing ran yet. Send it again with the same key after the Retry-After delay: once it is approved it runs, once, and you get its answer; rejected, you are told why"})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusAccepted)
+	w.Write(b)
 }
 
 func seconds(d time.Duration) string {
@@ -699,6 +752,9 @@ type problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 	Code   string `json:"code"`
+	// Expires, on a 202 awaiting-approval, is when the wait for a
+	// decision ends (RFC 3339).
+	Expires string `json:"expires,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, status int, code, detail string) {
