@@ -32,6 +32,20 @@
 // whose disposition names no wait (released, the database unreachable)
 // does not spin.
 //
+// A job whose action awaits a person's approval (once.KindPolicy.Approval,
+// *once.AwaitingApprovalError) is not run, and is no poison: on a kind
+// without a Redrive hook it is handed back with NakWithDelay, a minute at
+// most or just past the wait's expiry, so it is delivered about once a
+// minute until a person decides, and the first delivery after an approval runs
+// it; once the wait has expired it is terminated. Each of those
+// deliveries counts against the consumer's MaxDeliver: one that runs out
+// first terminates the job (ErrLastDelivery), and once approved its
+// action waits, counted by the reaper (once.ReapReport.Waiting), until
+// its job is published again. Give such a consumer no MaxDeliver (-1),
+// or one above the wait in minutes; better, give the kind a Redrive
+// hook: the job is then terminated at once, and once approved the reaper
+// publishes it again, after the kind's RedriveAfter.
+//
 // While the job function runs, Handle sends InProgress every third of
 // the consumer's AckWait (or every Config.Progress), so a long effect is
 // not delivered again under it; it stops as soon as the function

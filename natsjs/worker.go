@@ -179,7 +179,7 @@ func New(js jetstream.JetStream, cfg Config) (*Worker, error) {
 // needed another delivery got its consumer's last one (MaxDeliver):
 // JetStream does not deliver it again, so Handle terminates it instead
 // of calling it a retry. If once holds the job's action, the kind's
-// Redrive hook brings it back once it is released; if the job failed
+// Redrive hook brings it back once it is released or approved; if the job failed
 // before any Do claimed it (the database unreachable), or was handed
 // back unrun, nothing does: publish it again.
 var ErrLastDelivery = errors.New("natsjs: the consumer's last delivery (MaxDeliver) of a job that needed another; JetStream does not deliver it again")
