@@ -61,6 +61,17 @@
 // there) also waits MinRetryDelay, so a job that fails at once cannot
 // loop hot between a consumer and its queue.
 //
+// A job whose action awaits a person's approval
+// (*once.AwaitingApprovalError) is not run. On a kind without a Redrive
+// hook it goes round a retry queue, a minute at a time (just past the
+// wait's expiry when that comes sooner; MaxRetryDelay at most), until a
+// person decides: the first delivery after an approval runs it, and the
+// first after the wait expired dead-letters it. RabbitMQ counts no
+// deliveries, so the wait (ApprovalPolicy.Expiry, 24 hours by default)
+// bounds the loop, at about one delivery a minute. On a kind with a
+// Redrive hook the job is dead-lettered at once, and the reaper
+// publishes it again once it is approved.
+//
 // # Publishing
 //
 // Retries, re-drives and Queue.Publish go to the default exchange with
