@@ -46,6 +46,11 @@ func TestDisposeMapsOntoRiver(t *testing.T) {
 		{"changed payload", &once.FingerprintError{Key: "k"}, cancel},
 		{"invalid intent", &once.IntentError{Field: "Run", Reason: "is empty"}, cancel},
 		{"database down", plain, retry},
+		{"awaiting approval", &once.AwaitingApprovalError{Key: "k", Attempt: 1, Expires: time.Now().Add(time.Hour)}, snooze},
+		{"awaiting approval, expiring", &once.AwaitingApprovalError{Key: "k", Attempt: 1, Expires: time.Now().Add(10 * time.Second)}, snooze},
+		{"awaiting approval, re-driven once approved", &once.AwaitingApprovalError{Key: "k", Attempt: 1, Expires: lease, Redrive: true}, cancel},
+		{"awaiting approval, expired", &once.AwaitingApprovalError{Key: "k", Attempt: 1, Expires: time.Now().Add(-time.Second), Expired: true}, cancel},
+		{"rejected", &once.FailedError{Key: "k", Attempt: 1, Message: "rejected by ada: over budget", Replayed: true}, cancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := riverjob.Dispose(tc.err)

@@ -23,6 +23,18 @@
 // lowered by one, so a snooze never brings the job closer to being
 // discarded; see river.JobSnooze.
 //
+// A job whose action awaits a person's approval
+// (*once.AwaitingApprovalError) is not run. On a kind without a Redrive
+// hook it is snoozed, a minute at a time (just past the wait's expiry
+// when that comes sooner), until a person decides: the first run after
+// an approval runs the effect, and the first after the wait expired
+// cancels the job. A snooze uses no attempt, so MaxAttempts never ends
+// the wait; the wait itself (ApprovalPolicy.Expiry, 24 hours by default)
+// bounds it, at about one run a minute. On a kind with a Redrive hook the job is
+// cancelled at once, and once the action is approved the reaper inserts
+// a job for it (Redrive). A rejected action fails, and its jobs are
+// cancelled.
+//
 // # Effects that are writes to the same database
 //
 // When the effect is a write to the database River and once live in,
