@@ -103,6 +103,13 @@ func (d Approval) sees(a Action) bool {
 // rejectedBy starts the error a rejection by who stores.
 func rejectedBy(who string) string { return "rejected by " + who + ": " }
 
+// rejected reports whether a failed because a person rejected it before
+// it ran: its first claim waited for approval, and the failure is the
+// rejection (an Abandon after it, or a failure of its own, is not).
+func rejected(a Action) bool {
+	return a.Status == StatusFailed && a.OnExpiry != "" && a.Attempt == 1 && a.ResolvedBy != "" && strings.HasPrefix(a.Error, rejectedBy(a.ResolvedBy))
+}
+
 // refuseApproval writes a refused decision to the trail (once for a run
 // of refusals of the same attempt and status, as refuseResolution does)
 // and returns the *ConflictError that says why: who decided first, the
@@ -137,7 +144,7 @@ func approvalRefusal(d Approval, cur Action) string {
 		return fmt.Sprintf("action %s waited for approval until %s, and its wait expired; nothing runs, and the reaper records it %s", cur.Key, when(cur.LeaseUntil), orFailed(cur.OnExpiry))
 	case cur.Status == StatusApproved || cur.OnExpiry != "" && cur.ResolvedBy != "" && cur.Attempt > 1:
 		return fmt.Sprintf("action %s was approved by %s at %s, and is %s now (attempt %d)", cur.Key, cur.ResolvedBy, when(cur.ResolvedAt), cur.Status, cur.Attempt)
-	case cur.Status == StatusFailed && strings.HasPrefix(cur.Error, rejectedBy(cur.ResolvedBy)) && cur.ResolvedBy != "":
+	case rejected(cur):
 		return fmt.Sprintf("action %s was rejected by %s at %s: %s", cur.Key, cur.ResolvedBy, when(cur.ResolvedAt), strings.TrimPrefix(cur.Error, rejectedBy(cur.ResolvedBy)))
 	case cur.OnExpiry == "":
 		return fmt.Sprintf("action %s never waited for approval; it is %s (attempt %d)", cur.Key, cur.Status, cur.Attempt)

@@ -173,7 +173,11 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		o.stored, o.replayed = a.Result, true
 	case StatusFailed:
 		observe(EventReplayed)
-		o.err = &FailedError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Replayed: true}
+		f := &FailedError{Key: a.Key, Attempt: a.Attempt, Message: a.Error, Replayed: true}
+		if rejected(a) {
+			f.RejectedBy, f.Reason = a.ResolvedBy, a.ResolveNote
+		}
+		o.err = f
 	case StatusInFlight:
 		observe(EventConflict)
 		o.err = &InFlightError{Key: a.Key, Attempt: a.Attempt, ClaimedAt: a.ClaimedAt, LeaseUntil: a.LeaseUntil, Expired: !a.LeaseUntil.After(cr.Now)}
@@ -201,7 +205,9 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 		// Retry, or recovery released it): the next delivery runs it.
 		o.err = fmt.Errorf("once: action %s was released for another attempt: %w", a.Key, ErrRetryLater)
 	case StatusReview:
-		o.err = &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error}
+		// A gated action at attempt 1 never ran: it is in review
+		// because its wait for approval expired.
+		o.err = &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error, ApprovalExpired: a.OnExpiry != "" && a.Attempt == 1}
 	case StatusAwaitingApproval:
 		// A duplicate: the claim that wrote the row announced the wait.
 		o.err = awaitingApproval(a, cr.Now)

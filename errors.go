@@ -149,7 +149,12 @@ type FailedError struct {
 	// Replayed is true when the failure was read back from the store
 	// rather than returned by this call's effect.
 	Replayed bool
-	err      error
+	// RejectedBy and Reason, for an action a person rejected before it
+	// ran (Client.Reject), say who and why; empty for any other
+	// failure.
+	RejectedBy string
+	Reason     string
+	err        error
 }
 
 func (e *FailedError) Error() string {
@@ -201,6 +206,10 @@ type ReviewError struct {
 	Key     Key
 	Attempt int
 	Reason  string
+	// ApprovalExpired says it is in review because nobody approved it
+	// before its wait expired (ApprovalPolicy.OnExpiry StatusReview):
+	// nothing ran.
+	ApprovalExpired bool
 }
 
 func (e *ReviewError) Error() string {

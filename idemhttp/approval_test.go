@@ -140,3 +140,27 @@ func TestApprovalExpiredAnswered(t *testing.T) {
 		t.Fatalf("the handler of an expired request ran %d times", n)
 	}
 }
+
+// A request whose wait expired into review (OnExpiry StatusReview) is
+// told it did not run and a person decides, not that it stopped before
+// its outcome was known.
+func TestApprovalExpiredToReviewAnswered(t *testing.T) {
+	h := &orders{}
+	srv, c := serveGated(t, h, once.KindPolicy{Approval: once.ApprovalPolicy{Always: true, Expiry: time.Second, OnExpiry: once.StatusReview}})
+	exp := awaitingReply(t, post(t, srv.URL, "k-review", "acme", `{"sku":"tea"}`))
+	time.Sleep(time.Until(exp) + 1100*time.Millisecond)
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(context.Background()); err != nil || rep.Expired != 1 {
+		t.Fatalf("reaper = %+v, %v", rep, err)
+	}
+	got := post(t, srv.URL, "k-review", "acme", `{"sku":"tea"}`)
+	if code := problemOf(t, got, http.StatusConflict); code != "approval-expired" || !strings.Contains(string(got.body), "did not run") {
+		t.Fatalf("a request whose wait expired into review: code %q, body %s; want approval-expired, saying it did not run", code, got.body)
+	}
+	if n := h.runs.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}

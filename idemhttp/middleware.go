@@ -575,6 +575,7 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		intent   *once.IntentError
 		held     *once.InFlightError
 		awaiting *once.AwaitingApprovalError
+		review   *once.ReviewError
 		failed   *once.FailedError
 	)
 	retryAfter := m.cfg.RetryAfter
@@ -595,8 +596,8 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		retryAfter = max(retryAfter, once.Dispose(&asked).After)
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeAwaiting(w, awaiting.Expires)
-	case errors.As(err, &failed) && strings.HasPrefix(failed.Message, rejectedPrefix):
-		writeProblem(w, http.StatusConflict, "key-rejected", "the request with this Idempotency-Key was rejected by a person before it ran, and it does not run: "+rejectionNote(failed.Message)+"; use a new key to try a new request")
+	case errors.As(err, &failed) && failed.RejectedBy != "":
+		writeProblem(w, http.StatusConflict, "key-rejected", "the request with this Idempotency-Key was rejected by a person before it ran, and it does not run: "+rejectionNote(failed.Reason)+"; use a new key to try a new request")
 	case errors.Is(err, once.ErrInFlight), errors.Is(err, once.ErrFenced):
 		// Fenced, here, is a claim taken over by another attempt before
 		// this request's handler ran (this process stalled past the
@@ -616,6 +617,8 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, once.ErrRetryLater):
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "key-released", "the request with this Idempotency-Key did not complete and changed nothing; retry it with the same key")
+	case errors.As(err, &review) && review.ApprovalExpired:
+		writeProblem(w, http.StatusConflict, "approval-expired", "the request with this Idempotency-Key waited for a person's approval, nobody approved it in time, and it did not run; a person decides what then. Contact the operator, quoting the key")
 	case errors.Is(err, once.ErrReview), errors.Is(err, once.ErrOutcomeUnknown):
 		writeProblem(w, http.StatusConflict, "outcome-review", "the first request with this Idempotency-Key stopped before its outcome was known, and a person decides what became of it; retrying will not run it again. Contact the operator, quoting the key")
 	case errors.Is(err, once.ErrFailed):
@@ -634,18 +637,14 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 	}
 }
 
-// rejectedPrefix starts the failure once stores for a rejected approval:
-// "rejected by <who>: <why>".
-const rejectedPrefix = "rejected by "
-
-// rejectionNote is the why of a stored rejection. Who decided stays in
-// the action's trail: an operator's name is not the API client's to see.
-func rejectionNote(msg string) string {
-	_, note, ok := strings.Cut(strings.TrimPrefix(msg, rejectedPrefix), ": ")
-	if !ok || strings.TrimSpace(note) == "" {
+// rejectionNote is the why of a rejection (FailedError.Reason). Who
+// decided stays in the action's trail: an operator's name is not the API
+// client's to see.
+func rejectionNote(reason string) string {
+	if strings.TrimSpace(reason) == "" {
 		return "no reason was given"
 	}
-	return note
+	return reason
 }
 
 // writeAwaiting answers 202 for a request that waits for a person's

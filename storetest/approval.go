@@ -295,6 +295,11 @@ func testApprovalExpiryToReview(t *testing.T, h Harness) {
 	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusReview {
 		t.Fatalf("row after expiry %s; want review, as the kind asked", a.Status)
 	}
+	_, err = once.Do(ctx(t), c, in, runs.fn("sent"))
+	var re *once.ReviewError
+	if !errors.As(err, &re) || !re.ApprovalExpired || runs.n.Load() != 0 {
+		t.Fatalf("a delivery after the expiry = %v (ran %d); want review, saying the approval expired and nothing ran", err, runs.n.Load())
+	}
 }
 
 func testApprovalRejectionReplayed(t *testing.T, h Harness) {
@@ -309,7 +314,8 @@ func testApprovalRejectionReplayed(t *testing.T, h Harness) {
 	other := client(t, s, gated(0))
 	_, err := once.Do(ctx(t), other, in, runs.fn("sent"))
 	var f *once.FailedError
-	if !errors.As(err, &f) || !f.Replayed || !strings.Contains(f.Message, "rejected by grace") || !strings.Contains(f.Message, "wrong customer") {
+	if !errors.As(err, &f) || !f.Replayed || !strings.Contains(f.Message, "rejected by grace") || !strings.Contains(f.Message, "wrong customer") ||
+		f.RejectedBy != "grace" || f.Reason != "wrong customer" {
 		t.Fatalf("a duplicate after the rejection = %v; want the rejection replayed, who and why", err)
 	}
 	if runs.n.Load() != 0 || once.Dispose(err).Action != once.JobAck {
