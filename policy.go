@@ -127,7 +127,9 @@ type KindPolicy struct {
 	RedriveAfter time.Duration
 	// Approval makes an action of the kind wait for a person before its
 	// effect runs: for anything irreversible, ask first. The zero value
-	// asks nobody; a kind that sets none takes Config.Default's.
+	// asks nobody; a kind that sets none takes Config.Default's, and one
+	// that must not wait under a Default that asks sets a When that
+	// returns false.
 	Approval ApprovalPolicy
 }
 

@@ -158,6 +158,10 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"negative payload limit", once.Config{Store: s, MaxPayloadBytes: -1}, "must not be negative"},
 		{"negative result limit", once.Config{Store: s, MaxResultBytes: -1}, "must not be negative"},
 		{"negative record timeout", once.Config{Store: s, RecordTimeout: -time.Second}, "must not be negative"},
+		{"negative approval expiry", once.Config{Store: s, Kinds: map[string]once.KindPolicy{"k": {Approval: once.ApprovalPolicy{Always: true, Expiry: -time.Hour}}}}, `Config.Kinds["k"].Approval.Expiry is -1h0m0s`},
+		{"sub-second approval expiry", once.Config{Store: s, Default: once.KindPolicy{Approval: once.ApprovalPolicy{Always: true, Expiry: time.Millisecond}}}, "give a person at least a second"},
+		{"approval expiry to succeeded", once.Config{Store: s, Default: once.KindPolicy{Approval: once.ApprovalPolicy{Always: true, OnExpiry: once.StatusSucceeded}}}, `OnExpiry is "succeeded"; use once.StatusFailed or once.StatusReview`},
+		{"approval always and when", once.Config{Store: s, Default: once.KindPolicy{Approval: once.ApprovalPolicy{Always: true, When: func(once.Intent) bool { return true }}}}, "sets both Always and When"},
 	} {
 		if _, err := once.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: New = %v, want an error containing %q", c.name, err, c.want)
@@ -176,5 +180,32 @@ func TestRecoveryString(t *testing.T) {
 		if got := r.String(); got != want {
 			t.Errorf("Recovery(%d).String() = %q, want %q", int(r), got, want)
 		}
+	}
+}
+
+// A kind that sets no approval takes Default's, as every field is
+// inherited; one that sets its own keeps it, with Default's expiry.
+func TestApprovalPolicyValidated(t *testing.T) {
+	_, s := newClient(t, once.Config{})
+	c, err := once.New(once.Config{Store: s, Default: once.KindPolicy{Approval: once.ApprovalPolicy{Always: true, Expiry: time.Hour}},
+		Kinds: map[string]once.KindPolicy{"plain": {Lease: time.Minute}, "own": {Approval: once.ApprovalPolicy{When: func(once.Intent) bool { return false }}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Policy("plain").Approval; !p.Always || p.Expiry != time.Hour || p.OnExpiry != once.StatusFailed {
+		t.Errorf("a kind that sets no approval has %+v; want Default's, failing on expiry", p)
+	}
+	if p := c.Policy("own").Approval; p.Always || p.When == nil || p.Expiry != time.Hour {
+		t.Errorf("a kind with its own approval has %+v; want its When, with Default's expiry", p)
+	}
+	if p := c.Policy("nobody").Approval; !p.Always {
+		t.Errorf("an unconfigured kind's approval %+v; want Default's", p)
+	}
+	plain, err := once.New(once.Config{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := plain.Policy("k").Approval; p.Always || p.When != nil || p.Expiry != once.DefaultApprovalExpiry {
+		t.Errorf("without any approval configured: %+v; want none, with the default expiry", p)
 	}
 }
