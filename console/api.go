@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/oncehq/once"
@@ -30,6 +31,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 type errorJSON struct {
 	Error string `json:"error"`
+	// Field names the field of the input that is wrong, with a 400 to
+	// an approval, as the client's ResolutionError does.
+	Field string `json:"field,omitempty"`
 	// Action is the action as it now stands, with a 409.
 	Action *view.Action `json:"action,omitempty"`
 }
@@ -158,23 +162,8 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 // without a CORS preflight the console never grants.
 func (s *server) apiResolve(w http.ResponseWriter, r *http.Request) {
 	key := once.Key(r.PathValue("key"))
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeJSONError(w, http.StatusUnsupportedMediaType, `send the decision as JSON with "Content-Type: application/json": {"decision": "done|retry|abandon", "note": "why", "by": "who", "result": <optional JSON, done only>}`)
-		return
-	}
 	var in resolveInput
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", tooBig.Limit))
-			return
-		}
-		writeJSONError(w, http.StatusBadRequest, "the body is not a decision: "+err.Error())
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeJSONError(w, http.StatusBadRequest, "the body has data after the decision object")
+	if !decodeDecision(w, r, &in, `{"decision": "done|retry|abandon", "note": "why", "by": "who", "result": <optional JSON, done only>}`) {
 		return
 	}
 	a, code, err := s.resolve(r.Context(), key, in)
@@ -186,6 +175,125 @@ func (s *server) apiResolve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, code, errorJSON{Error: err.Error(), Action: &cur})
 	default:
 		writeJSONError(w, code, err.Error())
+	}
+}
+
+// decodeDecision reads a decision's JSON body into in, as the API's
+// writes all take it: Content-Type application/json, no unknown field,
+// nothing after the object, within the body's bound. It answers the
+// request itself (415, 413 or 400, saying what to send: shape) when
+// the body is not one.
+func decodeDecision(w http.ResponseWriter, r *http.Request, in any, shape string) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeJSONError(w, http.StatusUnsupportedMediaType, `send the decision as JSON with "Content-Type: application/json": `+shape)
+		return false
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(in); err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", tooBig.Limit))
+			return false
+		}
+		writeJSONError(w, http.StatusBadRequest, "the body is not a decision: "+err.Error()+"; send "+shape)
+		return false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeJSONError(w, http.StatusBadRequest, "the body has data after the decision object")
+		return false
+	}
+	return true
+}
+
+// approvalShape is what an approval's body holds, for the messages that
+// refuse one.
+const approvalShape = `{"note": "why (required to reject)", "by": "who", "attempt": <the attempt you looked at>, "fingerprint": "<the payload's, as /api/approvals lists it>"}`
+
+// approvalJSON is an action of the approvals queue: the action, its
+// payload cut to previewBytes (payload_cut says how much is left out),
+// the origin of the claim that asked, and its wait.
+type approvalJSON struct {
+	view.Action
+	Origin string `json:"origin,omitempty"`
+	// Since is when the wait began; ExpiresAt, when it expires; Expired
+	// says it has, by the database's clock, and OnExpiry what the
+	// reaper then records.
+	Since     time.Time   `json:"since"`
+	ExpiresAt time.Time   `json:"expires_at"`
+	Expired   bool        `json:"expired"`
+	OnExpiry  once.Status `json:"on_expiry"`
+}
+
+// apiApprovals serves one page of the approvals queue, oldest first:
+// limit actions (50 unless it says, at most approvalsLimit) after the
+// cursor the page before gave as next, and how many wait in all.
+func (s *server) apiApprovals(w http.ResponseWriter, r *http.Request) {
+	size, after, err := queueQuery(r.URL.Query(), approvalsPage, approvalsLimit)
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx := r.Context()
+	total, err := s.client.Count(ctx, once.Filter{Status: once.StatusAwaitingApproval})
+	if err != nil {
+		s.apiFail(w, r, "counting the approvals queue", err)
+		return
+	}
+	items, more, last, err := s.approvalQueue(ctx, after, size)
+	if err != nil {
+		s.apiFail(w, r, "reading the approvals queue", err)
+		return
+	}
+	out := struct {
+		Approvals []approvalJSON `json:"approvals"`
+		Total     int64          `json:"total"`
+		Next      string         `json:"next,omitempty"`
+	}{Approvals: []approvalJSON{}, Total: total}
+	for _, it := range items {
+		a := it.Action
+		out.Approvals = append(out.Approvals, approvalJSON{Action: it.json, Origin: it.Origin, Since: a.CreatedAt.UTC(),
+			ExpiresAt: a.LeaseUntil.UTC(), Expired: it.Expired, OnExpiry: orFailed(a.OnExpiry)})
+	}
+	if more {
+		out.Next = last.String()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// orFailed is what an expired wait becomes: s, or failed where the row
+// recorded none.
+func orFailed(s once.Status) once.Status {
+	if s == "" {
+		return once.StatusFailed
+	}
+	return s
+}
+
+// apiDecide takes an approval (or, with reject, a rejection) as JSON,
+// as apiResolve takes a resolution, through Client.Approve or
+// Client.Reject via "api". Pass the attempt and the fingerprint you
+// looked at, so the decision applies only to that payload; a refusal
+// is a 409 that names who decided first, or that the wait expired, with
+// the action as it stands.
+func (s *server) apiDecide(reject bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := once.Key(r.PathValue("key"))
+		var in approvalInput
+		if !decodeDecision(w, r, &in, approvalShape) {
+			return
+		}
+		a, code, field, err := s.decide(r.Context(), key, in, reject, "api")
+		switch code {
+		case http.StatusOK:
+			writeJSON(w, code, view.FromAction(a, nil))
+		case http.StatusConflict:
+			cur := view.FromAction(a, nil)
+			writeJSON(w, code, errorJSON{Error: err.Error(), Action: &cur})
+		case http.StatusBadRequest:
+			writeJSON(w, code, errorJSON{Error: err.Error(), Field: strings.ToLower(field)})
+		default:
+			writeJSONError(w, code, err.Error())
+		}
 	}
 }
 

@@ -20,7 +20,7 @@
 // post without scripts. A JSON API under /api/ mirrors the pages for
 // scripts, and /metrics serves a Prometheus registry when one is given.
 // It reads only through the client's read API and writes only through
-// Client.Resolve.
+// Client.Resolve, Client.Approve and Client.Reject.
 //
 // Writes are guarded twice: every POST is checked for a cross-origin
 // Origin (and Sec-Fetch-Site), and page forms carry a CSRF token bound to
@@ -192,8 +192,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /actions", s.actions)
 	mux.HandleFunc("GET /actions/{key}", s.action)
 	mux.HandleFunc("POST /actions/{key}/resolve", s.resolveForm)
+	mux.HandleFunc("POST /actions/{key}/approve", s.approvalForm(false))
+	mux.HandleFunc("POST /actions/{key}/reject", s.approvalForm(true))
 	mux.HandleFunc("GET /runs/{run}", s.run)
 	mux.HandleFunc("GET /review", s.review)
+	mux.HandleFunc("GET /approvals", s.approvals)
 	mux.HandleFunc("GET /kinds", s.kinds)
 	mux.HandleFunc("GET /static/console.css", serveCSS)
 
@@ -201,6 +204,9 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /api/actions/{key}", s.apiAction)
 	mux.HandleFunc("GET /api/actions/{key}/events", s.apiEvents)
 	mux.HandleFunc("POST /api/actions/{key}/resolve", s.apiResolve)
+	mux.HandleFunc("GET /api/approvals", s.apiApprovals)
+	mux.HandleFunc("POST /api/actions/{key}/approve", s.apiDecide(false))
+	mux.HandleFunc("POST /api/actions/{key}/reject", s.apiDecide(true))
 	mux.HandleFunc("GET /api/stats", s.apiStats)
 	mux.HandleFunc("GET /api/kinds", s.apiKinds)
 	mux.HandleFunc("GET /api/runs/{run}", s.apiRun)

@@ -46,7 +46,9 @@ type overviewData struct {
 	Statuses []once.Status
 	Backlog  int64
 	Unknown  int64
-	Recent   []once.Event
+	// Approvals is how many actions await a person's approval.
+	Approvals int64
+	Recent    []once.Event
 	// Waiting are released actions no delivery has claimed within their
 	// kind's RedriveAfter: they run only if their job comes again.
 	Waiting []once.Action
@@ -88,7 +90,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	c := tally(st)
 	d := overviewData{Counts: c, Statuses: once.Statuses(), Backlog: c.ByStatus[once.StatusReview], Unknown: c.ByStatus[once.StatusUnknown], Recent: recent, Waiting: waiting,
-		Reaper: rv}
+		Approvals: c.ByStatus[once.StatusAwaitingApproval], Reaper: rv}
 	s.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: d})
 }
 
@@ -147,14 +149,16 @@ func (s *server) actions(w http.ResponseWriter, r *http.Request) {
 // the user typed, kept when the form comes back with an error.
 type formView struct {
 	Key once.Key
-	// Attempt is the attempt the page showed; the decision applies only
-	// while the action is still at it.
-	Attempt int
-	CSRF    string
-	Next    string
-	Note    string
-	By      string
-	Result  string
+	// Attempt is the attempt the page showed, and Fingerprint its
+	// payload (for an approval); the decision applies only while the
+	// action still stands there.
+	Attempt     int
+	Fingerprint once.Fingerprint
+	CSRF        string
+	Next        string
+	Note        string
+	By          string
+	Result      string
 }
 
 type actionData struct {
@@ -168,6 +172,10 @@ type actionData struct {
 	Newest            bool
 	Next, First, Flip string
 	Form              formView
+	// Expired says the action's wait for approval expired, by the
+	// database's clock: the page offers no decision the client would
+	// refuse.
+	Expired bool
 }
 
 // trailPage is how many events of its trail an action's page shows.
@@ -251,7 +259,16 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 	if form.Attempt == 0 {
 		form.Attempt = a.Attempt
 	}
+	if form.Fingerprint == "" {
+		form.Fingerprint = a.Fingerprint
+	}
 	d.Form = form
+	if a.Status == once.StatusAwaitingApproval {
+		if d.Expired, err = s.waitExpired(ctx, key); err != nil {
+			s.renderError(w, r, http.StatusInternalServerError, "Store unavailable", "Reading the action's expiry failed: "+err.Error())
+			return
+		}
+	}
 	s.render(w, r, code, "action", page{Title: "Action " + view.ShortKey(key), Nav: "actions", Error: msg, Data: d})
 }
 
@@ -364,9 +381,9 @@ type reviewData struct {
 	Self, First, Next string
 }
 
-// reviewCursor is where a review page starts: after the action last
-// updated at at with key key, in the order (updated_at, key) the store
-// lists by. The zero cursor is the start of the queue.
+// reviewCursor is where a queue page (review, approvals) starts: after
+// the action last updated at at with key key, in the order (updated_at,
+// key) the store lists by. The zero cursor is the start of the queue.
 type reviewCursor struct {
 	at  time.Time
 	key once.Key
@@ -380,7 +397,7 @@ func parseCursor(v string) (reviewCursor, error) {
 	ns, key, ok := strings.Cut(v, "-")
 	n, err := strconv.ParseInt(ns, 10, 64)
 	if !ok || err != nil || key == "" || strings.Trim(key, "0123456789abcdef") != "" {
-		return reviewCursor{}, fmt.Errorf("after %q is not a review page's cursor; start again from the first page", v)
+		return reviewCursor{}, fmt.Errorf("after %q is not a queue page's cursor; start again from the first page", v)
 	}
 	return reviewCursor{at: time.Unix(0, n), key: once.Key(key)}, nil
 }
@@ -410,22 +427,10 @@ func (s *server) review(w http.ResponseWriter, r *http.Request) {
 	fail := func(msg string) {
 		s.render(w, r, http.StatusBadRequest, "review", page{Title: "Review queue", Nav: "review", Error: msg, Data: d})
 	}
-	size := reviewPage
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > reviewLimit {
-			fail(fmt.Sprintf("limit %q must be a whole number from 1 to %d", l, reviewLimit))
-			return
-		}
-		size = n
-	}
-	var after reviewCursor
-	if v := q.Get("after"); v != "" {
-		var err error
-		if after, err = parseCursor(v); err != nil {
-			fail(err.Error())
-			return
-		}
+	size, after, err := queueQuery(q, reviewPage, reviewLimit)
+	if err != nil {
+		fail(err.Error())
+		return
 	}
 	st, err := s.client.Stats(r.Context())
 	if err != nil {

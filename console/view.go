@@ -51,6 +51,7 @@ func (s *server) funcs() template.FuncMap {
 		"actionURL":  s.actionURL,
 		"runURL":     s.runURL,
 		"resolvable": once.Status.Resolvable,
+		"awaiting":   func(s once.Status) bool { return s == once.StatusAwaitingApproval },
 		"payload":    showPayload,
 		"prettyJSON": prettyJSON,
 		"form": func(csrf string, a once.Action, next string) formView {
@@ -62,7 +63,7 @@ func (s *server) funcs() template.FuncMap {
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html with the shared partials.
-var pageNames = []string{"overview", "actions", "action", "run", "review", "kinds", "error"}
+var pageNames = []string{"overview", "actions", "action", "run", "review", "approvals", "kinds", "error"}
 
 func (s *server) parsePages() (map[string]*template.Template, error) {
 	pages := make(map[string]*template.Template, len(pageNames))
@@ -152,11 +153,15 @@ type payloadView struct {
 
 // showPayload renders a payload for a person: indented if it is JSON,
 // as text if it is UTF-8, as a hex dump otherwise.
-func showPayload(b []byte) payloadView {
+func showPayload(b []byte) payloadView { return cutPayload(b, maxShown) }
+
+// cutPayload renders at most max bytes of a payload, as showPayload
+// does: a queue's preview is shorter than an action page's payload.
+func cutPayload(b []byte, max int) payloadView {
 	v := payloadView{Size: len(b)}
-	if len(b) > maxShown {
-		v.Cut = len(b) - maxShown
-		b = b[:maxShown]
+	if len(b) > max {
+		v.Cut = len(b) - max
+		b = b[:max]
 	}
 	text := b
 	if v.Cut > 0 {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,53 @@ func KindsLog(t *testing.T) http.Handler {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// GatedKind is the kind whose actions Gated asks a person about before
+// they run.
+const GatedKind = "wire_transfer"
+
+// Gated is the config of a client whose GatedKind always asks a person
+// first, with the given expiry (zero: the default).
+func Gated(expiry time.Duration) once.Config {
+	return once.Config{Kinds: map[string]once.KindPolicy{GatedKind: {Approval: once.ApprovalPolicy{Always: true, Expiry: expiry}}}}
+}
+
+// Transfer is an intent of GatedKind: a wire transfer of cents to iban,
+// step step of the run "payouts".
+func Transfer(step int64, iban string, cents int) once.Intent {
+	return once.Intent{Run: "payouts", Step: step, Kind: GatedKind, Target: iban,
+		Payload: map[string]any{"iban": iban, "cents": cents, "memo": "payout"}}
+}
+
+// Runs counts the runs of an effect, as the tests of an approval count
+// that it ran exactly once, and only after the approval.
+type Runs struct{ n atomic.Int64 }
+
+// Effect is an effect that counts its run and returns "sent".
+func (r *Runs) Effect(context.Context, once.Attempt) (string, error) {
+	r.n.Add(1)
+	return "sent", nil
+}
+
+// N is how many times the effect ran.
+func (r *Runs) N() int64 { return r.n.Load() }
+
+// Await delivers in through c and fails the test unless the action now
+// awaits approval, with nothing run; it returns the action's key.
+func Await(t *testing.T, c *once.Client, in once.Intent, runs *Runs) once.Key {
+	t.Helper()
+	before := runs.N()
+	_, err := once.Do(context.Background(), c, in, runs.Effect)
+	if !errors.Is(err, once.ErrAwaitingApproval) {
+		t.Fatalf("Do of a gated kind = %v; want it to await approval", err)
+	}
+	if runs.N() != before {
+		t.Fatalf("the effect ran before anyone approved it")
+	}
+	key, _, err := once.KeyOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }
