@@ -169,6 +169,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, attemptTests()...)
 	tests = append(tests, reviewTests()...)
 	tests = append(tests, approvalTests()...)
+	tests = append(tests, approvalAdversaryTests()...)
 	run(t, h, tests)
 }
 
