@@ -16,6 +16,7 @@ import (
 func approvalAdversaryTests() []namedTest {
 	return []namedTest{
 		{name: "ApprovalHugeExpiryStillWaits", fn: testApprovalHugeExpiry},
+		{name: "ApprovalRejectedNotRunByRetry", fn: testApprovalRejectedNotRunByRetry},
 	}
 }
 
@@ -53,5 +54,26 @@ func testApprovalHugeExpiry(t *testing.T, h Harness) {
 	}
 	if _, err := c.Approve(ctx(t), a.Key, once.Approval{By: "ada"}); err != nil {
 		t.Fatalf("Approve of a wait with a huge Expiry: %v", err)
+	}
+}
+
+// A rejected action was never approved: a person's Retry in the review
+// queue (Resolve on a failed action) must not make it run, or every
+// rejected payment runs at a "retry all failed".
+func testApprovalRejectedNotRunByRetry(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, gated(0))
+	in := intent(1)
+	var runs counter
+	awaiting(t, c, in, &runs)
+	k := keyOf(t, in)
+	if _, err := c.Reject(ctx(t), k, once.Approval{By: "grace", Note: "wrong customer"}); err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "bob", Note: "retrying the failures"})
+	_, err := once.Do(ctx(t), c, in, runs.fn("sent"))
+	if runs.n.Load() != 0 {
+		a := mustGet(t, s, k)
+		t.Fatalf("Resolve(Retry) of a rejected action = %v, and the next delivery ran it (%v; row %s attempt %d): an effect nobody approved ran",
+			rerr, err, a.Status, a.Attempt)
 	}
 }
