@@ -17,6 +17,7 @@ func approvalAdversaryTests() []namedTest {
 	return []namedTest{
 		{name: "ApprovalHugeExpiryStillWaits", fn: testApprovalHugeExpiry},
 		{name: "ApprovalRejectedNotRunByRetry", fn: testApprovalRejectedNotRunByRetry},
+		{name: "ApprovalRefusalAfterRetryNamesNoApprover", fn: testApprovalRefusalAfterRetry, serial: true},
 	}
 }
 
@@ -75,5 +76,38 @@ func testApprovalRejectedNotRunByRetry(t *testing.T, h Harness) {
 		a := mustGet(t, s, k)
 		t.Fatalf("Resolve(Retry) of a rejected action = %v, and the next delivery ran it (%v; row %s attempt %d): an effect nobody approved ran",
 			rerr, err, a.Status, a.Attempt)
+	}
+}
+
+// A wait that expired to review, a person's Retry, and the run after:
+// an Approve sent then is refused, and must not say someone approved
+// it, when nobody did.
+func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{"send_email": {Approval: once.ApprovalPolicy{Always: true, Expiry: time.Second, OnExpiry: once.StatusReview}}}}
+	s, c, _ := setup(t, h, cfg)
+	in := intent(1)
+	var runs counter
+	awaiting(t, c, in, &runs)
+	k := keyOf(t, in)
+	time.Sleep(1500 * time.Millisecond)
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
+		t.Fatalf("reaper pass = %+v, %v", rep, err)
+	}
+	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "bob", Note: "send it after all"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := once.Do(ctx(t), c, in, runs.fn("sent")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Approve(ctx(t), k, once.Approval{By: "ada"})
+	if !errors.Is(err, once.ErrConflict) {
+		t.Fatalf("Approve after the run = %v; want a conflict", err)
+	}
+	if a := mustGet(t, s, k); strings.Contains(err.Error(), "approved by") {
+		t.Fatalf("the refusal says %q; nobody approved it (bob resolved the review item, trail %s)", err, trail(t, s, a.Key))
 	}
 }
