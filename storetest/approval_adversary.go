@@ -18,6 +18,7 @@ func approvalAdversaryTests() []namedTest {
 		{name: "ApprovalHugeExpiryStillWaits", fn: testApprovalHugeExpiry},
 		{name: "ApprovalRejectedNotRunByRetry", fn: testApprovalRejectedNotRunByRetry},
 		{name: "ApprovalRefusalAfterRetryNamesNoApprover", fn: testApprovalRefusalAfterRetry, serial: true},
+		{name: "ApprovalHostileKeyRefusedBeforeIO", fn: testApprovalHostileKey},
 	}
 }
 
@@ -109,5 +110,32 @@ func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
 	}
 	if a := mustGet(t, s, k); strings.Contains(err.Error(), "approved by") {
 		t.Fatalf("the refusal says %q; nobody approved it (bob resolved the review item, trail %s)", err, trail(t, s, a.Key))
+	}
+}
+
+// Approve and Reject take a key from a form or a URL: one no action can
+// have (a NUL, bad UTF-8, a megabyte) is refused before any I/O, as the
+// rest of the decision is, or answered ErrNotFound; never a database
+// error.
+func testApprovalHostileKey(t *testing.T, h Harness) {
+	_, c, _ := setup(t, h, gated(0))
+	for name, k := range map[string]once.Key{
+		"NUL":      "ab\x00cd",
+		"bad UTF8": "ab\xff\xfecd",
+		"1 MiB":    once.Key(strings.Repeat("k", 1<<20)),
+		"empty":    "",
+	} {
+		for _, reject := range []bool{false, true} {
+			d := once.Approval{By: "ada", Note: "looked at it"}
+			var err error
+			if reject {
+				_, err = c.Reject(ctx(t), k, d)
+			} else {
+				_, err = c.Approve(ctx(t), k, d)
+			}
+			if !errors.Is(err, once.ErrInvalidResolution) && !isNotFound(err) {
+				t.Errorf("%s key (reject %v): %v; want ErrInvalidResolution or ErrNotFound", name, reject, err)
+			}
+		}
 	}
 }
