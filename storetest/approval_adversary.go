@@ -19,6 +19,7 @@ func approvalAdversaryTests() []namedTest {
 		{name: "ApprovalRejectedNotRunByRetry", fn: testApprovalRejectedNotRunByRetry},
 		{name: "ApprovalRefusalAfterRetryNamesNoApprover", fn: testApprovalRefusalAfterRetry, serial: true},
 		{name: "ApprovalHostileKeyRefusedBeforeIO", fn: testApprovalHostileKey},
+		{name: "ApprovalReusedAfterPurge", fn: testApprovalReusedAfterPurge},
 	}
 }
 
@@ -137,5 +138,38 @@ func testApprovalHostileKey(t *testing.T, h Harness) {
 				t.Errorf("%s key (reject %v): %v; want ErrInvalidResolution or ErrNotFound", name, reject, err)
 			}
 		}
+	}
+}
+
+// A decision sent twice (a retried webhook, a form posted again) after
+// the action it approved ran and was purged, and the same intent came
+// back and waits again: the person saw the first wait, not this one.
+// The second copy names the same attempt and payload, and nothing in an
+// Approval names the wait itself, so it approves the new wait, and the
+// effect runs a second time that nobody approved.
+func testApprovalReusedAfterPurge(t *testing.T, h Harness) {
+	s, c, _ := setup(t, h, gated(0))
+	in := intent(1)
+	var runs counter
+	awaiting(t, c, in, &runs)
+	k := keyOf(t, in)
+	first := mustGet(t, s, k)
+	d := once.Approval{By: "ada", Note: "ok", Attempt: first.Attempt, Fingerprint: first.Fingerprint, Via: "api"}
+	if _, err := c.Approve(ctx(t), k, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := once.Do(ctx(t), c, in, runs.fn("sent")); err != nil || runs.n.Load() != 1 {
+		t.Fatalf("Do after approval = %v (ran %d)", err, runs.n.Load())
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n, err := c.Purge(ctx(t), once.PurgeOptions{OlderThan: time.Millisecond}); err != nil || n != 1 {
+		t.Fatalf("Purge = %d, %v; want the finished action purged", n, err)
+	}
+	if _, err := once.Do(ctx(t), c, in, runs.fn("sent")); !errors.Is(err, once.ErrAwaitingApproval) {
+		t.Fatalf("the intent after the purge = %v; want a new wait", err)
+	}
+	if _, err := c.Approve(ctx(t), k, d); err == nil {
+		res, err := once.Do(ctx(t), c, in, runs.fn("sent"))
+		t.Fatalf("the first wait's approval, sent again, approved the new wait (then Do = %+v, %v; ran %d in all)", res.Value, err, runs.n.Load())
 	}
 }
