@@ -20,6 +20,7 @@ func approvalAdversaryTests() []namedTest {
 		{name: "ApprovalRefusalAfterRetryNamesNoApprover", fn: testApprovalRefusalAfterRetry, serial: true},
 		{name: "ApprovalHostileKeyRefusedBeforeIO", fn: testApprovalHostileKey},
 		{name: "ApprovalReusedAfterPurge", fn: testApprovalReusedAfterPurge},
+		{name: "ApprovalHalfSetPolicyRefused", fn: testApprovalHalfSetPolicy},
 	}
 }
 
@@ -171,5 +172,26 @@ func testApprovalReusedAfterPurge(t *testing.T, h Harness) {
 	if _, err := c.Approve(ctx(t), k, d); err == nil {
 		res, err := once.Do(ctx(t), c, in, runs.fn("sent"))
 		t.Fatalf("the first wait's approval, sent again, approved the new wait (then Do = %+v, %v; ran %d in all)", res.Value, err, runs.n.Load())
+	}
+}
+
+// An operator gates a kind by giving it an expiry and what expiry makes
+// of it, and forgets Always (or When): the policy asks nobody, and the
+// kind's effects run at once. once.New must refuse a policy that sets
+// the gate's details but not the gate, or the effect must wait.
+func testApprovalHalfSetPolicy(t *testing.T, h Harness) {
+	s, _ := newStore(t, h)
+	c, err := once.New(once.Config{Store: s, Kinds: map[string]once.KindPolicy{"send_email": {
+		Approval: once.ApprovalPolicy{Expiry: time.Hour, OnExpiry: once.StatusReview}}}})
+	if err != nil {
+		if !strings.Contains(err.Error(), "Approval") {
+			t.Fatalf("once.New refused the policy without naming Approval: %v", err)
+		}
+		return
+	}
+	var runs counter
+	_, err = once.Do(ctx(t), c, intent(1), runs.fn("sent"))
+	if runs.n.Load() != 0 {
+		t.Fatalf("a kind whose ApprovalPolicy sets Expiry and OnExpiry, but neither Always nor When, ran its effect at once (%v): nobody approved it, and once.New said nothing", err)
 	}
 }
