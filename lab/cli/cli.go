@@ -64,6 +64,8 @@ func commands() []command {
 		{"ls", nil, "list actions, newest first", defineLs},
 		{"show", []string{"KEY"}, "show one action and its event trail", defineShow},
 		{"resolve", []string{"KEY"}, "record a person's decision on an action in review", defineResolve},
+		{"approve", []string{"KEY"}, "approve an action awaiting approval: its next delivery runs it", defineApprove},
+		{"reject", []string{"KEY"}, "reject an action awaiting approval: it fails without running", defineReject},
 		{"reap", nil, "recover actions whose worker died: one pass, or a loop", defineReap},
 		{"purge", nil, "delete finished actions past their retention", definePurge},
 		{"serve", nil, "the web console, JSON API, /metrics, /healthz and the reaper", defineServe},

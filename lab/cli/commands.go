@@ -192,10 +192,25 @@ func defineLs(fs *flagSet) func(env, []string) error {
 		// `once show` prints it whole.
 		fmt.Fprintln(tw, "KEY\tSTATUS\tKIND\tTARGET\tRUN\tSTEP\tATTEMPT\tUPDATED\tREASON")
 		for _, a := range acts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", safe(view.ShortKey(a.Key)), safe(string(a.Status)), safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt), clip(a.Error, 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", safe(view.ShortKey(a.Key)), safe(string(a.Status)), safe(a.Kind), clip(a.Target, 30), clip(a.Run, 24), a.Step, a.Attempt, view.Ago(a.UpdatedAt), clip(reason(a, time.Now()), 60))
 		}
 		return tw.Flush()
 	}
+}
+
+// reason is what ls shows in REASON: the action's error, or for an
+// action gated by approval what it waits for. An awaiting row's expiry
+// is by the database's clock; now, this machine's, only words it.
+func reason(a once.Action, now time.Time) string {
+	switch {
+	case a.Status == once.StatusAwaitingApproval && a.LeaseUntil.After(now):
+		return fmt.Sprintf("awaits approval until %s UTC (%s)", view.Time(a.LeaseUntil), view.Ago(a.LeaseUntil))
+	case a.Status == once.StatusAwaitingApproval:
+		return fmt.Sprintf("approval wait expired at %s UTC; the reaper records it %s", view.Time(a.LeaseUntil), cmp.Or(a.OnExpiry, once.StatusFailed))
+	case a.Status == once.StatusApproved && a.ResolvedBy != "":
+		return "approved by " + a.ResolvedBy + "; runs at its next delivery"
+	}
+	return a.Error
 }
 
 // clip shortens s to n runes, made safe for a terminal.
@@ -280,10 +295,20 @@ func defineShow(fs *flagSet) func(env, []string) error {
 		row("result", string(a.Result))
 		row("error", a.Error)
 		row("claimed", view.Time(a.ClaimedAt))
-		row("lease until", view.Time(a.LeaseUntil))
+		if a.Status == once.StatusAwaitingApproval {
+			// An awaiting row holds no lease: LeaseUntil is when its
+			// wait expires.
+			row("expires", fmt.Sprintf("%s (%s); unanswered, it becomes %s", view.Time(a.LeaseUntil), view.Ago(a.LeaseUntil), cmp.Or(a.OnExpiry, once.StatusFailed)))
+		} else {
+			row("lease until", view.Time(a.LeaseUntil))
+		}
 		row("completed", view.Time(a.CompletedAt))
 		if a.ResolvedBy != "" {
-			row("resolved", fmt.Sprintf("by %s at %s: %s", a.ResolvedBy, view.Time(a.ResolvedAt), a.ResolveNote))
+			by := fmt.Sprintf("by %s at %s", a.ResolvedBy, view.Time(a.ResolvedAt))
+			if a.ResolveNote != "" {
+				by += ": " + a.ResolveNote
+			}
+			row("resolved", by)
 		}
 		tw.Flush()
 		fmt.Fprintln(e.stdout)

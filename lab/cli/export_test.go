@@ -23,3 +23,12 @@ func ServeGuestsPerAddr() int { return limits.conns.PerAddr }
 // ServeGuestSlots is how many of `once serve`'s connection slots
 // connections without the token may fill.
 func ServeGuestSlots() int { return limits.conns.Max - limits.conns.Reserved }
+
+// SetWebhookTiming makes `once serve`'s approval webhook poll every
+// poll, give a request timeout, back off from backoff and stop after
+// attempts tries, until restore.
+func SetWebhookTiming(poll, timeout, backoff time.Duration, attempts int) (restore func()) {
+	old := webhookTiming
+	webhookTiming.poll, webhookTiming.timeout, webhookTiming.backoff, webhookTiming.attempts = poll, timeout, backoff, attempts
+	return func() { webhookTiming = old }
+}

@@ -28,13 +28,53 @@ func defineServe(fs *flagSet) func(env, []string) error {
 	reapEvery := fs.Duration("reap-every", 30*time.Second, "run a reaper pass every `INTERVAL`; zero turns the reaper off")
 	var allow hostList
 	fs.Var(&allow, "allow-host", "also answer requests for the host `NAME` (the name a browser or proxy uses for the console); repeatable. Other names get 421, except that --addr 0.0.0.0 with a token and no --allow-host answers any name")
+	hookURL := fs.String("approval-webhook", "", "POST each action that starts to wait for approval to this `URL`, signed with the secret of $ONCE_WEBHOOK_SECRET or --approval-webhook-secret-file (docs/webhook.md)")
+	secretFile := fs.String("approval-webhook-secret-file", "", "read the webhook's signing secret from `FILE`, not from $ONCE_WEBHOOK_SECRET; a secret is never a flag's value, which the process list shows")
+	publicURL := fs.String("public-url", "", "the console's `URL` as people open it, such as https://ops.example.com, for the links the webhook sends (default http://ADDR when --addr names one host)")
 	return func(e env, _ []string) error {
 		if *token == "" {
 			// Read here, not as the flag's default, so -h never prints it.
 			*token = os.Getenv("ONCE_TOKEN")
 		}
-		return serve(e, dbURL(*db), *addr, *token, allow, *reapEvery)
+		hook, err := hookFlags(e, *hookURL, *secretFile, *publicURL)
+		if err != nil {
+			return err
+		}
+		return serve(e, dbURL(*db), *addr, *token, allow, *reapEvery, hook)
 	}
+}
+
+// hookFlags checks the webhook's flags and reads its secret, before
+// anything is opened.
+func hookFlags(e env, hookURL, secretFile, publicURL string) (hookConfig, error) {
+	if hookURL == "" {
+		switch {
+		case secretFile != "":
+			return hookConfig{}, usagef("--approval-webhook-secret-file signs the webhook's requests; give --approval-webhook URL too")
+		case publicURL != "":
+			return hookConfig{}, usagef("--public-url is for the links the webhook sends; give --approval-webhook URL too")
+		}
+		return hookConfig{}, nil
+	}
+	u, err := parseHookURL("approval-webhook", hookURL, false)
+	if err != nil {
+		return hookConfig{}, err
+	}
+	if publicURL != "" {
+		if _, err := parseHookURL("public-url", publicURL, true); err != nil {
+			return hookConfig{}, err
+		}
+	}
+	secret, err := readSecret(secretFile, func(warning string) { fmt.Fprintln(e.stderr, "once serve: warning: "+warning) })
+	if err != nil {
+		return hookConfig{}, err
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		// Signed, so it cannot be forged; but its payload preview is
+		// readable on the way.
+		fmt.Fprintln(e.stderr, "once serve: warning: --approval-webhook is plain http off this machine: anyone on the path reads what awaits approval; use https")
+	}
+	return hookConfig{url: hookURL, secret: secret, console: publicURL}, nil
 }
 
 // hostList is a repeatable flag's values.
@@ -93,7 +133,7 @@ func allowedHosts(host string, extra []string) []string {
 // minToken is the shortest token once serve takes off loopback.
 const minToken = 16
 
-func serve(e env, url, addr, token string, allow []string, reapEvery time.Duration) error {
+func serve(e env, url, addr, token string, allow []string, reapEvery time.Duration, hook hookConfig) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return usagef("--addr %q is not host:port (%v)", addr, err)
@@ -155,6 +195,22 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 		}
 		defer reaper.Stop()
 	}
+	if hook.url != "" {
+		if hook.console == "" && !unspecified(host) {
+			hook.console = "http://" + ln.Addr().String()
+		}
+		if hook.console == "" {
+			log.Warn("once serve: the approval webhook sends no links to the console: --addr names every interface; set --public-url")
+		}
+		// Its own goroutine and context: it ends with the command, and
+		// is waited for, so no request or retry outlives serve.
+		hctx, stopHook := context.WithCancel(e.ctx)
+		ah := newApprovalHook(d.client, hook, log)
+		hookDone := make(chan struct{})
+		go func() { defer close(hookDone); ah.run(hctx) }()
+		defer func() { stopHook(); <-hookDone }()
+		log.Info("once serve: approval webhook on", "receiver", ah.receiver(), "every", ah.timing.poll)
+	}
 	fmt.Fprintf(e.stdout, "once console on http://%s/ (%s); Ctrl-C stops\n", ln.Addr(), d.name)
 	errc := make(chan error, 1)
 	go func() { errc <- ln.Serve(srv) }()
@@ -169,6 +225,12 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 		return err
 	}
 	return nil
+}
+
+// unspecified reports whether host binds every interface.
+func unspecified(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
 func loopback(host string) bool {
