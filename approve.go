@@ -24,6 +24,14 @@ type Approval struct {
 	// nobody saw.
 	Attempt     int
 	Fingerprint Fingerprint
+	// Since, if set, is when the wait the person looked at began
+	// (Action.CreatedAt, AwaitingApprovalError.Since, the webhook's
+	// since): the decision applies to that wait only. A key whose
+	// action ran and was purged, and whose intent came back to wait
+	// again, has the same attempt and payload; only Since tells the
+	// two waits apart, so a form, an API call or a webhook's receiver
+	// sent twice does not approve a wait nobody saw.
+	Since time.Time
 	// Via names the surface the decision came through, for the trail:
 	// "console", "cli", "api". Empty means "client".
 	Via string
@@ -50,7 +58,7 @@ func (c *Client) Reject(ctx context.Context, key Key, d Approval) (Action, error
 // decideApproval makes m (approve or reject) on the action key, as d.
 func (c *Client) decideApproval(ctx context.Context, key Key, d Approval, m move) (Action, error) {
 	op := m.name
-	if err := validApproval(d, m.name == reject.name); err != nil {
+	if err := c.ValidateApproval(key, d, m.name == reject.name); err != nil {
 		return Action{}, err
 	}
 	gctx, cancel := c.call(ctx)
@@ -97,7 +105,8 @@ func (c *Client) decideApproval(ctx context.Context, key Key, d Approval, m move
 // sees reports whether a is the action d was decided on: its attempt and
 // payload, where d names them.
 func (d Approval) sees(a Action) bool {
-	return (d.Attempt == 0 || d.Attempt == a.Attempt) && (d.Fingerprint == "" || d.Fingerprint == a.Fingerprint)
+	return (d.Attempt == 0 || d.Attempt == a.Attempt) && (d.Fingerprint == "" || d.Fingerprint == a.Fingerprint) &&
+		(d.Since.IsZero() || d.Since.Equal(a.CreatedAt))
 }
 
 // rejectedBy starts the error a rejection by who stores.
@@ -115,7 +124,7 @@ func rejected(a Action) bool {
 // and returns the *ConflictError that says why: who decided first, the
 // wait's expiry, or where the action went.
 func (c *Client) refuseApproval(ctx context.Context, op string, d Approval, cur Action) error {
-	conflict := &ConflictError{Op: op, Current: cur, why: approvalRefusal(d, cur)}
+	conflict := &ConflictError{Op: op, Current: cur, why: approvalRefusal(d, cur, c.approver(ctx, cur))}
 	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: d.By, Origin: c.origin,
 		Note: fmt.Sprintf("%s refused: %s", op, conflict.why)}
 	if d.Note != "" {
@@ -132,22 +141,55 @@ func (c *Client) refuseApproval(ctx context.Context, op string, d Approval, cur 
 	return conflict
 }
 
-// approvalRefusal says why a decision d on cur was refused.
-func approvalRefusal(d Approval, cur Action) string {
+// approver is the approved event of cur's trail, when a person approved
+// it: its row's resolved_by names whoever decided last, which, once the
+// action ran, may be a person who resolved it since. Zero when the trail
+// holds none, or cannot be read.
+func (c *Client) approver(ctx context.Context, cur Action) Event {
+	if cur.OnExpiry == "" || cur.Status == StatusAwaitingApproval {
+		return Event{}
+	}
+	if cur.Status == StatusApproved {
+		return Event{Type: EventApproved, Actor: cur.ResolvedBy, At: cur.ResolvedAt}
+	}
+	gctx, cancel := c.call(ctx)
+	defer cancel()
+	// The approval is the trail's second event, after the claim: the
+	// first page holds it.
+	p, err := c.store.EventPage(gctx, EventQuery{Key: cur.Key, Limit: 10})
+	if err != nil {
+		return Event{}
+	}
+	for _, e := range p.Events {
+		if e.Type == EventApproved {
+			return e
+		}
+	}
+	return Event{}
+}
+
+// approvalRefusal says why a decision d on cur was refused; approved is
+// the approval in its trail, if any.
+func approvalRefusal(d Approval, cur Action, approved Event) string {
 	when := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 	switch {
 	case d.Fingerprint != "" && d.Fingerprint != cur.Fingerprint:
 		return fmt.Sprintf("action %s holds another payload than the one decided on; reload it and decide again", cur.Key)
+	case !d.Since.IsZero() && !d.Since.Equal(cur.CreatedAt):
+		return fmt.Sprintf("action %s began waiting at %s, not at %s when the wait decided on began: that wait is over (the action ran and was purged, and its intent came back); look at this one and decide again",
+			cur.Key, when(cur.CreatedAt), when(d.Since))
 	case d.Attempt != 0 && d.Attempt != cur.Attempt:
 		return fmt.Sprintf("it was decided on attempt %d, and action %s is at attempt %d (%s) now", d.Attempt, cur.Key, cur.Attempt, cur.Status)
 	case cur.Status == StatusAwaitingApproval:
 		return fmt.Sprintf("action %s waited for approval until %s, and its wait expired; nothing runs, and the reaper records it %s", cur.Key, when(cur.LeaseUntil), orFailed(cur.OnExpiry))
-	case cur.Status == StatusApproved || cur.OnExpiry != "" && cur.ResolvedBy != "" && cur.Attempt > 1:
-		return fmt.Sprintf("action %s was approved by %s at %s, and is %s now (attempt %d)", cur.Key, cur.ResolvedBy, when(cur.ResolvedAt), cur.Status, cur.Attempt)
+	case approved.Type == EventApproved:
+		return fmt.Sprintf("action %s was approved by %s at %s, and is %s now (attempt %d)", cur.Key, approved.Actor, when(approved.At), cur.Status, cur.Attempt)
 	case rejected(cur):
 		return fmt.Sprintf("action %s was rejected by %s at %s: %s", cur.Key, cur.ResolvedBy, when(cur.ResolvedAt), strings.TrimPrefix(cur.Error, rejectedBy(cur.ResolvedBy)))
 	case cur.OnExpiry == "":
 		return fmt.Sprintf("action %s never waited for approval; it is %s (attempt %d)", cur.Key, cur.Status, cur.Attempt)
+	case cur.Attempt > 1:
+		return fmt.Sprintf("action %s no longer waits for approval: nobody approved it in time, and it is %s now (attempt %d), as a person's decision on its review left it", cur.Key, cur.Status, cur.Attempt)
 	}
 	return fmt.Sprintf("action %s is %s now (attempt %d): %s", cur.Key, cur.Status, cur.Attempt, cur.Error)
 }
@@ -160,10 +202,20 @@ func orFailed(s Status) Status {
 	return s
 }
 
-// validApproval checks d before any I/O, as ValidateResolution does a
-// Resolution, and returns a *ResolutionError naming what is wrong.
-func validApproval(d Approval, noteRequired bool) error {
+// MaxNoteBytes bounds a person's note on a decision (Resolution.Note,
+// Approval.Note).
+const MaxNoteBytes = 4096
+
+// ValidateApproval checks a decision on the action key as Approve (or,
+// with reject, Reject) would, without any I/O, and returns a
+// *ResolutionError naming the field that is wrong. A form or a command
+// checks with it before it asks anything of the store.
+func (c *Client) ValidateApproval(key Key, d Approval, reject bool) error {
 	bad := func(field, reason string) error { return &ResolutionError{Field: field, Reason: reason} }
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	noteRequired := reject
 	if d.Attempt < 0 {
 		return bad("Attempt", fmt.Sprintf("is %d; attempts are numbered from 1, and zero means whatever attempt stands", d.Attempt))
 	}
@@ -176,7 +228,7 @@ func validApproval(d Approval, noteRequired bool) error {
 		required     bool
 	}{
 		{"By", d.By, "say who decided", MaxIDBytes, true},
-		{"Note", d.Note, "say why: every duplicate is told it", 4096, noteRequired},
+		{"Note", d.Note, "say why: every duplicate is told it", MaxNoteBytes, noteRequired},
 		{"Via", d.Via, "", 64, false},
 	} {
 		switch {
@@ -189,6 +241,16 @@ func validApproval(d Approval, noteRequired bool) error {
 		case strings.IndexByte(f.v, 0) >= 0:
 			return bad(f.name, "contains a NUL byte, which PostgreSQL text cannot hold; remove it")
 		}
+	}
+	return nil
+}
+
+// checkKey refuses a key no action can have (keys are printable ASCII,
+// as KeyOf makes them), so a hostile one from a form or a URL never
+// reaches the database.
+func checkKey(key Key) error {
+	if key == "" || len(key) > MaxIDBytes || strings.ContainsFunc(string(key), func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return &ResolutionError{Field: "Key", Reason: fmt.Sprintf("%.40q is not an action's key: keys are at most %d bytes of printable ASCII, as once key prints them", string(key), MaxIDBytes)}
 	}
 	return nil
 }

@@ -100,7 +100,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	def := cfg.Default.withDefaults(packageDefaults)
-	if err := def.validateMerged("Default"); err != nil {
+	if err := def.validateMerged("Default", cfg.Default); err != nil {
 		return nil, err
 	}
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 || cfg.ClaimTimeout < 0 {
@@ -125,8 +125,9 @@ func New(cfg Config) (*Client, error) {
 		if err := p.validate(name); err != nil {
 			return nil, err
 		}
+		raw := p
 		p = p.withDefaults(c.def)
-		if err := p.validateMerged(name); err != nil {
+		if err := p.validateMerged(name, raw); err != nil {
 			return nil, err
 		}
 		c.kinds[kind] = p

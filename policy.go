@@ -164,8 +164,12 @@ type ApprovalPolicy struct {
 	OnExpiry Status
 }
 
-// DefaultApprovalExpiry is how long an action waits for approval.
-const DefaultApprovalExpiry = 24 * time.Hour
+// DefaultApprovalExpiry is how long an action waits for approval, and
+// MaxApprovalExpiry the longest wait a policy may ask for.
+const (
+	DefaultApprovalExpiry = 24 * time.Hour
+	MaxApprovalExpiry     = 366 * 24 * time.Hour
+)
 
 // set reports whether p asks for approval at all.
 func (p ApprovalPolicy) set() bool { return p.Always || p.When != nil }
@@ -259,6 +263,9 @@ func (p KindPolicy) validate(name string) error {
 		return fmt.Errorf("once: Config.%s.Approval.Expiry is %v; zero means the default, %v", name, p.Approval.Expiry, DefaultApprovalExpiry)
 	case p.Approval.Expiry > 0 && p.Approval.Expiry < time.Second:
 		return fmt.Errorf("once: Config.%s.Approval.Expiry is %v; give a person at least a second", name, p.Approval.Expiry)
+	case p.Approval.Expiry > MaxApprovalExpiry:
+		return fmt.Errorf("once: Config.%s.Approval.Expiry is %v, over the longest wait, %v (a year): a wait nobody answers in a year is not answered; choose OnExpiry: once.StatusReview to keep it for a person",
+			name, p.Approval.Expiry, MaxApprovalExpiry)
 	case p.Approval.OnExpiry != "" && p.Approval.OnExpiry != StatusFailed && p.Approval.OnExpiry != StatusReview:
 		return fmt.Errorf("once: Config.%s.Approval.OnExpiry is %q; use once.StatusFailed or once.StatusReview", name, p.Approval.OnExpiry)
 	case p.Approval.Always && p.Approval.When != nil:
@@ -267,9 +274,15 @@ func (p KindPolicy) validate(name string) error {
 	return nil
 }
 
-// validateMerged checks a policy after its defaults were filled in.
-func (p KindPolicy) validateMerged(name string) error {
+// validateMerged checks a policy after its defaults were filled in;
+// raw is the policy as given.
+func (p KindPolicy) validateMerged(name string, raw KindPolicy) error {
 	switch {
+	case !p.Approval.set() && (raw.Approval.Expiry != 0 || raw.Approval.OnExpiry != ""):
+		// The gate's details without the gate: the operator thinks the
+		// kind waits for a person, and it runs at once
+		// (TestClient/ApprovalHalfSetPolicyRefused).
+		return fmt.Errorf("once: Config.%s.Approval sets Expiry or OnExpiry but neither Always nor When, so it asks nobody; set Always: true, or a When", name)
 	case p.Recovery == VerifyThenDecide && p.Verifier == nil:
 		return fmt.Errorf("once: Config.%s.Recovery is VerifyThenDecide but Verifier is nil; give it a function that asks the provider", name)
 	case p.Recovery != VerifyThenDecide && p.Verifier != nil:

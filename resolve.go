@@ -66,7 +66,7 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	if err != nil {
 		return Action{}, err
 	}
-	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt || abandoned(a, r) {
+	if !a.Status.Resolvable() || r.Attempt != 0 && r.Attempt != a.Attempt || abandoned(a, r) || unapproved(a, r) {
 		return a, c.refuseResolution(ctx, r, a)
 	}
 	var t Transition
@@ -119,6 +119,12 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 	if r.Attempt != 0 && r.Attempt != cur.Attempt {
 		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)
 	}
+	var why string
+	if unapproved(cur, r) {
+		why = fmt.Sprintf("action %s failed before it ran, because nobody approved it (%s); a %s would run or record what nobody approved. Abandon it, or ask again with a new intent",
+			cur.Key, cur.Error, r.Decision)
+		refused.Note = fmt.Sprintf("%s refused: it was never approved: %s", r.Decision, r.Note)
+	}
 	actx, cancel := c.call(ctx)
 	defer cancel()
 	if c.refusedLast(actx, cur) {
@@ -128,7 +134,17 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
 	}
 	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
-	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur}
+	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur, why: why}
+}
+
+// unapproved reports whether r would run or record as done an action
+// that failed because nobody approved it (rejected, or its wait expired
+// to failed): a Retry would run what a person refused, a Done record an
+// effect that never happened (TestClient/ApprovalRejectedNotRunByRetry).
+// Abandon changes nothing that matters, and is let through. A wait that
+// expired to review is a person's to decide, Retry included.
+func unapproved(a Action, r Resolution) bool {
+	return a.Status == StatusFailed && a.OnExpiry != "" && a.Attempt == 1 && r.Decision != DecisionAbandon
 }
 
 // abandoned reports whether r abandons an action a person already

@@ -240,7 +240,7 @@ func TestApprovalFormApproves(t *testing.T) {
 			b := gatedBundle(t, c, m)
 			page := b.get("/actions/" + string(key)).Body.String()
 			for _, s := range []string{"Approve or reject", `action="` + b.url("/actions/"+string(key)+"/approve") + `"`,
-				`formaction="` + b.url("/actions/"+string(key)+"/reject") + `"`, "Wait expires", "DE89370400440532013000"} {
+				`formaction="` + b.url("/actions/"+string(key)+"/reject") + `"`, "Wait expires", "DE89370400440532013000", `name="since"`} {
 				if !strings.Contains(page, s) {
 					t.Errorf("the action page lacks %q", s)
 				}
@@ -609,8 +609,19 @@ func TestApprovalAPI(t *testing.T) {
 			}
 		}
 
+		// A decision on another wait of the same key (one before a purge)
+		// is refused; a since that is no time is refused before any I/O.
+		stale := fmt.Sprintf(`{"by":"ada","attempt":1,"fingerprint":%q,"since":"2001-02-03T04:05:06Z"}`, a1.Fingerprint)
+		if code := b.apiCall(t, "POST", "/api/actions/"+string(k1)+"/approve", stale, &e); code != 409 || !strings.Contains(e.Error, "began waiting at") {
+			t.Errorf("API approve of another wait: %d %q, want 409 saying when this one began", code, e.Error)
+		}
+		e.Field = ""
+		if code := b.apiCall(t, "POST", "/api/actions/"+string(k1)+"/approve", `{"by":"ada","since":"yesterday"}`, &e); code != 400 || e.Field != "since" {
+			t.Errorf("API approve with a since that is no time: %d %+v, want 400 naming since", code, e)
+		}
 		var a apiAction
-		body := fmt.Sprintf(`{"note":"checked with the customer","by":"ada","attempt":1,"fingerprint":%q}`, a1.Fingerprint)
+		body := fmt.Sprintf(`{"note":"checked with the customer","by":"ada","attempt":1,"fingerprint":%q,"since":%q}`, a1.Fingerprint,
+			a1.CreatedAt.UTC().Format(time.RFC3339Nano))
 		if code := b.apiCall(t, "POST", "/api/actions/"+string(k1)+"/approve", body, &a); code != 200 || a.Status != "approved" || a.ResolvedBy != "ada" {
 			t.Fatalf("API approve: %d %+v", code, a)
 		}

@@ -228,6 +228,9 @@ type approvalInput struct {
 	By          string `json:"by"`
 	Attempt     int    `json:"attempt,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Since is when the wait looked at began (the queue's "since"), in
+	// RFC 3339: a wait after a purge has the same attempt and payload.
+	Since string `json:"since,omitempty"`
 }
 
 // decide approves (or, with reject, rejects) the action key as in
@@ -237,7 +240,16 @@ type approvalInput struct {
 // action moved on), 503 (the request was cancelled or timed out) or
 // 500. The client checks the input before any I/O.
 func (s *server) decide(ctx context.Context, key once.Key, in approvalInput, reject bool, via string) (once.Action, int, string, error) {
+	var since time.Time
+	if in.Since != "" {
+		t, err := time.Parse(time.RFC3339Nano, in.Since)
+		if err != nil || len(in.Since) > 64 {
+			return once.Action{}, http.StatusBadRequest, "Since", fmt.Errorf("since %.64q is not a time in RFC 3339 (as the approvals queue gives it); send it as given, or leave it out", in.Since)
+		}
+		since = t
+	}
 	d := once.Approval{
+		Since: since,
 		// Browsers send textarea line breaks as CRLF.
 		Note:        strings.TrimSpace(strings.ReplaceAll(in.Note, "\r\n", "\n")),
 		By:          cmp.Or(strings.TrimSpace(in.By), defaultBy),
@@ -290,7 +302,7 @@ func (s *server) approvalForm(reject bool) http.HandlerFunc {
 		if !s.safeNext(next) {
 			next = s.actionURL(key)
 		}
-		in := approvalInput{Note: r.PostFormValue("note"), By: r.PostFormValue("by"), Fingerprint: r.PostFormValue("fingerprint")}
+		in := approvalInput{Note: r.PostFormValue("note"), By: r.PostFormValue("by"), Fingerprint: r.PostFormValue("fingerprint"), Since: r.PostFormValue("since")}
 		if v := r.PostFormValue("attempt"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {

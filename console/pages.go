@@ -154,11 +154,15 @@ type formView struct {
 	// action still stands there.
 	Attempt     int
 	Fingerprint once.Fingerprint
-	CSRF        string
-	Next        string
-	Note        string
-	By          string
-	Result      string
+	// Since is when the wait the page showed began (an approval), in
+	// RFC 3339 with nanoseconds: a wait after a purge has the same
+	// attempt and payload, and only its beginning tells it apart.
+	Since  string
+	CSRF   string
+	Next   string
+	Note   string
+	By     string
+	Result string
 }
 
 type actionData struct {
@@ -261,6 +265,9 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 	}
 	if form.Fingerprint == "" {
 		form.Fingerprint = a.Fingerprint
+	}
+	if form.Since == "" && a.Status == once.StatusAwaitingApproval {
+		form.Since = a.CreatedAt.UTC().Format(time.RFC3339Nano)
 	}
 	d.Form = form
 	if a.Status == once.StatusAwaitingApproval {

@@ -145,9 +145,10 @@ func testApprovalHostileKey(t *testing.T, h Harness) {
 // A decision sent twice (a retried webhook, a form posted again) after
 // the action it approved ran and was purged, and the same intent came
 // back and waits again: the person saw the first wait, not this one.
-// The second copy names the same attempt and payload, and nothing in an
-// Approval names the wait itself, so it approves the new wait, and the
-// effect runs a second time that nobody approved.
+// The second copy names the same attempt and payload; only when the
+// wait began (Approval.Since, which the console's forms, its API and the
+// webhook's body carry) tells the waits apart. Without it, it approved
+// the new wait, and the effect ran a second time that nobody approved.
 func testApprovalReusedAfterPurge(t *testing.T, h Harness) {
 	s, c, _ := setup(t, h, gated(0))
 	in := intent(1)
@@ -155,7 +156,7 @@ func testApprovalReusedAfterPurge(t *testing.T, h Harness) {
 	awaiting(t, c, in, &runs)
 	k := keyOf(t, in)
 	first := mustGet(t, s, k)
-	d := once.Approval{By: "ada", Note: "ok", Attempt: first.Attempt, Fingerprint: first.Fingerprint, Via: "api"}
+	d := once.Approval{By: "ada", Note: "ok", Attempt: first.Attempt, Fingerprint: first.Fingerprint, Since: first.CreatedAt, Via: "api"}
 	if _, err := c.Approve(ctx(t), k, d); err != nil {
 		t.Fatal(err)
 	}

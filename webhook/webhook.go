@@ -165,10 +165,14 @@ type Delivery struct {
 	Key  string `json:"key"`
 	Kind string `json:"kind"`
 	// Target, Run and Step are the intent's.
-	Target  string `json:"target"`
-	Run     string `json:"run"`
-	Step    int64  `json:"step"`
-	Attempt int    `json:"attempt"`
+	Target string `json:"target"`
+	Run    string `json:"run"`
+	Step   int64  `json:"step"`
+	// Attempt, Fingerprint and Since are what a decision sent back
+	// through the console's API names, so that it applies to this wait
+	// and payload only (once.Approval).
+	Attempt     int    `json:"attempt"`
+	Fingerprint string `json:"fingerprint"`
 	// Since is when the wait began; Expires, when an answer stops being
 	// taken, and OnExpiry what the action becomes then: "failed" or
 	// "review".

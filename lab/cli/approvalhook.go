@@ -314,7 +314,7 @@ func (h *approvalHook) body(ctx context.Context, key once.Key, id string) (body 
 	v := view.CutPayload(view.FromAction(a, nil), a, hookPreview)
 	d := webhook.Delivery{
 		ID: id, Type: webhook.TypeAwaitingApproval, Key: string(a.Key), Kind: a.Kind, Target: a.Target, Run: a.Run, Step: a.Step,
-		Attempt: a.Attempt, Since: a.CreatedAt.UTC(), Expires: a.LeaseUntil.UTC(), OnExpiry: string(cmp.Or(a.OnExpiry, once.StatusFailed)),
+		Attempt: a.Attempt, Fingerprint: string(a.Fingerprint), Since: a.CreatedAt.UTC(), Expires: a.LeaseUntil.UTC(), OnExpiry: string(cmp.Or(a.OnExpiry, once.StatusFailed)),
 		Payload: v.Payload, PayloadText: v.PayloadText, PayloadBase64: v.PayloadBase64, PayloadCut: v.PayloadCut,
 	}
 	if h.console != "" {

@@ -145,7 +145,7 @@ func TestWebhookDelivers(t *testing.T) {
 			eventually(t, "the webhook of the action waiting before serve started", func() bool { n, _ := rcv.of(early.Key); return n > 0 })
 			_, d = rcv.of(early.Key)
 			if d.Type != webhook.TypeAwaitingApproval || d.Key != string(early.Key) || d.Kind != "charge_card" || d.Target != "acct-run-early" || d.Run != "run-early" ||
-				d.Attempt != 1 || !d.Expires.Equal(early.LeaseUntil) || !d.Since.Equal(early.CreatedAt) || d.OnExpiry != "failed" ||
+				d.Attempt != 1 || d.Fingerprint != string(early.Fingerprint) || !d.Expires.Equal(early.LeaseUntil) || !d.Since.Equal(early.CreatedAt) || d.OnExpiry != "failed" ||
 				string(d.Payload) != `{"cents":250000}` || d.URL != base+"actions/"+string(early.Key) || !strings.HasPrefix(d.ID, string(early.Key)+"-1-") {
 				t.Errorf("the delivery of %s: %+v", early.Key, d)
 			}
