@@ -1124,11 +1124,11 @@ func (s *Store) Wait(ctx context.Context, req once.WaitRequest) error {
 		}
 	}
 	var wake <-chan struct{}
-	// Only an attempt in flight is marked: its outcome is a transition,
-	// which notifies. A released row moves on by a claim, which does
-	// not, and a DoTx claiming it holds its lock, which a mark would
-	// wait on.
-	mark := !s.inTx && req.Status == once.StatusInFlight
+	// Only an attempt in flight, or a wait for approval, is marked: its
+	// outcome (a decision) is a transition, which notifies. A released
+	// row moves on by a claim, which does not, and a DoTx claiming it
+	// holds its lock, which a mark would wait on.
+	mark := !s.inTx && (req.Status == once.StatusInFlight || req.Status == once.StatusAwaitingApproval)
 	if s.listen != nil {
 		ch, unsubscribe := s.listen.subscribe(req.Key)
 		defer unsubscribe()
