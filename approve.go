@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Approval is a person's decision on an action awaiting approval
@@ -130,14 +129,7 @@ func (c *Client) refuseApproval(ctx context.Context, op string, d Approval, cur 
 	if d.Note != "" {
 		refused.Note += ": " + d.Note
 	}
-	actx, cancel := c.call(ctx)
-	defer cancel()
-	if c.refusedLast(actx, cur) {
-		c.log.Warn("once: refused decision not written: the trail's last event is a refusal of the same attempt", "key", cur.Key, "op", op, "by", d.By)
-	} else if err := c.store.AppendEvent(actx, storableEvent(refused)); err != nil {
-		c.log.Warn("once: could not record a refused decision", "key", cur.Key, "err", err)
-	}
-	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
+	c.writeRefusal(ctx, refused, cur, op)
 	return conflict
 }
 
@@ -215,34 +207,17 @@ func (c *Client) ValidateApproval(key Key, d Approval, reject bool) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	noteRequired := reject
 	if d.Attempt < 0 {
 		return bad("Attempt", fmt.Sprintf("is %d; attempts are numbered from 1, and zero means whatever attempt stands", d.Attempt))
 	}
 	if d.Fingerprint != "" && (len(d.Fingerprint) > 128 || strings.ContainsFunc(string(d.Fingerprint), func(r rune) bool { return r <= ' ' || r > '~' })) {
 		return bad("Fingerprint", "is not a fingerprint; pass the one the action's row holds, or none")
 	}
-	for _, f := range []struct {
-		name, v, why string
-		max          int
-		required     bool
-	}{
-		{"By", d.By, "say who decided", MaxIDBytes, true},
-		{"Note", d.Note, "say why: every duplicate is told it", MaxNoteBytes, noteRequired},
-		{"Via", d.Via, "", 64, false},
-	} {
-		switch {
-		case strings.TrimSpace(f.v) == "" && f.required:
-			return bad(f.name, "is empty; "+f.why)
-		case len(f.v) > f.max:
-			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), f.max))
-		case !utf8.ValidString(f.v):
-			return bad(f.name, "is not valid UTF-8 text")
-		case strings.IndexByte(f.v, 0) >= 0:
-			return bad(f.name, "contains a NUL byte, which PostgreSQL text cannot hold; remove it")
-		}
-	}
-	return nil
+	return checkDecisionText(
+		textField{"By", d.By, "say who decided", MaxIDBytes, true},
+		textField{"Note", d.Note, "say why: every duplicate is told it", MaxNoteBytes, reject},
+		textField{"Via", d.Via, "", 64, false},
+	)
 }
 
 // checkKey refuses a key no action can have (keys are printable ASCII,

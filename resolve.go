@@ -103,13 +103,9 @@ func (c *Client) Resolve(ctx context.Context, key Key, r Resolution) (Action, er
 	return cur, nil
 }
 
-// refuseResolution writes the refused decision to the trail, so the
-// person's attempt stands beside whatever got there first. A refusal
-// right after another one of the same attempt and status is not
-// written: nothing happened in between that it could stand beside, and
-// a script (or a stale page posted again and again) would otherwise grow
-// the trail without bound. It is still logged and reaches the hooks, and
-// the caller gets the same *ConflictError.
+// refuseResolution writes the refused decision to the trail
+// (writeRefusal), so the person's attempt stands beside whatever got
+// there first, and returns the *ConflictError the caller gets.
 func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action) error {
 	refused := Event{Key: cur.Key, Type: EventRefused, Attempt: cur.Attempt, From: cur.Status, Actor: r.By, Origin: c.origin,
 		Note: fmt.Sprintf("%s refused: the action is %s: %s", r.Decision, cur.Status, r.Note)}
@@ -125,16 +121,53 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 			cur.Key, cur.Error, r.Decision)
 		refused.Note = fmt.Sprintf("%s refused: it was never approved: %s", r.Decision, r.Note)
 	}
+	c.writeRefusal(ctx, refused, cur, "resolve "+string(r.Decision))
+	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur, why: why}
+}
+
+// writeRefusal appends a person's refused decision, op, to cur's trail,
+// beside whatever got there first, unless the trail's newest event is a
+// refusal of the same attempt and status: nothing happened in between
+// that it could stand beside, and a script (or a stale page posted again
+// and again) would otherwise grow the trail without bound. It is logged
+// and reaches the hooks either way.
+func (c *Client) writeRefusal(ctx context.Context, refused Event, cur Action, op string) {
 	actx, cancel := c.call(ctx)
 	defer cancel()
 	if c.refusedLast(actx, cur) {
-		c.log.Warn("once: refused resolution not written: the trail's last event is a refusal of the same attempt",
-			"key", cur.Key, "decision", r.Decision, "by", r.By)
+		c.log.Warn("once: refused decision not written: the trail's last event is a refusal of the same attempt",
+			"key", cur.Key, "op", op, "by", refused.Actor)
 	} else if err := c.store.AppendEvent(actx, storableEvent(refused)); err != nil {
-		c.log.Warn("once: could not record a refused resolution", "key", cur.Key, "err", err)
+		c.log.Warn("once: could not record a refused decision", "key", cur.Key, "op", op, "err", err)
 	}
 	c.emit(ctx, Observation{Event: refused, Kind: cur.Kind})
-	return &ConflictError{Op: "resolve " + string(r.Decision), Current: cur, why: why}
+}
+
+// textField is one text field of a person's decision, as checkDecisionText
+// checks it.
+type textField struct {
+	name, v, why string
+	max          int
+	required     bool
+}
+
+// checkDecisionText returns a *ResolutionError for the first field that is
+// empty when required, too long, not UTF-8, or holds a NUL.
+func checkDecisionText(fields ...textField) error {
+	for _, f := range fields {
+		bad := func(reason string) error { return &ResolutionError{Field: f.name, Reason: reason} }
+		switch {
+		case strings.TrimSpace(f.v) == "" && f.required:
+			return bad("is empty; " + f.why)
+		case len(f.v) > f.max:
+			return bad(fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), f.max))
+		case !utf8.ValidString(f.v):
+			return bad("is not valid UTF-8 text")
+		case strings.IndexByte(f.v, 0) >= 0:
+			return bad("contains a NUL byte, which PostgreSQL text cannot hold; remove it")
+		}
+	}
+	return nil
 }
 
 // unapproved reports whether r would run or record as done an action
@@ -185,23 +218,11 @@ func (c *Client) ValidateResolution(r Resolution) error {
 	default:
 		return bad("Decision", fmt.Sprintf("is %q; use once.DecisionDone, DecisionRetry or DecisionAbandon", r.Decision))
 	}
-	for _, f := range []struct {
-		name, v, why string
-		max          int
-	}{
-		{"By", r.By, "say who decided", MaxIDBytes},
-		{"Note", r.Note, "say why, for the next person who reads the trail", 4096},
-	} {
-		switch {
-		case strings.TrimSpace(f.v) == "":
-			return bad(f.name, "is empty; "+f.why)
-		case len(f.v) > f.max:
-			return bad(f.name, fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), f.max))
-		case !utf8.ValidString(f.v):
-			return bad(f.name, "is not valid UTF-8 text")
-		case strings.IndexByte(f.v, 0) >= 0:
-			return bad(f.name, "contains a NUL byte, which PostgreSQL text cannot hold; remove it")
-		}
+	if err := checkDecisionText(
+		textField{"By", r.By, "say who decided", MaxIDBytes, true},
+		textField{"Note", r.Note, "say why, for the next person who reads the trail", MaxNoteBytes, true},
+	); err != nil {
+		return err
 	}
 	if len(r.Result) > 0 {
 		switch {

@@ -167,15 +167,7 @@ func (s *server) apiResolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, code, err := s.resolve(r.Context(), key, in)
-	switch code {
-	case http.StatusOK:
-		writeJSON(w, code, view.FromAction(a, nil))
-	case http.StatusConflict:
-		cur := view.FromAction(a, nil)
-		writeJSON(w, code, errorJSON{Error: err.Error(), Action: &cur})
-	default:
-		writeJSONError(w, code, err.Error())
-	}
+	writeDecision(w, a, code, "", err)
 }
 
 // decodeDecision reads a decision's JSON body into in, as the API's
@@ -283,17 +275,22 @@ func (s *server) apiDecide(reject bool) http.HandlerFunc {
 			return
 		}
 		a, code, field, err := s.decide(r.Context(), key, in, reject, "api")
-		switch code {
-		case http.StatusOK:
-			writeJSON(w, code, view.FromAction(a, nil))
-		case http.StatusConflict:
-			cur := view.FromAction(a, nil)
-			writeJSON(w, code, errorJSON{Error: err.Error(), Action: &cur})
-		case http.StatusBadRequest:
-			writeJSON(w, code, errorJSON{Error: err.Error(), Field: strings.ToLower(field)})
-		default:
-			writeJSONError(w, code, err.Error())
-		}
+		writeDecision(w, a, code, field, err)
+	}
+}
+
+// writeDecision answers a person's decision through the API: the action
+// with a 200, the error and the action as it stands with a 409, the
+// error and the wrong field (if known) otherwise.
+func writeDecision(w http.ResponseWriter, a once.Action, code int, field string, err error) {
+	switch code {
+	case http.StatusOK:
+		writeJSON(w, code, view.FromAction(a, nil))
+	case http.StatusConflict:
+		cur := view.FromAction(a, nil)
+		writeJSON(w, code, errorJSON{Error: err.Error(), Action: &cur})
+	default:
+		writeJSON(w, code, errorJSON{Error: err.Error(), Field: strings.ToLower(field)})
 	}
 }
 

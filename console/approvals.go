@@ -197,19 +197,7 @@ func (s *server) approvals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Items = items
-	link := func(c reviewCursor) string {
-		v := url.Values{}
-		if !c.at.IsZero() {
-			v.Set("after", c.String())
-		}
-		if size != approvalsPage {
-			v.Set("limit", strconv.Itoa(size))
-		}
-		if len(v) == 0 {
-			return s.path("/approvals")
-		}
-		return s.path("/approvals?" + v.Encode())
-	}
+	link := s.queueLink("/approvals", size, approvalsPage)
 	if !after.at.IsZero() {
 		d.First = link(reviewCursor{})
 	}

@@ -456,19 +456,7 @@ func (s *server) review(w http.ResponseWriter, r *http.Request) {
 		d.Items = append(d.Items, acts...)
 	}
 	slices.SortFunc(d.Items, compareReview)
-	link := func(c reviewCursor) string {
-		v := url.Values{}
-		if !c.at.IsZero() {
-			v.Set("after", c.String())
-		}
-		if size != reviewPage {
-			v.Set("limit", strconv.Itoa(size))
-		}
-		if len(v) == 0 {
-			return s.path("/review")
-		}
-		return s.path("/review?" + v.Encode())
-	}
+	link := s.queueLink("/review", size, reviewPage)
 	d.Self, d.First = link(after), ""
 	if !after.at.IsZero() {
 		d.First = link(reviewCursor{})
@@ -558,4 +546,23 @@ func decisionWords(decision string) string {
 		return "abandoned"
 	}
 	return decision
+}
+
+// queueLink returns the link to a page of the queue at path (the review
+// queue, the approvals) that starts after a cursor, with size rows when
+// that is not the page's own, size by default.
+func (s *server) queueLink(path string, size, byDefault int) func(reviewCursor) string {
+	return func(c reviewCursor) string {
+		v := url.Values{}
+		if !c.at.IsZero() {
+			v.Set("after", c.String())
+		}
+		if size != byDefault {
+			v.Set("limit", strconv.Itoa(size))
+		}
+		if len(v) == 0 {
+			return s.path(path)
+		}
+		return s.path(path + "?" + v.Encode())
+	}
 }

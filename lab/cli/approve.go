@@ -9,10 +9,6 @@ import (
 	"github.com/oncehq/once"
 )
 
-// maxDecisionNote is the longest note a decision takes: the engine's
-// bound on Approval.Note and Resolution.Note.
-const maxDecisionNote = 4096
-
 func defineApprove(fs *flagSet) func(env, []string) error {
 	return defineApproval(fs, false)
 }
@@ -86,7 +82,7 @@ func checkApproval(d once.Approval, reject bool) error {
 		required     bool
 	}{
 		{"by", d.By, "name who decides", once.MaxIDBytes, true},
-		{"note", d.Note, "say why: every duplicate of the action is told it", maxDecisionNote, reject},
+		{"note", d.Note, "say why: every duplicate of the action is told it", once.MaxNoteBytes, reject},
 	} {
 		switch {
 		case strings.TrimSpace(f.v) == "" && f.required:
