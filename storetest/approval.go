@@ -45,6 +45,16 @@ func approvalTests() []namedTest {
 	}
 }
 
+// reaper is a reaper over c, with the defaults.
+func reaper(t *testing.T, c *once.Client) *once.Reaper {
+	t.Helper()
+	r, err := once.NewReaper(c, once.ReaperConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // gated is a config whose send_email kind always asks for approval, with
 // the given expiry (zero: the default).
 func gated(expiry time.Duration) once.Config {
@@ -256,10 +266,7 @@ func testApprovalAfterExpiry(t *testing.T, h Harness) {
 	if !errors.As(err, &w) || !w.Expired || once.Dispose(err).Action != once.JobDrop {
 		t.Fatalf("a delivery after expiry, before the reaper = %v; want the expired wait, dropped", err)
 	}
-	r, err := once.NewReaper(c, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := reaper(t, c)
 	rep, err := r.RunOnce(ctx(t))
 	if err != nil || rep.Expired != 1 {
 		t.Fatalf("reaper pass = %+v, %v; want one expired wait", rep, err)
@@ -285,17 +292,14 @@ func testApprovalExpiryToReview(t *testing.T, h Harness) {
 	// Expired by a process that knows nothing of the kind (once serve's
 	// reaper): the row says what expiry means.
 	stranger := client(t, s, once.Config{})
-	r, err := once.NewReaper(stranger, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := reaper(t, stranger)
 	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
 		t.Fatalf("reaper pass = %+v, %v", rep, err)
 	}
 	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusReview {
 		t.Fatalf("row after expiry %s; want review, as the kind asked", a.Status)
 	}
-	_, err = once.Do(ctx(t), c, in, runs.fn("sent"))
+	_, err := once.Do(ctx(t), c, in, runs.fn("sent"))
 	var re *once.ReviewError
 	if !errors.As(err, &re) || !re.ApprovalExpired || runs.n.Load() != 0 {
 		t.Fatalf("a delivery after the expiry = %v (ran %d); want review, saying the approval expired and nothing ran", err, runs.n.Load())
@@ -393,10 +397,7 @@ func testApprovalDroppedJobRedriven(t *testing.T, h Harness) {
 	if _, err := c.Approve(ctx(t), keyOf(t, in), once.Approval{By: "ada"}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := once.NewReaper(c, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := reaper(t, c)
 	if rep, _ := r.RunOnce(ctx(t)); rep.Redriven != 0 {
 		t.Fatalf("re-driven %d at once; want it to wait RedriveAfter for a delivery", rep.Redriven)
 	}
@@ -663,7 +664,7 @@ func testFaultApprovalHung(t *testing.T, h Harness) {
 	if _, err := cut.Approve(ctx(t), k, once.Approval{By: "ada"}); !errors.Is(err, once.ErrConflict) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("the approval sent again after the expiry = %v; want it refused by the database's clock, saying the wait expired", err)
 	}
-	r, _ := once.NewReaper(direct, once.ReaperConfig{})
+	r := reaper(t, direct)
 	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
 		t.Fatalf("reaper = %+v, %v", rep, err)
 	}
@@ -707,10 +708,7 @@ func testFaultExpiryReplyLost(t *testing.T, h Harness) {
 	awaiting(t, direct, in, &runs)
 	k := keyOf(t, in)
 	time.Sleep(1200 * time.Millisecond)
-	r, err := once.NewReaper(cut, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := reaper(t, cut)
 	lost := f.LoseReply(h.Markers.Transition, false)
 	rep, err := r.RunOnce(ctx(t))
 	select {

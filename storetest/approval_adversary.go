@@ -93,10 +93,7 @@ func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
 	awaiting(t, c, in, &runs)
 	k := keyOf(t, in)
 	time.Sleep(1500 * time.Millisecond)
-	r, err := once.NewReaper(c, once.ReaperConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := reaper(t, c)
 	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
 		t.Fatalf("reaper pass = %+v, %v", rep, err)
 	}
@@ -106,7 +103,7 @@ func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
 	if _, err := once.Do(ctx(t), c, in, runs.fn("sent")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Approve(ctx(t), k, once.Approval{By: "ada"})
+	_, err := c.Approve(ctx(t), k, once.Approval{By: "ada"})
 	if !errors.Is(err, once.ErrConflict) {
 		t.Fatalf("Approve after the run = %v; want a conflict", err)
 	}
