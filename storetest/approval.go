@@ -42,6 +42,8 @@ func approvalTests() []namedTest {
 		{name: "FaultRejectionReplyLost", fn: testFaultRejectionReplyLost, needs: needFaults | needLostReplies},
 		{name: "FaultExpiryReplyLost", fn: testFaultExpiryReplyLost, needs: needFaults | needLostReplies, serial: true},
 		{name: "FaultApprovedClaimReplyLost", fn: testFaultApprovedClaimReplyLost, needs: needFaults | needLostReplies},
+		{name: "FaultApprovalClaimHung", fn: testFaultApprovalClaimHung, needs: needFaults | needPartition, serial: true},
+		{name: "ApprovedClaimPausedPastLeaseIsFenced", fn: testApprovedClaimPausedPastLease, serial: true},
 	}
 }
 
@@ -753,5 +755,66 @@ func testFaultApprovedClaimReplyLost(t *testing.T, h Harness) {
 	}
 	if a := mustGet(t, s, k); a.Status != once.StatusSucceeded || a.Attempt != 2 {
 		t.Fatalf("row %s attempt %d", a.Status, a.Attempt)
+	}
+}
+
+// The claim that would write the wait meets a partition: it answers
+// that the store is unreachable, announces nothing and runs nothing;
+// once the network is back, the next delivery writes the wait and
+// announces it, once.
+func testFaultApprovalClaimHung(t *testing.T, h Harness) {
+	var announced atomic.Int64
+	cfg := gated(0)
+	cfg.ClaimTimeout = 500 * time.Millisecond
+	cfg.Hooks.OnAwaitingApproval = func(context.Context, once.Action) { announced.Add(1) }
+	cut, _, s, f := faultClients(t, h, cfg)
+	in := intent(1)
+	var runs counter
+	f.Hang(true)
+	_, err := once.Do(ctx(t), cut, in, runs.fn("sent"))
+	f.Hang(false)
+	if !errors.Is(err, once.ErrUnavailable) || announced.Load() != 0 || runs.n.Load() != 0 {
+		t.Fatalf("a gated claim over a partition = %v (announced %d, ran %d); want ErrUnavailable, nobody told, nothing run", err, announced.Load(), runs.n.Load())
+	}
+	awaiting(t, cut, in, &runs)
+	awaiting(t, cut, in, &runs)
+	if announced.Load() != 1 {
+		t.Fatalf("announced %d times after the partition; want once", announced.Load())
+	}
+	if a := mustGet(t, s, keyOf(t, in)); a.Status != once.StatusAwaitingApproval || a.Attempt != 1 {
+		t.Fatalf("row %s attempt %d", a.Status, a.Attempt)
+	}
+}
+
+// The approved action's claim (attempt 2) is held by a process that
+// pauses past its lease: recovery takes it over as any claim, and the
+// paused attempt's late outcome is fenced, so the approved effect is not
+// recorded twice; under RetryWithProviderKey the takeover runs it with
+// the same provider key.
+func testApprovedClaimPausedPastLease(t *testing.T, h Harness) {
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{"send_email": {Lease: time.Second, Recovery: once.RetryWithProviderKey,
+		Approval: once.ApprovalPolicy{Always: true}}}}
+	s, c, _ := setup(t, h, cfg)
+	other := client(t, s, cfg)
+	in := intent(1)
+	var runs counter
+	awaiting(t, c, in, &runs)
+	k := keyOf(t, in)
+	if _, err := c.Approve(ctx(t), k, once.Approval{By: "ada"}); err != nil {
+		t.Fatal(err)
+	}
+	paused := pausePast(t, c, in, cfg.Kinds["send_email"].Lease)
+	if paused.Number != 2 {
+		t.Fatalf("the approved action's claim is attempt %d; want 2", paused.Number)
+	}
+	res, err := once.Do(ctx(t), other, in, runs.fn("sent"))
+	if err != nil || res.Attempt != 3 || runs.n.Load() != 1 {
+		t.Fatalf("a delivery after the paused claim's lease = %+v, %v (ran %d); want the takeover, attempt 3, run once", res, err, runs.n.Load())
+	}
+	if err := paused.Succeed(ctx(t), "late"); !errors.Is(err, once.ErrFenced) && !errors.Is(err, once.ErrConflict) {
+		t.Fatalf("the paused attempt's late success = %v; want it refused", err)
+	}
+	if a := mustGet(t, s, k); a.Status != once.StatusSucceeded || a.Attempt != 3 || string(a.Result) != `"sent"` {
+		t.Fatalf("row %s attempt %d result %s; want the takeover's success", a.Status, a.Attempt, a.Result)
 	}
 }
