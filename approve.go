@@ -115,8 +115,14 @@ func rejectedBy(who string) string { return "rejected by " + who + ": " }
 // it ran: its first claim waited for approval, and the failure is the
 // rejection (an Abandon after it, or a failure of its own, is not).
 func rejected(a Action) bool {
-	return a.Status == StatusFailed && a.OnExpiry != "" && a.Attempt == 1 && a.ResolvedBy != "" && strings.HasPrefix(a.Error, rejectedBy(a.ResolvedBy))
+	return a.Status == StatusFailed && unapprovedUnrun(a) && a.ResolvedBy != "" && strings.HasPrefix(a.Error, rejectedBy(a.ResolvedBy))
 }
+
+// unapprovedUnrun reports whether a waited for approval and never ran:
+// its first claim waited, and no claim after an approval took it on. A
+// decision that leaves the wait (a rejection, an expiry) leaves it at
+// attempt 1; only a claim of the approved row moves it on.
+func unapprovedUnrun(a Action) bool { return a.OnExpiry != "" && a.Attempt == 1 }
 
 // refuseApproval writes a refused decision to the trail (once for a run
 // of refusals of the same attempt and status, as refuseResolution does)

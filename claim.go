@@ -207,7 +207,7 @@ func (c *Client) answer(ctx context.Context, req ClaimRequest, cr ClaimResult) o
 	case StatusReview:
 		// A gated action at attempt 1 never ran: it is in review
 		// because its wait for approval expired.
-		o.err = &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error, ApprovalExpired: a.OnExpiry != "" && a.Attempt == 1}
+		o.err = &ReviewError{Key: a.Key, Attempt: a.Attempt, Reason: a.Error, ApprovalExpired: unapprovedUnrun(a)}
 	case StatusAwaitingApproval:
 		// A duplicate: the claim that wrote the row announced the wait.
 		o.err = awaitingApproval(a, cr.Now)

@@ -177,7 +177,7 @@ func checkDecisionText(fields ...textField) error {
 // Abandon changes nothing that matters, and is let through. A wait that
 // expired to review is a person's to decide, Retry included.
 func unapproved(a Action, r Resolution) bool {
-	return a.Status == StatusFailed && a.OnExpiry != "" && a.Attempt == 1 && r.Decision != DecisionAbandon
+	return a.Status == StatusFailed && unapprovedUnrun(a) && r.Decision != DecisionAbandon
 }
 
 // abandoned reports whether r abandons an action a person already
