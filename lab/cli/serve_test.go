@@ -38,43 +38,59 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// background runs a command that runs until stopped; stop ends it and
-// returns its exit code.
 // startServe runs `once serve` with args in the background and waits
-// for the address it serves on, failing the test if it does not start.
+// for the address it serves on, failing the test if it exits first.
+// It waits for the exit, not for a line on stderr: serve logs there
+// as it starts (the webhook's line came before the address on CI).
 func startServe(t *testing.T, args ...string) (base string, stdout, stderr *syncBuffer, stop func() int) {
 	t.Helper()
-	stdout, stderr, stop = background(t, append([]string{"serve"}, args...)...)
+	var exited func() bool
+	stdout, stderr, stop, exited = runCommand(t, append([]string{"serve"}, args...)...)
 	eventually(t, "console address", func() bool {
 		m := servingOn.FindStringSubmatch(stdout.String())
 		if m != nil {
 			base = m[1]
 		}
-		return m != nil || strings.Contains(stderr.String(), "once serve:")
+		return m != nil || exited()
 	})
 	if base == "" {
-		t.Fatalf("serve failed: %s", stderr)
+		t.Fatalf("serve exited %d before it served: %s", stop(), stderr)
 	}
 	return base, stdout, stderr, stop
 }
 
+// background runs a command that runs until stopped; stop ends it and
+// returns its exit code.
 func background(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() int) {
+	t.Helper()
+	stdout, stderr, stop, _ = runCommand(t, args...)
+	return stdout, stderr, stop
+}
+
+// runCommand is background that also says whether the command has exited on
+// its own.
+func runCommand(t *testing.T, args ...string) (stdout, stderr *syncBuffer, stop func() int, exited func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = new(syncBuffer), new(syncBuffer)
-	done := make(chan int, 1)
-	go func() { done <- cli.Run(ctx, args, stdout, stderr) }()
-	var code *int
+	done := make(chan struct{})
+	var code int
+	go func() { code = cli.Run(ctx, args, stdout, stderr); close(done) }()
 	stop = func() int {
-		if code == nil {
-			cancel()
-			c := <-done
-			code = &c
+		cancel()
+		<-done
+		return code
+	}
+	exited = func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
 		}
-		return *code
 	}
 	t.Cleanup(func() { stop() })
-	return stdout, stderr, stop
+	return stdout, stderr, stop, exited
 }
 
 // eventually polls until cond holds, failing after a minute.
