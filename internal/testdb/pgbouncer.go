@@ -21,6 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncehq/once/internal/childproc"
 )
 
 // PgBouncerOptions configure a private PgBouncer.
@@ -48,9 +50,10 @@ type PgBouncer struct {
 	// Addr is PgBouncer's host:port.
 	Addr string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *LockedBuffer
+	cmd      *exec.Cmd
+	done     chan struct{}
+	exitedAt time.Time // when done closed
+	log      *LockedBuffer
 
 	closeOnce sync.Once
 }
@@ -116,11 +119,27 @@ func RequirePgBouncer(t testing.TB, opt PgBouncerOptions) *PgBouncer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		select {
+		case <-b.done:
+			// Every failure after this moment is a failure to reach
+			// it: say why it went, once, with what it logged.
+			t.Errorf("PgBouncer at %s exited by itself at %s (%v), with the test still running; its log:\n%s",
+				b.Addr, b.exitedAt.Format(time.RFC3339Nano), b.cmd.ProcessState, tail(b.Log(), 4096))
+		default:
+		}
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}
 	})
 	return b
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 // StartPgBouncer starts PgBouncer in front of the PostgreSQL at
@@ -230,9 +249,11 @@ pidfile =
 	log := &LockedBuffer{}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Stdout, cmd.Stderr = log, log
-	// It dies with the test process, even one killed by a timeout.
+	// It dies with the test process, even one killed by a timeout, and
+	// not with the thread that started it (see childproc).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := childproc.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
 	b := &PgBouncer{
@@ -247,7 +268,8 @@ pidfile =
 	}
 	b.URL = u.String()
 	go func() {
-		cmd.Wait()
+		<-exited
+		b.exitedAt = time.Now()
 		close(b.done)
 	}()
 	// Ready when a client gets through to PostgreSQL.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oncehq/once/internal/childproc"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -65,13 +66,16 @@ func (s *server) start() error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	// The guard's parent-death signal must wait for the harness to
+	// die, not for the thread that started it (see childproc).
+	exited, err := childproc.Start(cmd)
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("chaos: starting %s: %w", s.name, err)
 	}
 	done := make(chan struct{})
 	go func() {
-		cmd.Wait()
+		<-exited
 		f.Close()
 		close(done)
 	}()

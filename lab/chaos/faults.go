@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncehq/once/internal/childproc"
 	"github.com/oncehq/once/internal/faultproxy"
 )
 
@@ -83,12 +84,14 @@ func (s *supervisor) keep(slot int) {
 		}
 		cmd := exec.Command(s.exe)
 		cmd.Env = append(os.Environ(), s.env(slot)...)
-		// A worker must not outlive the harness.
+		// A worker must not outlive the harness, nor die with the
+		// thread that started it (see childproc).
 		cmd.SysProcAttr = childAttr()
+		var exited <-chan error
 		f, err := os.OpenFile(filepath.Join(s.logDir, fmt.Sprintf("worker-%d.log", slot)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err == nil {
 			cmd.Stdout, cmd.Stderr = f, f
-			err = cmd.Start()
+			exited, err = childproc.Start(cmd)
 		}
 		if err == nil {
 			s.procs[slot] = cmd
@@ -96,7 +99,7 @@ func (s *supervisor) keep(slot int) {
 		}
 		s.mu.Unlock()
 		if err == nil {
-			cmd.Wait()
+			<-exited
 		}
 		if f != nil {
 			f.Close()
