@@ -49,12 +49,28 @@ func (p *pendingClaims) sent(token string) (time.Time, bool) {
 // takes it as its own.
 // Inside a caller's transaction (s is not the client's store) there is
 // nothing to read back: the transaction failed as a whole.
-func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims) (ClaimResult, error) {
+//
+// A named claim (ClaimID) sends every try under the one token its name
+// gives. A row found under it may be any try's, of this call or of the
+// same claim made before, whose send time is not known here: it goes
+// into pending with none, and the caller renews the lease.
+func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims, named string) (ClaimResult, error) {
 	// resent says the claim was sent again after a failed try; waited,
 	// that a try ran out of ClaimTimeout with its claim not visible.
 	resent, waited := false, false
+	ours := func(token string) bool {
+		if named != "" && token == named && pending != nil {
+			pending.add(named, time.Time{})
+			return true
+		}
+		_, ok := pending.sent(token)
+		return ok
+	}
 	for range 3 {
 		req.Token = newToken()
+		if named != "" {
+			req.Token = named
+		}
 		sent := time.Now()
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if s == c.store {
@@ -66,14 +82,17 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 		if err != nil {
 			if s == c.store {
 				a, ok, known := c.wrote(ctx, req.Key, req.Token, c.claimTimeout)
-				if !ok && pending != nil {
+				if !ok && pending != nil && named == "" {
 					pending.add(req.Token, sent)
+				}
+				if ok && named != "" {
+					ours(a.Token)
 				}
 				// The row may carry this try's token, or an earlier
 				// try's of this call that committed late: either way
 				// the claim is this call's, and nobody else runs it
 				// (TestResendTakesTheLateFirstClaimAsItsOwn).
-				_, earlier := pending.sent(a.Token)
+				earlier := a.Key != "" && ours(a.Token)
 				waited = waited || timedOut
 				switch {
 				case (ok || earlier) && (a.Status == StatusInFlight || a.Status == StatusAwaitingApproval && a.Attempt == 1):
@@ -128,7 +147,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
 		}
 		if !cr.Claimed && (cr.Action.Status == StatusInFlight || cr.Action.Status == StatusAwaitingApproval && cr.Action.Attempt == 1) {
-			if _, mine := pending.sent(cr.Action.Token); mine {
+			if ours(cr.Action.Token) {
 				// Nothing else writes this token: the row is still
 				// at the claim this call gave up on, and nobody runs it.
 				c.log.Warn("once: a claim given up on committed later; it is ours", "key", req.Key, "kind", req.Kind, "attempt", cr.Action.Attempt)

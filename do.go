@@ -59,6 +59,9 @@ func Do[T any](ctx context.Context, c *Client, in Intent, fn func(context.Contex
 	if err != nil {
 		return Result[T]{}, err
 	}
+	if o.claimID != "" {
+		return Result[T]{}, errClaimIDNotForDo("Do")
+	}
 	return finish[T](c.do(ctx, in, effectOf[T](fn), o))
 }
 
@@ -94,6 +97,9 @@ func DoTx[T any, TX any](ctx context.Context, c *Client, store TxBinder[TX], tx 
 	opt, err := optionsOf(opts)
 	if err != nil {
 		return Result[T]{}, err
+	}
+	if opt.claimID != "" {
+		return Result[T]{}, errClaimIDNotForDo("DoTx")
 	}
 	req, pol, err := c.prepare(in)
 	if err != nil {
@@ -238,9 +244,13 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 	}
 	wait := c.waiting(o)
 	recovered := false
+	named := ""
+	if o.claimID != "" && tx == nil {
+		named = claimToken(o.claimID, req.Key)
+	}
 	for {
 		sent := time.Now()
-		cr, err := c.claim(ctx, s, req, pending)
+		cr, err := c.claim(ctx, s, req, pending, named)
 		if err != nil {
 			var held *InFlightError
 			if errors.As(err, &held) && held.InTransaction {
@@ -265,7 +275,8 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 			// duplicate would. In a caller's transaction the row is
 			// not committed yet, and may never be: nobody is told
 			// (TestClient/ApprovalDuplicatesAnnounceNothing).
-			if tx == nil {
+			// A named claim made again announced it the first time.
+			if at, again := pending.sent(cr.Action.Token); tx == nil && !(again && at.IsZero()) {
 				c.announce(ctx, cr.Action)
 			}
 			cr.Claimed = false

@@ -2,8 +2,11 @@ package once
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -15,7 +18,9 @@ type DoOption func(*doOptions)
 
 type doOptions struct {
 	wait time.Duration
-	err  error
+	// claimID names a Claim made again (ClaimID).
+	claimID string
+	err     error
 }
 
 // WaitFor makes a call that meets a claim held by another attempt wait
@@ -61,6 +66,44 @@ func WaitFor(d time.Duration) DoOption {
 		}
 		o.wait = d
 	}
+}
+
+// ClaimID names a claim, so that the same claim made again is answered
+// as it was the first time: with the attempt it won. A server that
+// claims for a remote caller needs it: when the reply of a claim that
+// won is lost on the way back, the caller asks again, and without a
+// name the second claim meets the first one's row as another's, in
+// flight, and the effect waits out a lease and a recovery while nothing
+// is running it.
+//
+// The claim's token is derived from id and the key. A claim that finds
+// the action in flight (or awaiting approval, at its first attempt)
+// under that token takes it as its own, and renews its lease before it
+// answers: when the first was sent is not known. id must be hard to
+// guess (16 random bytes or more, as printable ASCII, at most 128
+// bytes), since whoever holds it holds the claim, and it names one
+// claim only: a claim after the attempt was settled needs a new id.
+// A takeover of a lapsed claim is not named (it gets a token of its
+// own). For Claim only: Do and DoTx run their effect in this process,
+// which has their claim's answer.
+func ClaimID(id string) DoOption {
+	return func(o *doOptions) {
+		if len(id) < 16 || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			o.err = fmt.Errorf("once: ClaimID needs 16 to 128 bytes of printable ASCII, hard to guess; got %d bytes: %w", len(id), ErrInvalidIntent)
+			return
+		}
+		o.claimID = id
+	}
+}
+
+func errClaimIDNotForDo(call string) error {
+	return fmt.Errorf("once: %s does not take ClaimID: it has its claim's answer in this process; ClaimID is for Claim, made again for a remote caller: %w", call, ErrInvalidIntent)
+}
+
+// claimToken is the token of the claim id names on key.
+func claimToken(id string, key Key) string {
+	h := sha256.Sum256([]byte("once claim\x00" + string(key) + "\x00" + id))
+	return base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:16])
 }
 
 // optionsOf applies opts; a nil option is skipped.

@@ -167,6 +167,7 @@ func RunClient(t *testing.T, h Harness) {
 	tests = append(tests, idleTests()...)
 	tests = append(tests, waitTests()...)
 	tests = append(tests, attemptTests()...)
+	tests = append(tests, claimIDTests()...)
 	tests = append(tests, reviewTests()...)
 	tests = append(tests, approvalTests()...)
 	tests = append(tests, approvalAdversaryTests()...)
