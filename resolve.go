@@ -116,7 +116,11 @@ func (c *Client) refuseResolution(ctx context.Context, r Resolution, cur Action)
 		refused.Note = fmt.Sprintf("%s refused: it was decided on attempt %d, and the action is at attempt %d (%s) now: %s", r.Decision, r.Attempt, cur.Attempt, cur.Status, r.Note)
 	}
 	var why string
-	if unapproved(cur, r) {
+	if unapproved(cur, r) && cur.Status == StatusReview {
+		why = fmt.Sprintf("action %s never ran: its wait for approval expired unanswered, and Done would tell every duplicate it happened. Retry to run it now, or Abandon it",
+			cur.Key)
+		refused.Note = fmt.Sprintf("%s refused: it never ran: %s", r.Decision, r.Note)
+	} else if unapproved(cur, r) {
 		why = fmt.Sprintf("action %s failed before it ran, because nobody approved it (%s); a %s would run or record what nobody approved. Abandon it, or ask again with a new intent",
 			cur.Key, cur.Error, r.Decision)
 		refused.Note = fmt.Sprintf("%s refused: it was never approved: %s", r.Decision, r.Note)
@@ -175,9 +179,14 @@ func checkDecisionText(fields ...textField) error {
 // to failed): a Retry would run what a person refused, a Done record an
 // effect that never happened (TestClient/ApprovalRejectedNotRunByRetry).
 // Abandon changes nothing that matters, and is let through. A wait that
-// expired to review is a person's to decide, Retry included.
+// expired to review is a person's to decide, Retry (run it) and Abandon,
+// but not Done: it never ran, and every duplicate would be told it had
+// (TestClient/ApprovalExpiredToReviewNotRecordedDone).
 func unapproved(a Action, r Resolution) bool {
-	return a.Status == StatusFailed && unapprovedUnrun(a) && r.Decision != DecisionAbandon
+	if !unapprovedUnrun(a) {
+		return false
+	}
+	return a.Status == StatusFailed && r.Decision != DecisionAbandon || a.Status == StatusReview && r.Decision == DecisionDone
 }
 
 // abandoned reports whether r abandons an action a person already

@@ -21,6 +21,7 @@ func approvalAdversaryTests() []namedTest {
 		{name: "ApprovalHostileKeyRefusedBeforeIO", fn: testApprovalHostileKey},
 		{name: "ApprovalReusedAfterPurge", fn: testApprovalReusedAfterPurge},
 		{name: "ApprovalHalfSetPolicyRefused", fn: testApprovalHalfSetPolicy},
+		{name: "ApprovalExpiredToReviewNotRecordedDone", fn: testApprovalExpiredToReviewNotDone},
 	}
 }
 
@@ -109,6 +110,36 @@ func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
 	}
 	if a := mustGet(t, s, k); strings.Contains(err.Error(), "approved by") {
 		t.Fatalf("the refusal says %q; nobody approved it (bob resolved the review item, trail %s)", err, trail(t, s, a.Key))
+	}
+}
+
+// A wait that expired to review never ran: a person who records it Done
+// would tell every duplicate an effect happened that did not. Done is
+// refused, saying so, and the review stands; Retry (the person's say
+// that it runs) and Abandon are the decisions left.
+func testApprovalExpiredToReviewNotDone(t *testing.T, h Harness) {
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{"send_email": {Approval: once.ApprovalPolicy{Always: true, Expiry: time.Second, OnExpiry: once.StatusReview}}}}
+	s, c, _ := setup(t, h, cfg)
+	in := intent(1)
+	var runs counter
+	awaiting(t, c, in, &runs)
+	k := keyOf(t, in)
+	time.Sleep(1500 * time.Millisecond)
+	if rep, err := reaper(t, c).RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
+		t.Fatalf("reaper pass = %+v, %v", rep, err)
+	}
+	_, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionDone, By: "bob", Note: "looks done"})
+	if !errors.Is(err, once.ErrConflict) || !strings.Contains(err.Error(), "never ran") {
+		t.Fatalf("Done of a wait that expired to review = %v; want a conflict saying it never ran", err)
+	}
+	if a := mustGet(t, s, k); a.Status != once.StatusReview {
+		t.Fatalf("after the refused Done the action is %s; want it still in review", a.Status)
+	}
+	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "bob", Note: "send it"}); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	if res, err := once.Do(ctx(t), c, in, runs.fn("sent")); err != nil || res.Value != "sent" || runs.n.Load() != 1 {
+		t.Fatalf("Do after Retry = %+v, %v, ran %d; want it run once", res, err, runs.n.Load())
 	}
 }
 
