@@ -33,8 +33,9 @@ import (
 // Header is the request header that carries the signature.
 const Header = "Once-Signature"
 
-// DeliveryHeader carries Delivery.ID, so a receiver can dedupe before it
-// reads the body.
+// DeliveryHeader carries Delivery.ID for logs and routing. The
+// signature does not cover it: a receiver dedupes by the id in the body
+// it verified, never by this header, which anyone on the path can change.
 const DeliveryHeader = "Once-Delivery"
 
 // DefaultTolerance is how far a signature's timestamp may be from the
