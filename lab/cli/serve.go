@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,7 +20,49 @@ import (
 	"github.com/oncehq/once/console"
 	"github.com/oncehq/once/internal/connlimit"
 	"github.com/oncehq/once/metrics"
+	"github.com/oncehq/once/protocol"
 )
+
+// protocolTokens are the bearer tokens of the protocol's two scopes.
+type protocolTokens struct{ workers, operators []string }
+
+// readTokens reads the tokens of file, one a line; blank lines and
+// lines starting with # are skipped. No file, no tokens.
+func readTokens(e env, flag, file string) ([]string, error) {
+	if file == "" {
+		return nil, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, usagef("--%s: %v", flag, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(e.stderr, "once serve: warning: %s may be read by other users (mode %v); chmod 600 it\n", file, fi.Mode().Perm())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
+	if err != nil {
+		return nil, usagef("--%s: %v", flag, err)
+	}
+	if len(b) > 1<<20 {
+		return nil, usagef("--%s: %s is over 1 MiB; it holds tokens, one a line", flag, file)
+	}
+	var tokens []string
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(line) < minToken || strings.ContainsFunc(line, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return nil, usagef("--%s: line %d of %s is %d bytes or not printable ASCII; a token is %d or more printable characters (openssl rand -hex 32 makes one)", flag, i+1, file, len(line), minToken)
+		}
+		tokens = append(tokens, line)
+	}
+	if len(tokens) == 0 {
+		return nil, usagef("--%s: %s holds no token", flag, file)
+	}
+	return tokens, nil
+}
 
 func defineServe(fs *flagSet) func(env, []string) error {
 	db := fs.db()
@@ -31,6 +74,8 @@ func defineServe(fs *flagSet) func(env, []string) error {
 	hookURL := fs.String("approval-webhook", "", "POST each action that starts to wait for approval to this `URL`, signed with the secret of $ONCE_WEBHOOK_SECRET or --approval-webhook-secret-file (docs/webhook.md)")
 	secretFile := fs.String("approval-webhook-secret-file", "", "read the webhook's signing secret from `FILE`, not from $ONCE_WEBHOOK_SECRET; a secret is never a flag's value, which the process list shows")
 	publicURL := fs.String("public-url", "", "the console's `URL` as people open it, such as https://ops.example.com, for the links the webhook sends (default http://ADDR when --addr names one host)")
+	workerTokens := fs.String("worker-tokens-file", "", "serve the protocol (/v1, docs/protocol.md) to workers whose bearer token is a line of `FILE`")
+	operatorTokens := fs.String("operator-tokens-file", "", "serve the protocol's operator routes (approve, reject) to bearer tokens that are lines of `FILE`")
 	return func(e env, _ []string) error {
 		if *token == "" {
 			// Read here, not as the flag's default, so -h never prints it.
@@ -40,7 +85,14 @@ func defineServe(fs *flagSet) func(env, []string) error {
 		if err != nil {
 			return err
 		}
-		return serve(e, dbURL(*db), *addr, *token, allow, *reapEvery, hook)
+		var proto protocolTokens
+		if proto.workers, err = readTokens(e, "worker-tokens-file", *workerTokens); err != nil {
+			return err
+		}
+		if proto.operators, err = readTokens(e, "operator-tokens-file", *operatorTokens); err != nil {
+			return err
+		}
+		return serve(e, dbURL(*db), *addr, *token, allow, *reapEvery, hook, proto)
 	}
 }
 
@@ -133,7 +185,7 @@ func allowedHosts(host string, extra []string) []string {
 // minToken is the shortest token once serve takes off loopback.
 const minToken = 16
 
-func serve(e env, url, addr, token string, allow []string, reapEvery time.Duration, hook hookConfig) error {
+func serve(e env, url, addr, token string, allow []string, reapEvery time.Duration, hook hookConfig, proto protocolTokens) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return usagef("--addr %q is not host:port (%v)", addr, err)
@@ -182,6 +234,19 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	h, err := console.New(console.Config{Client: d.client, Registry: reg, Token: token, Logger: log, Reaper: status, AllowedHosts: allowedHosts(host, allow)})
 	if err != nil {
 		return err
+	}
+	if len(proto.workers)+len(proto.operators) > 0 {
+		p, err := protocol.New(protocol.Config{Client: d.client, Workers: proto.workers, Operators: proto.operators, Logger: log})
+		if err != nil {
+			return err
+		}
+		// The protocol has tokens of its own, sent as bearer tokens a
+		// page cannot attach; the console has the rest.
+		mux := http.NewServeMux()
+		mux.Handle("/v1/", p)
+		mux.Handle("/", h)
+		h = mux
+		log.Info("once serve: the protocol on /v1", "workers", len(proto.workers), "operators", len(proto.operators))
 	}
 	inner, err := net.Listen("tcp", addr)
 	if err != nil {
