@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -411,4 +413,49 @@ func TestRefusals(t *testing.T) {
 	if _, err := protocol.New(protocol.Config{Client: s.c}); err == nil {
 		t.Fatal("a server with no token was made")
 	}
+}
+
+// TestKeysMatchTheVectors: /v1/keys gives every vector of KEYS.md its
+// key and fingerprint, with the payload as a client sends it (JSON as
+// it is, raw bytes in base64, none left out), and refuses a key the
+// client computed otherwise.
+func TestKeysMatchTheVectors(t *testing.T) {
+	raw, err := os.ReadFile("../testdata/keys/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Vectors []struct {
+			Name   string `json:"name"`
+			Intent struct {
+				Run, Kind, Target string
+				Step              int64
+				Payload           *struct {
+					JSON   *string `json:"json"`
+					RawHex *string `json:"raw_hex"`
+				} `json:"payload"`
+				PayloadInKey bool `json:"payload_in_key"`
+			} `json:"intent"`
+			Key, Fingerprint string
+		} `json:"vectors"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Vectors) == 0 {
+		t.Fatalf("vectors: %v", err)
+	}
+	s := newServer(t, stores(t)["sqlite"](t), once.Config{})
+	for _, v := range doc.Vectors {
+		in := map[string]any{"run": v.Intent.Run, "step": v.Intent.Step, "kind": v.Intent.Kind, "target": v.Intent.Target, "payload_in_key": v.Intent.PayloadInKey}
+		if p := v.Intent.Payload; p != nil && p.JSON != nil {
+			in["payload"] = json.RawMessage(*p.JSON)
+		} else if p != nil && p.RawHex != nil {
+			b, _ := hex.DecodeString(*p.RawHex)
+			in["payload_base64"] = base64.StdEncoding.EncodeToString(b)
+		}
+		code, got := s.post("/v1/keys", map[string]any{"intent": in, "key": v.Key, "fingerprint": v.Fingerprint})
+		if code != 200 || got["key"] != v.Key || got["fingerprint"] != v.Fingerprint {
+			t.Errorf("%s: %d %v; want key %s fingerprint %s", v.Name, code, got, v.Key, v.Fingerprint)
+		}
+	}
+	code, got := s.post("/v1/keys", map[string]any{"intent": wireIntent(1, nil), "fingerprint": strings.Repeat("f", 64)})
+	want(t, "keys with another fingerprint", code, got, 422, "code", "key_mismatch")
 }

@@ -241,7 +241,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, v any) bool {
 // intentOf is the once.Intent of a wire intent.
 func intentOf(in Intent) (once.Intent, *Problem) {
 	out := once.Intent{Run: in.Run, Step: in.Step, Kind: in.Kind, Target: in.Target, PayloadInKey: in.PayloadInKey}
-	hasJSON := len(in.Payload) > 0 && string(in.Payload) != "null"
+	hasJSON := len(in.Payload) > 0
 	switch {
 	case hasJSON && in.PayloadBase64 != nil:
 		return out, &Problem{Code: "invalid_intent", Field: "payload", Reason: "is given twice: send payload (JSON) or payload_base64 (raw bytes), not both"}

@@ -9,9 +9,10 @@ import (
 // by the client from when it sent the request: no wall clock crosses
 // the wire, so a client's clock may be wrong by any amount.
 
-// Intent is once.Intent on the wire. Payload is any JSON value,
-// hashed in RFC 8785's canonical form; PayloadBase64 is raw bytes. At
-// most one of the two is set; neither (or a JSON null) is no payload.
+// Intent is once.Intent on the wire. Payload is any JSON value, null
+// included, hashed in RFC 8785's canonical form; PayloadBase64 is raw
+// bytes. At most one of the two is set; neither is no payload (the
+// empty raw payload, as a Go intent's nil Payload).
 type Intent struct {
 	Run           string          `json:"run"`
 	Step          int64           `json:"step"`

@@ -14,7 +14,6 @@ and number samples and against numbers ECMAScript serialised
 (testdata/jcs). Python 3.8 or later; standard library only.
 """
 
-import decimal
 import hashlib
 import json
 import math
@@ -22,169 +21,26 @@ import os
 import struct
 import sys
 
-KEY_DOMAIN = b"once.key.v2"
-PAYLOAD_DOMAIN = b"once.payload.v2"
-RAW_TAG = b"raw"
-JSON_TAG = b"json"
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "clients", "python"))
+
+from once_client.keys import (  # noqa: E402
+    JSON_TAG,
+    KEY_DOMAIN,
+    PAYLOAD_DOMAIN,
+    RAW_TAG,
+    Refused,
+    canonical_number,
+    es_number,
+    jcs,
+    key_preimage,
+    payload_preimage,
+)
+
 VECTORS = os.path.join(HERE, "vectors.json")
 KEYS_MD = os.path.join(HERE, "..", "..", "KEYS.md")
 BEGIN = "<!-- vectors:begin -->"
 END = "<!-- vectors:end -->"
-
-
-class Refused(ValueError):
-    """The payload has no canonical form that keeps it apart from others."""
-
-
-# --- RFC 8785 -------------------------------------------------------------
-
-
-class Object(list):
-    """A JSON object's members in document order (a list of pairs)."""
-
-
-class Number:
-    """A JSON number as written, so that exactness can be checked."""
-
-    def __init__(self, text):
-        self.text = text
-
-
-def es_number(x):
-    """ECMAScript Number::toString for a finite double (RFC 8785 3.2.2.3)."""
-    if math.isnan(x) or math.isinf(x):
-        raise Refused("not a finite number")
-    if x == 0:
-        return "0"
-    sign = "-" if x < 0 else ""
-    # repr gives the shortest digits that read back as the same double,
-    # the closest to it when several are that short: ECMAScript's s.
-    d = decimal.Decimal(repr(abs(x))).normalize()
-    _, digits, exp = d.as_tuple()
-    s = "".join(map(str, digits))
-    k = len(s)
-    n = exp + k  # the value is 0.s * 10**n
-    if k <= n <= 21:
-        return sign + s + "0" * (n - k)
-    if 0 < n <= 21:
-        return sign + s[:n] + "." + s[n:]
-    if -6 < n <= 0:
-        return sign + "0." + "0" * (-n) + s
-    e = n - 1
-    mant = s if k == 1 else s[0] + "." + s[1:]
-    return sign + mant + "e" + ("+" if e >= 0 else "-") + str(abs(e))
-
-
-def canonical_number(text, strict):
-    x = float(text)  # correctly rounded to the nearest double
-    if math.isinf(x):
-        raise Refused("number out of range: " + text)
-    out = es_number(x)
-    # once refuses a number whose canonical form has another value.
-    if strict and decimal.Decimal(text) != decimal.Decimal(out):
-        raise Refused("number %s would become %s" % (text, out))
-    return out
-
-
-def canonical_string(s):
-    out = ['"']
-    for ch in s:
-        c = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif c < 0x20:
-            out.append("\\u%04x" % c)
-        elif 0xD800 <= c <= 0xDFFF:
-            raise Refused("unpaired surrogate")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def utf16_key(name):
-    return name.encode("utf-16-be", "surrogatepass")
-
-
-def serialise(v, strict):
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, Number):
-        return canonical_number(v.text, strict)
-    if isinstance(v, str):
-        return canonical_string(v)
-    if isinstance(v, list) and not isinstance(v, Object):
-        return "[" + ",".join(serialise(e, strict) for e in v) + "]"
-    members = sorted(v, key=lambda kv: utf16_key(kv[0]))
-    return "{" + ",".join(canonical_string(k) + ":" + serialise(e, strict) for k, e in members) + "}"
-
-
-def no_duplicates(pairs):
-    seen = set()
-    for k, _ in pairs:
-        if k in seen:
-            raise Refused("duplicate key " + k)
-        seen.add(k)
-    return Object(pairs)  # serialise sorts the members
-
-
-def refuse_constant(name):
-    raise Refused("not JSON: " + name)
-
-
-def jcs(text, strict=True):
-    """RFC 8785 canonical form of JSON text (bytes), as bytes. strict adds
-    once's one restriction: a number whose canonical form has another value
-    is refused."""
-    s = text.decode("utf-8")  # strict: invalid UTF-8 is refused
-    v = json.loads(
-        s,
-        object_pairs_hook=no_duplicates,
-        parse_float=Number,
-        parse_int=Number,
-        parse_constant=refuse_constant,
-    )
-    return serialise(v, strict).encode("utf-8")
-
-
-# --- the key and the fingerprint (KEYS.md) ----------------------------------
-
-
-def field(b):
-    return struct.pack(">Q", len(b)) + b
-
-
-def payload_preimage(tag, canonical):
-    return field(PAYLOAD_DOMAIN) + field(tag) + field(canonical)
-
-
-def key_preimage(run, step, kind, target, fingerprint, payload_in_key):
-    return (
-        field(KEY_DOMAIN)
-        + field(run.encode("utf-8"))
-        + field(str(step).encode("ascii"))
-        + field(kind.encode("utf-8"))
-        + field(target.encode("utf-8"))
-        + field(fingerprint.encode("ascii") if payload_in_key else b"")
-    )
 
 
 def vector(name, run, step, kind, target, payload=None, payload_in_key=False):
