@@ -1,0 +1,44 @@
+"""A thin client of once's protocol: effects exactly once over queues that
+deliver at least once, with the rules applied by a once server.
+
+    from once_client import Client, Intent, do
+
+    c = Client("http://127.0.0.1:7070", token)
+    receipt = do(c, Intent("order-981", 0, "send_email", "ada@example.com", {"subject": "hi"}),
+                 lambda attempt: send(attempt.provider_key))
+
+Standard library only; Python 3.9 or later. docs/protocol.md describes the
+protocol.
+"""
+
+from .client import (  # noqa: F401
+    AwaitingApproval,
+    BadRequest,
+    Claimed,
+    Client,
+    Conflict,
+    Failed,
+    Fenced,
+    FingerprintMismatch,
+    Forbidden,
+    InFlight,
+    Intent,
+    InvalidIntent,
+    KeyMismatch,
+    NotFound,
+    NotRecorded,
+    OnceError,
+    OutcomeUnknown,
+    Permanent,
+    Replayed,
+    RetryLater,
+    Review,
+    Run,
+    StoreUnavailable,
+    Unauthorized,
+    Unreachable,
+    dispose,
+    do,
+    write_token,
+)
+from .keys import JSON_NULL, Refused, key_of  # noqa: F401

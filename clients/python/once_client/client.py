@@ -1,0 +1,472 @@
+"""A thin client of once's protocol (/v1, docs/protocol.md).
+
+The rules live in the server: this module claims, heartbeats and records
+outcomes, and turns the server's answers into values and exceptions. It
+keeps no state of its own beyond the attempt it holds.
+
+Time is measured with time.monotonic from when a request was sent, as the
+protocol asks: the server's durations are counted from when it received
+the request, so the client's count ends first.
+"""
+
+import base64
+import dataclasses
+import http.client
+import json
+import os
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from .keys import JSON_NULL, key_of, payload_json
+
+# --- errors -----------------------------------------------------------------
+
+
+class OnceError(Exception):
+    """An answer of the server that is not a claim: its problem's code,
+    HTTP status and fields."""
+
+    code = ""
+
+    def __init__(self, problem, status=0):
+        super().__init__(problem.get("detail") or problem.get("code") or "once: error")
+        self.problem = problem
+        self.status = status
+        self.key = problem.get("key", "")
+        self.attempt = problem.get("attempt", 0)
+        self.retry_after = problem.get("retry_after_ms", 0) / 1000.0
+
+
+class InFlight(OnceError):
+    """Another attempt holds the action: ask again after retry_after."""
+
+    code = "in_flight"
+
+
+class OutcomeUnknown(OnceError):
+    """The action's outcome is unknown, and recovery has not decided."""
+
+    code = "outcome_unknown"
+
+
+class Review(OnceError):
+    """A person decides whether the action happened."""
+
+    code = "review"
+
+
+class AwaitingApproval(OnceError):
+    """A person must approve the action before it runs."""
+
+    code = "awaiting_approval"
+
+
+class Fenced(OnceError):
+    """The attempt is over: stop the effect."""
+
+    code = "fenced"
+
+
+class Conflict(OnceError):
+    """Another outcome of the attempt was recorded first."""
+
+    code = "conflict"
+
+
+class FingerprintMismatch(OnceError):
+    """The key was first claimed with another payload."""
+
+    code = "fingerprint_mismatch"
+
+
+class KeyMismatch(OnceError):
+    """The key this client computed is not the server's."""
+
+    code = "key_mismatch"
+
+
+class InvalidIntent(OnceError):
+    """The intent breaks a rule: field and reason say which."""
+
+    code = "invalid_intent"
+
+    def __init__(self, problem, status=0):
+        super().__init__(problem, status)
+        self.field = problem.get("field", "")
+        self.reason = problem.get("reason", "")
+
+
+class StoreUnavailable(OnceError):
+    """The server could not reach its database; nothing ran."""
+
+    code = "store_unavailable"
+
+
+class NotRecorded(OnceError):
+    """The outcome could not be recorded; send it again."""
+
+    code = "not_recorded"
+
+
+class Unauthorized(OnceError):
+    code = "unauthorized"
+
+
+class Forbidden(OnceError):
+    code = "forbidden"
+
+
+class BadRequest(OnceError):
+    code = "bad_request"
+
+
+class NotFound(OnceError):
+    code = "not_found"
+
+
+class Unreachable(OnceError):
+    """The server did not answer, after every try."""
+
+    code = "unreachable"
+
+
+_BY_CODE = {
+    c.code: c
+    for c in (
+        InFlight, OutcomeUnknown, Review, AwaitingApproval, Fenced, Conflict, FingerprintMismatch, KeyMismatch,
+        InvalidIntent, StoreUnavailable, NotRecorded, Unauthorized, Forbidden, BadRequest, NotFound,
+    )
+}
+
+
+class Failed(Exception):
+    """The action failed for good: every duplicate is told so, and nothing
+    runs. rejected_by and reason are set when a person rejected it."""
+
+    def __init__(self, key, attempt, message, rejected_by="", reason=""):
+        super().__init__(message or ("rejected by %s: %s" % (rejected_by, reason)))
+        self.key, self.attempt, self.message = key, attempt, message
+        self.rejected_by, self.reason = rejected_by, reason
+
+
+class RetryLater(Exception):
+    """Raised by an effect that did not happen and may be tried again."""
+
+
+class Permanent(Exception):
+    """Raised by an effect that did not happen and never will."""
+
+
+# --- the intent ---------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Intent:
+    """What an effect is: the run it belongs to, its step, its kind, whom
+    it is aimed at, and its content. payload is a JSON value (JSON_NULL for
+    null); raw, bytes; neither is no payload."""
+
+    run: str
+    step: int
+    kind: str
+    target: str = ""
+    payload: object = None
+    raw: bytes = None
+    payload_in_key: bool = False
+
+    def keys(self):
+        """(key, fingerprint), computed here (KEYS.md)."""
+        return key_of(self.run, self.step, self.kind, self.target, self.payload, self.payload_in_key, self.raw)
+
+    def wire(self):
+        w = {"run": self.run, "step": self.step, "kind": self.kind, "target": self.target, "payload_in_key": self.payload_in_key}
+        if self.raw is not None:
+            w["payload_base64"] = base64.b64encode(bytes(self.raw)).decode("ascii")
+        elif self.payload is not None:
+            w["payload"] = _Raw(payload_json(self.payload))
+        return w
+
+
+class _Raw:
+    """JSON text sent as it is."""
+
+    def __init__(self, text):
+        self.text = text
+
+
+def _encode(v):
+    """v as JSON bytes, with _Raw values spliced in as they are."""
+    raws = []
+
+    def default(o):
+        if isinstance(o, _Raw):
+            raws.append(o.text)
+            return "\x00raw%d\x00" % (len(raws) - 1)
+        raise TypeError("cannot send %r" % (o,))
+
+    text = json.dumps(v, default=default, ensure_ascii=False, allow_nan=False)
+    for i, r in enumerate(raws):
+        text = text.replace(json.dumps("\x00raw%d\x00" % i), r.decode("utf-8"), 1)
+    return text.encode("utf-8")
+
+
+def write_token():
+    """A fresh write token: 128 random bits."""
+    return secrets.token_hex(16)
+
+
+# --- the attempt -------------------------------------------------------------
+
+
+class Attempt:
+    """A claimed attempt: the only way to renew or settle its claim.
+
+    stop is set when the claim cannot be renewed in time or its
+    max_execution passed: the effect must stop then. time_left() says how
+    long it has."""
+
+    def __init__(self, client, answer, sent):
+        self.client = client
+        self.key = answer["key"]
+        self.number = answer["attempt"]
+        self.token = answer["token"]
+        self.provider_key = answer.get("provider_key", "")
+        self.heartbeat_every = answer.get("heartbeat_every_ms", 0) / 1000.0
+        self._deadline = sent + answer.get("stop_after_ms", 0) / 1000.0
+        hard = answer.get("max_execution_ms", 0)
+        self._hard = sent + hard / 1000.0 if hard else None
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._settled = None
+
+    def ref(self):
+        return {"key": self.key, "attempt": self.number, "token": self.token}
+
+    def deadline(self):
+        """When the effect must have stopped, by time.monotonic."""
+        with self._lock:
+            d = self._deadline
+        return min(d, self._hard) if self._hard else d
+
+    def time_left(self):
+        return max(0.0, self.deadline() - time.monotonic())
+
+    def heartbeat(self):
+        """Renew the claim. Raises Fenced when the attempt is over."""
+        sent = time.monotonic()
+        try:
+            a = self.client._call("POST", "/v1/heartbeat", self.ref(), budget=max(0.5, self.time_left()))
+        except Fenced:
+            self.stop.set()
+            raise
+        with self._lock:
+            self._deadline = sent + a["stop_after_ms"] / 1000.0
+
+    def _settle(self, outcome, **fields):
+        body = dict(self.ref(), write=write_token(), outcome=outcome, **fields)
+        a = self.client._call("POST", "/v1/outcome", body, budget=self.client.record_timeout)
+        self._settled = a["status"]
+        return a["status"]
+
+    def succeed(self, result=None):
+        """Record success with result (a JSON value); returns the status."""
+        return self._settle("succeeded", result=_Raw(payload_json(JSON_NULL if result is None else result)))
+
+    def fail(self, error):
+        """Record that the effect did not happen and never will."""
+        return self._settle("permanent", error=str(error) or type(error).__name__)
+
+    def release(self, error):
+        """Record that the effect did not happen: the next claim runs it."""
+        return self._settle("retry_later", error=str(error) or type(error).__name__)
+
+    def unknown(self, error):
+        """Record that the effect may have happened; the kind's recovery
+        decides what that becomes."""
+        return self._settle("unknown", error=str(error) or type(error).__name__)
+
+
+# --- the client --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Claimed:
+    attempt: Attempt
+
+
+@dataclasses.dataclass
+class Replayed:
+    key: str
+    attempt: int
+    result: object
+
+
+class Client:
+    """A client of one server. token is a worker's (or an operator's)
+    bearer token; url the server's root, such as http://127.0.0.1:7070.
+
+    A request whose reply is lost (the connection cut, the server
+    restarting) is sent again, the same, for up to retry_for seconds:
+    every write of the protocol answers the same when sent again."""
+
+    def __init__(self, url, token, timeout=30.0, retry_for=10.0, record_timeout=30.0, check_keys=True):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retry_for = retry_for
+        self.record_timeout = record_timeout
+        self.check_keys = check_keys
+
+    @classmethod
+    def from_env(cls):
+        """A client of $ONCE_URL with $ONCE_TOKEN."""
+        return cls(os.environ["ONCE_URL"], os.environ["ONCE_TOKEN"])
+
+    def _call(self, method, path, body=None, budget=None):
+        data = None if body is None else _encode(body)
+        end = time.monotonic() + (self.retry_for if budget is None else budget)
+        wait = 0.05
+        last = None
+        while True:
+            req = urllib.request.Request(self.url + path, data=data, method=method)
+            req.add_header("Authorization", "Bearer " + self.token)
+            if data is not None:
+                req.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                raw = e.read()
+                try:
+                    problem = json.loads(raw)
+                except ValueError:
+                    problem = {"code": "", "detail": "HTTP %d: %r" % (e.code, raw[:200])}
+                cls = _BY_CODE.get(problem.get("code"), OnceError)
+                err = cls(problem, e.code)
+                # Sent again, a write applies nothing twice: a 503 is
+                # tried again while the budget lasts.
+                if e.code != 503:
+                    raise err from None
+                last = err
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, OSError) as e:
+                last = Unreachable({"code": "unreachable", "detail": "once: %s %s: %s" % (method, path, e)})
+            if time.monotonic() + wait > end:
+                raise last
+            time.sleep(wait)
+            wait = min(wait * 2, 1.0)
+
+    def keys(self, intent):
+        """The server's (key, fingerprint) of intent, checked against this
+        client's."""
+        body = {"intent": intent.wire()}
+        if self.check_keys:
+            body["key"], body["fingerprint"] = intent.keys()
+        a = self._call("POST", "/v1/keys", body)
+        return a["key"], a["fingerprint"]
+
+    def claim(self, intent, wait=0.0):
+        """Claim intent: Claimed (run the effect, settle the attempt) or
+        Replayed (it succeeded: here is its result); raises Failed for an
+        action that failed for good, and an OnceError for the rest."""
+        body = {"intent": intent.wire(), "write": write_token()}
+        if wait:
+            body["wait_ms"] = int(wait * 1000)
+        if self.check_keys:
+            body["key"], body["fingerprint"] = intent.keys()
+        sent = time.monotonic()
+        a = self._call("POST", "/v1/claim", body, budget=max(self.retry_for, wait + self.retry_for))
+        if a["answer"] == "claimed":
+            return Claimed(Attempt(self, a, sent))
+        if a["answer"] == "replayed":
+            return Replayed(a["key"], a["attempt"], a.get("result"))
+        raise Failed(a["key"], a["attempt"], a.get("message", ""), a.get("rejected_by", ""), a.get("reason", ""))
+
+    def get(self, key):
+        """The action as the server reads it (a dict)."""
+        return self._call("GET", "/v1/actions/" + urllib.parse.quote(key, safe=""))
+
+    def run(self, run_id):
+        """A run whose steps are numbered 0, 1, 2... in the order do is
+        called: a run resumed calls them again in the same order."""
+        return Run(self, run_id)
+
+
+def do(client, intent, fn, wait=0.0):
+    """Run fn(attempt) once for intent, and return its result; a duplicate
+    gets the stored result without running fn.
+
+    fn raises RetryLater (it did not happen; a later claim runs it) or
+    Permanent (it never will); any other exception leaves the outcome
+    unknown, for the kind's recovery. While fn runs, a thread heartbeats the
+    claim and sets attempt.stop when it cannot be renewed in time."""
+    got = client.claim(intent, wait=wait)
+    if isinstance(got, Replayed):
+        return got.result
+    a = got.attempt
+    done = threading.Event()
+
+    def beat():
+        while not done.wait(max(0.05, min(a.heartbeat_every, a.time_left() / 2))):
+            if a.time_left() <= 0:
+                a.stop.set()
+                return
+            try:
+                a.heartbeat()
+            except Fenced:
+                return
+            except OnceError:
+                pass  # tried again at the next beat; time_left runs out meanwhile
+
+    hb = threading.Thread(target=beat, name="once-heartbeat " + a.key[:12], daemon=True)
+    hb.start()
+    try:
+        result = fn(a)
+    except RetryLater as e:
+        done.set()
+        a.release(e)
+        raise
+    except Permanent as e:
+        done.set()
+        a.fail(e)
+        raise
+    except BaseException as e:
+        done.set()
+        a.unknown(e)
+        raise
+    finally:
+        done.set()
+        hb.join()
+    a.succeed(result)
+    return result
+
+
+class Run:
+    """The steps of one run, numbered in order."""
+
+    def __init__(self, client, run_id):
+        self.client, self.id, self.next = client, run_id, 0
+
+    def do(self, kind, fn, target="", payload=None, raw=None, payload_in_key=False, wait=0.0):
+        step = self.next
+        self.next += 1
+        return do(self.client, Intent(self.id, step, kind, target, payload, raw, payload_in_key), fn, wait=wait)
+
+
+def dispose(err):
+    """What a queue consumer does with a job whose do raised err: ("ack",
+    0) when nothing is left to do, ("retry", seconds) to deliver it again
+    later, ("drop", 0) when no delivery can change it (a person or a new
+    intent must)."""
+    if err is None or isinstance(err, Failed):
+        return ("ack", 0)
+    if isinstance(err, (InFlight, OutcomeUnknown, AwaitingApproval, StoreUnavailable, NotRecorded, Unreachable)):
+        return ("retry", max(err.retry_after, 1.0))
+    if isinstance(err, RetryLater):
+        return ("retry", 1.0)
+    if isinstance(err, (Review, FingerprintMismatch, InvalidIntent, KeyMismatch, Permanent, BadRequest, Fenced, Conflict)):
+        return ("drop", 0)
+    return ("retry", 5.0)
