@@ -239,27 +239,77 @@ func (s *server) checkCSRF(r *http.Request) error {
 	return nil
 }
 
+// The notice after a decision travels to the next page in the
+// once_flash cookie, signed: a cookie is not the console's alone to set
+// (a sibling host may set one for the parent domain, and a man in the
+// middle of a plain-http console may too), and a notice the console did
+// not write must not be shown as its own (TestFlashNotForged). The
+// cookie holds when it expires, the message, and an HMAC of both under
+// the CSRF secret: a notice is shown only by the process that wrote it,
+// unaltered, within flashTTL. The HMAC's input starts with flashDomain,
+// which no CSRF cookie (base64) holds, so no CSRF token is ever a
+// notice's signature, nor the other way round.
+const (
+	flashTTL    = time.Minute
+	flashDomain = "once_flash\x00"
+	// maxFlash bounds a notice; signed, one is under 800 bytes, and a
+	// cookie over maxFlashCookie is not read.
+	maxFlash       = 500
+	maxFlashCookie = 1024
+)
+
+func (s *server) flashMAC(expires int64, msg []byte) []byte {
+	m := hmac.New(sha256.New, s.csrfSecret)
+	m.Write([]byte(flashDomain))
+	m.Write([]byte(strconv.FormatInt(expires, 10)))
+	m.Write([]byte{0})
+	m.Write(msg)
+	return m.Sum(nil)
+}
+
 // setFlash leaves a one-line message for the next page this browser
-// loads: the outcome of a resolution, shown after the redirect.
+// loads: the outcome of a decision, shown after the redirect.
 func (s *server) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
+	if len(msg) > maxFlash {
+		return
+	}
+	expires := time.Now().Add(flashTTL).Unix()
+	b64 := base64.RawURLEncoding
+	v := strconv.FormatInt(expires, 10) + "." + b64.EncodeToString([]byte(msg)) + "." + b64.EncodeToString(s.flashMAC(expires, []byte(msg)))
 	http.SetCookie(w, &http.Cookie{
-		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: s.cookiePath(), MaxAge: 60,
+		Name: flashCookie, Value: v, Path: s.cookiePath(), MaxAge: int(flashTTL / time.Second),
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 }
 
-// takeFlash returns the pending message, if any, and clears it.
+// takeFlash returns the pending message, if this console wrote it and
+// it has not expired, and clears it. Any other once_flash cookie
+// (forged, altered, from another process, or expired) is cleared and
+// shows nothing.
 func (s *server) takeFlash(w http.ResponseWriter, r *http.Request) string {
 	c, err := r.Cookie(flashCookie)
 	if err != nil {
 		return ""
 	}
 	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: s.cookiePath(), MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	b, err := base64.RawURLEncoding.DecodeString(c.Value)
-	if err != nil || len(b) > 500 {
+	if len(c.Value) > maxFlashCookie {
 		return ""
 	}
-	return string(b)
+	exp, rest, ok := strings.Cut(c.Value, ".")
+	msg64, mac64, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return ""
+	}
+	expires, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || time.Now().Unix() > expires {
+		return ""
+	}
+	msg, err1 := base64.RawURLEncoding.DecodeString(msg64)
+	mac, err2 := base64.RawURLEncoding.DecodeString(mac64)
+	if err1 != nil || err2 != nil || len(msg) > maxFlash || !hmac.Equal(mac, s.flashMAC(expires, msg)) {
+		return ""
+	}
+	return string(msg)
 }
 
 // safeNext accepts a redirect target only if it is a path on this

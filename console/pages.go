@@ -157,12 +157,15 @@ type formView struct {
 	// Since is when the wait the page showed began (an approval), in
 	// RFC 3339 with nanoseconds: a wait after a purge has the same
 	// attempt and payload, and only its beginning tells it apart.
-	Since  string
-	CSRF   string
-	Next   string
-	Note   string
-	By     string
-	Result string
+	Since string
+	// RejectOnly leaves Approve out of an approval's form: the page
+	// could not print the whole payload Approve would apply to.
+	RejectOnly bool
+	CSRF       string
+	Next       string
+	Note       string
+	By         string
+	Result     string
 }
 
 type actionData struct {
@@ -176,6 +179,13 @@ type actionData struct {
 	Newest            bool
 	Next, First, Flip string
 	Form              formView
+	// Payload is the action's payload as the page prints it: whole, for
+	// an action awaiting approval, up to maxApprovalShown.
+	Payload payloadView
+	// Approvable says the page may offer Approve: the action awaits
+	// approval and its payload is printed whole. Approve applies to all
+	// of it, so it is never offered beside a payload that is cut.
+	Approvable bool
 	// Expired says the action's wait for approval expired, by the
 	// database's clock: the page offers no decision the client would
 	// refuse.
@@ -253,6 +263,12 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 		return
 	}
 	d := actionData{Action: a, Events: trail.Events, Total: trail.Total, Newest: eq.Newest, Flip: s.trailURL(key, !eq.Newest, 0)}
+	if a.Status == once.StatusAwaitingApproval {
+		d.Payload = cutPayload(a.Payload, maxApprovalShown)
+		d.Approvable = d.Payload.Cut == 0
+	} else {
+		d.Payload = showPayload(a.Payload)
+	}
 	if trail.Next != 0 {
 		d.Next = s.trailURL(key, eq.Newest, trail.Next)
 	}
@@ -269,6 +285,7 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 	if form.Since == "" && a.Status == once.StatusAwaitingApproval {
 		form.Since = a.CreatedAt.UTC().Format(time.RFC3339Nano)
 	}
+	form.RejectOnly = a.Status == once.StatusAwaitingApproval && !d.Approvable
 	d.Form = form
 	if a.Status == once.StatusAwaitingApproval {
 		if d.Expired, err = s.waitExpired(ctx, key); err != nil {

@@ -52,7 +52,6 @@ func (s *server) funcs() template.FuncMap {
 		"runURL":     s.runURL,
 		"resolvable": once.Status.Resolvable,
 		"awaiting":   func(s once.Status) bool { return s == once.StatusAwaitingApproval },
-		"payload":    showPayload,
 		"prettyJSON": prettyJSON,
 		"form": func(csrf string, a once.Action, next string) formView {
 			return formView{Key: a.Key, Attempt: a.Attempt, CSRF: csrf, Next: next}
@@ -143,6 +142,13 @@ func (s *server) runURL(run string) string {
 // maxShown caps how much of a payload or result a page prints; the JSON
 // API has the rest.
 const maxShown = 64 << 10
+
+// maxApprovalShown is how much of the payload of an action awaiting
+// approval its page prints: all of it up to the default
+// Config.MaxPayloadBytes, since Approve applies to every byte of it. A
+// larger payload (a client configured for more) is cut, and the page
+// then offers Reject only, saying how to read the payload whole.
+const maxApprovalShown = once.DefaultMaxPayloadBytes
 
 type payloadView struct {
 	Format string // "json", "text" or "hex"

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -255,12 +257,16 @@ func defineShow(fs *flagSet) func(env, []string) error {
 	limit := fs.Int("events", 100, "print `N` events of the trail (at most 1000); the rest come a page at a time")
 	after := fs.Int64("events-after", 0, "print the trail after the event numbered `ID`: the next page, as the page before says")
 	newest := fs.Bool("newest", false, "print the trail newest first")
+	payload := fs.Bool("payload", false, "print the whole payload and nothing else, to read before deciding: JSON indented, text with control characters escaped, other bytes in hex (--json has it exactly)")
 	return func(e env, args []string) error {
 		if *limit < 1 || *limit > maxShowEvents {
 			return usagef("--events %d must be from 1 to %d", *limit, maxShowEvents)
 		}
 		if *after < 0 {
 			return usagef("--events-after %d is not an event's number", *after)
+		}
+		if *payload && *asJSON {
+			return usagef("give --payload or --json, not both: --json prints the payload too, exactly")
 		}
 		d, err := openReadOnly(e.ctx, dbURL(*db), once.Config{})
 		if err != nil {
@@ -269,6 +275,10 @@ func defineShow(fs *flagSet) func(env, []string) error {
 		defer d.Close()
 		a, err := findKey(e.ctx, d.client, args[0])
 		if err != nil {
+			return err
+		}
+		if *payload {
+			_, err := e.stdout.Write(readablePayload(a.Payload))
 			return err
 		}
 		page, err := d.client.EventPage(e.ctx, once.EventQuery{Key: a.Key, Newest: *newest, After: *after, Limit: *limit})
@@ -291,14 +301,25 @@ func defineShow(fs *flagSet) func(env, []string) error {
 		row("target", a.Target)
 		row("run", fmt.Sprintf("%s (step %d)", a.Run, a.Step))
 		row("attempt", fmt.Sprint(a.Attempt))
-		row("payload", clip(string(a.Payload), 200))
+		row("fingerprint", string(a.Fingerprint))
+		if p := clip(string(a.Payload), 200); p != safe(string(a.Payload)) {
+			row("payload", fmt.Sprintf("%s  (%d bytes; once show %s --payload prints it whole)", p, len(a.Payload), a.Key))
+		} else {
+			row("payload", p)
+		}
 		row("result", string(a.Result))
 		row("error", a.Error)
 		row("claimed", view.Time(a.ClaimedAt))
 		if a.Status == once.StatusAwaitingApproval {
 			// An awaiting row holds no lease: LeaseUntil is when its
 			// wait expires.
+			// Since, to the nanosecond, with the attempt and the
+			// fingerprint, names the wait a decision is for: a key
+			// whose action was purged and came back waits again.
+			since := a.CreatedAt.UTC().Format(time.RFC3339Nano)
+			row("since", fmt.Sprintf("%s (%s)", since, view.Ago(a.CreatedAt)))
 			row("expires", fmt.Sprintf("%s (%s); unanswered, it becomes %s", view.Time(a.LeaseUntil), view.Ago(a.LeaseUntil), cmp.Or(a.OnExpiry, once.StatusFailed)))
+			row("decide", fmt.Sprintf("once approve %s --by NAME --attempt %d --fingerprint %s --since %s (or once reject …, with --note)", a.Key, a.Attempt, a.Fingerprint, since))
 		} else {
 			row("lease until", view.Time(a.LeaseUntil))
 		}
@@ -341,6 +362,28 @@ func defineShow(fs *flagSet) func(env, []string) error {
 		}
 		return nil
 	}
+}
+
+// readablePayload is a payload as `once show --payload` prints it, for
+// a person to read whole: JSON indented, UTF-8 text as it is, anything
+// else as a hex dump; what would act on a terminal (escape sequences,
+// bidi controls) written as its Go escape, line breaks and tabs kept.
+func readablePayload(p []byte) []byte {
+	var out bytes.Buffer
+	switch {
+	case len(p) == 0:
+		return nil
+	case json.Valid(p):
+		json.Indent(&out, p, "", "  ") // valid JSON indents
+	case utf8.Valid(p):
+		out.Write(p)
+	default:
+		out.WriteString(hex.Dump(p))
+	}
+	if b := out.Bytes(); b[len(b)-1] != '\n' {
+		out.WriteByte('\n')
+	}
+	return view.EscapeControls(out.Bytes())
 }
 
 func defineResolve(fs *flagSet) func(env, []string) error {
