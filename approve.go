@@ -124,6 +124,12 @@ func rejected(a Action) bool {
 // attempt 1; only a claim of the approved row moves it on.
 func unapprovedUnrun(a Action) bool { return a.OnExpiry != "" && a.Attempt == 1 }
 
+// NeverRan reports whether a is a gated action whose effect has not run:
+// it waits for approval, is approved and not yet claimed, or its wait
+// ended unapproved (rejected, or expired to failed or to review). A
+// person deciding it has nothing to check: it did not happen.
+func (a Action) NeverRan() bool { return unapprovedUnrun(a) }
+
 // refuseApproval writes a refused decision to the trail (once for a run
 // of refusals of the same attempt and status, as refuseResolution does)
 // and returns the *ConflictError that says why: who decided first, the

@@ -161,11 +161,14 @@ type formView struct {
 	// RejectOnly leaves Approve out of an approval's form: the page
 	// could not print the whole payload Approve would apply to.
 	RejectOnly bool
-	CSRF       string
-	Next       string
-	Note       string
-	By         string
-	Result     string
+	// NeverRan leaves Done out of a review's form: the action is a
+	// gated one whose wait expired, and it never ran.
+	NeverRan bool
+	CSRF     string
+	Next     string
+	Note     string
+	By       string
+	Result   string
 }
 
 type actionData struct {
@@ -286,6 +289,7 @@ func (s *server) showAction(w http.ResponseWriter, r *http.Request, key once.Key
 		form.Since = a.CreatedAt.UTC().Format(time.RFC3339Nano)
 	}
 	form.RejectOnly = a.Status == once.StatusAwaitingApproval && !d.Approvable
+	form.NeverRan = a.NeverRan()
 	d.Form = form
 	if a.Status == once.StatusAwaitingApproval {
 		if d.Expired, err = s.waitExpired(ctx, key); err != nil {

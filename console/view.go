@@ -54,7 +54,7 @@ func (s *server) funcs() template.FuncMap {
 		"awaiting":   func(s once.Status) bool { return s == once.StatusAwaitingApproval },
 		"prettyJSON": prettyJSON,
 		"form": func(csrf string, a once.Action, next string) formView {
-			return formView{Key: a.Key, Attempt: a.Attempt, CSRF: csrf, Next: next}
+			return formView{Key: a.Key, Attempt: a.Attempt, CSRF: csrf, Next: next, NeverRan: a.NeverRan()}
 		},
 		"withCSRF": func(f formView, csrf string) formView { f.CSRF = csrf; return f },
 	}
