@@ -48,6 +48,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oncehq/once"
 )
@@ -85,18 +86,45 @@ type Config struct {
 	// once.Intent). Nil means the method, the path, the raw query and a
 	// SHA-256 of the body's bytes. Return json.RawMessage(body) instead to
 	// let JSON bodies differ in key order and whitespace.
+	//
+	// The payload is also what a person deciding a gated request
+	// (once.KindPolicy.Approval) reads: the console's action page,
+	// /api/approvals, the webhook. So, when it is nil, a gated kind's
+	// payload adds the body itself to those fields: as JSON under
+	// "body" when it is JSON once takes as written, as a string under
+	// "body_text" when it is other UTF-8 text, in base64 under
+	// "body_base64" otherwise; what the bytes are decides, not the
+	// Content-Type. The hash stays, so the same bytes make the same
+	// fingerprint and any other bytes another, as without a gate. A
+	// body too large to show within the client's MaxPayloadBytes is
+	// refused with 413 body-too-large-to-approve, before anything is
+	// claimed. A key first used while its kind was not gated (or the
+	// other way round) is still the same request: its record answers
+	// it. An ungated kind's payload is as it always was. A Fingerprint
+	// you set is the payload, gated or not: make it one a person can
+	// read.
 	Fingerprint func(r *http.Request, body []byte) any
 	// Methods are the methods the middleware acts on; any other request
-	// passes straight to the handler. They match in any case ("post"
-	// too), and the request is keyed and handled under the method in
-	// upper case, so one key sent with two spellings runs once. Nil
-	// means POST and PATCH, the methods HTTP does not already make
-	// idempotent.
+	// passes straight to the handler, but one whose kind asks for a
+	// person's approval (once.KindPolicy.Approval, Always or When):
+	// a gate is never skipped, so a DELETE, a PUT or any other method
+	// HTTP does not make safe is keyed and held for approval as a POST
+	// is, whatever Methods says. A safe method (GET, HEAD, OPTIONS,
+	// TRACE) outside Methods passes, gated or not: list it here to gate
+	// it. They match in any case ("post" too), and the request is keyed
+	// and handled under the method in upper case, so one key sent with
+	// two spellings runs once. Nil means POST and PATCH, the methods
+	// HTTP does not already make idempotent.
 	Methods []string
 	// Optional lets a request without a key through to the handler, run
 	// as it would be without the middleware. By default a missing key is
 	// refused with 400, because a client that forgot the key has lost the
-	// protection it needs on a route that asks for one.
+	// protection it needs on a route that asks for one. A request whose
+	// kind asks for a person's approval is refused with 400 key-missing
+	// without a key, Optional or not: the approval is the key's, and
+	// without one the handler would run with nobody asked. That holds
+	// for a kind whose When would not have asked for this request too:
+	// When is asked about a keyed request only.
 	Optional bool
 	// Keep says which handler statuses are stored and replayed. Nil
 	// keeps every status below 500 but 408, 425 and 429: a 2xx, 3xx or
@@ -163,7 +191,8 @@ type Response struct {
 //   - a request a wrapped *http.ServeMux routes nowhere, or redirects
 //     (to add a trailing slash, or to clean the path): passed to the mux
 //     unkeyed, which answers 404, 405 or the redirect (see Config.Kind);
-//   - no key on a route that requires one, or a malformed key: 400;
+//   - no key on a route that requires one, or whose kind asks for
+//     approval (Optional or not), or a malformed key: 400;
 //   - a body over MaxBodyBytes: 413;
 //   - a response Keep refuses (a 5xx, 408, 425 or 429 by default)
 //     releases the key;
@@ -179,8 +208,14 @@ type Response struct {
 //     approved, the next repeat runs it, once, and the ones after replay
 //     its answer; rejected, 409 key-rejected with the person's reason
 //     (not their name); unanswered past the expiry, 409
-//     approval-expired. With Config.Wait, a request waits that long
-//     for the decision first.
+//     approval-expired, which says to ask again under a new key when
+//     the kind's OnExpiry is StatusFailed, and that a person decides
+//     when it is StatusReview (before the reaper's pass and after it).
+//     With Config.Wait, a request waits that long for the decision
+//     first. A gated kind is gated on every method but the safe ones
+//     (see Config.Methods), its payload shows the body to the person
+//     deciding (see Config.Fingerprint), and a body too large to show
+//     is refused with 413 body-too-large-to-approve.
 //
 // The handler's context (Request.Context) outlives its client. A client
 // that times out and leaves does not cancel it: the handler finishes its
@@ -222,9 +257,8 @@ func Middleware(client *once.Client, cfg Config) func(http.Handler) http.Handler
 		panic("idemhttp: Config.MaxBodyBytes, RetryAfter and Wait must not be negative; zero means the default")
 	}
 	m := &middleware{client: client, cfg: cfg}
-	if m.cfg.Fingerprint == nil {
-		m.cfg.Fingerprint = defaultFingerprint
-	}
+	// A nil Fingerprint stays nil: the default payload depends on the
+	// request's kind (see payload).
 	if m.cfg.Methods == nil {
 		m.cfg.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
@@ -381,11 +415,56 @@ func defaultFingerprint(r *http.Request, body []byte) any {
 	return fingerprint{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: hex.EncodeToString(sum[:])}
 }
 
+// shown is the default payload on a kind that asks for approval: the
+// fingerprint's fields, which keep it the same for the same bytes and
+// different for any other, and the body itself, for the person who
+// decides to read (TestApprovalPayloadShowsTheRequest). The body is in
+// one of three fields, by what its bytes are, never by what the
+// request's Content-Type claims: JSON, as JSON; other UTF-8 text, as a
+// string; anything else, in base64.
+type shown struct {
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Query  string          `json:"query,omitempty"`
+	Sum    string          `json:"body_sha256"`
+	JSON   json.RawMessage `json:"body,omitempty"`
+	Text   string          `json:"body_text,omitempty"`
+	Base64 []byte          `json:"body_base64,omitempty"`
+}
+
+// shownPayload is the default payload of r on a gated kind.
+func shownPayload(r *http.Request, body []byte) any {
+	fp := defaultFingerprint(r, body).(fingerprint)
+	p := shown{Method: fp.Method, Path: fp.Path, Query: fp.Query, Sum: fp.Body}
+	switch {
+	case len(body) == 0:
+	case json.Valid(body) && canonicalJSON(body):
+		p.JSON = json.RawMessage(body)
+	case utf8.Valid(body):
+		p.Text = string(body)
+	default:
+		p.Base64 = body
+	}
+	return p
+}
+
+// canonicalJSON reports whether once takes JSON text b into a payload:
+// not when it has duplicate keys, or numbers a double does not hold as
+// written (see once.Intent). Such a body is shown as text.
+func canonicalJSON(b []byte) bool {
+	_, _, err := once.KeyOf(once.Intent{Run: "idemhttp", Kind: "idemhttp", Payload: json.RawMessage(b)})
+	return err == nil
+}
+
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.acts(r.Method) {
+	acts := m.acts(r.Method)
+	if !acts && safeMethod(r.Method) {
+		// A method HTTP makes safe changes nothing: gated or not, it is
+		// not keyed unless Methods names it.
 		next.ServeHTTP(w, r)
 		return
 	}
+	sent := r
 	if upper := strings.ToUpper(r.Method); upper != r.Method {
 		// The middleware acts on any spelling of a method it names, so
 		// the key, the fingerprint and the handler see one spelling:
@@ -402,11 +481,26 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	} else {
 		// No route: the mux answers 404 or 405, and nothing runs that a
 		// key would guard.
+		if !acts {
+			r = sent
+		}
 		next.ServeHTTP(w, r)
+		return
+	}
+	// A kind that asks for a person's approval is never run without
+	// the gate: not on a method Methods leaves out
+	// (TestApprovalGateNotBypassedByMethod), not without a key
+	// (TestApprovalGateNotBypassedWithoutKey).
+	gated := m.gated(kind)
+	if !acts && !gated {
+		next.ServeHTTP(w, sent)
 		return
 	}
 	key, err := keyOf(r)
 	switch {
+	case errors.Is(err, errNoKey) && gated:
+		writeProblem(w, http.StatusBadRequest, "key-missing", "this endpoint's requests wait for a person's approval before they run, and the approval is tied to the request's Idempotency-Key: a request without one is refused, not run. Send a unique value, such as a random UUID, and send the same value again to learn the decision and get the answer")
+		return
 	case errors.Is(err, errNoKey) && m.cfg.Optional:
 		next.ServeHTTP(w, r)
 		return
@@ -440,7 +534,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// enough for any key. The path is in the fingerprint, so a key
 		// reused on another resource is refused, not run as a new action.
 		Target:  key,
-		Payload: m.cfg.Fingerprint(r, body),
+		Payload: m.payload(r, body, gated),
 	}
 	// ran is the response of the handler if it ran in this request. Do
 	// returns the value with most errors, but not when the key was
@@ -467,7 +561,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 	})
 	defer stop()
-	res, err := once.Do(ctx, m.client, in, func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
+	run := func(ctx context.Context, _ once.Attempt) (json.RawMessage, error) {
 		if !state.CompareAndSwap(waiting, running) {
 			return nil, once.RetryLater(fmt.Errorf("the client left before the handler started: %w", context.Cause(r.Context())))
 		}
@@ -505,7 +599,21 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 		}
 		return stored, nil
-	}, once.WaitFor(m.cfg.Wait))
+	}
+	res, err := once.Do(ctx, m.client, in, run, once.WaitFor(m.cfg.Wait))
+	var mismatch *once.FingerprintError
+	if errors.As(err, &mismatch) && m.cfg.Fingerprint == nil {
+		// The key may have been first used while the kind was gated and
+		// is not now, or the other way round (or before the body was
+		// shown for approval): the same request, with the other default
+		// payload. Its record answers it, rather than a 422 for a
+		// request that did not change. The claim is asked again only
+		// when the other payload is the one on record.
+		if other := m.payload(r, body, !gated); sameFingerprint(in, other, mismatch.Stored) {
+			in.Payload = other
+			res, err = once.Do(ctx, m.client, in, run, once.WaitFor(m.cfg.Wait))
+		}
+	}
 	if resp := ran.Load(); resp != nil && !res.Replayed {
 		// The handler ran in this request: its answer goes out as it
 		// is, whole, even when it was released or could not be stored
@@ -523,7 +631,63 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		stored.write(w, m.replayable(stored.Header), true)
 		return
 	}
-	m.writeError(w, err)
+	var intent *once.IntentError
+	if gated && m.cfg.Fingerprint == nil && errors.As(err, &intent) && intent.Field == "Payload" && validPayload(in, defaultFingerprint(r, body)) {
+		// The body is shown as JSON once takes, as UTF-8 text or in
+		// base64, and without it the payload is valid (no path of
+		// invalid UTF-8, say): its fault is its size
+		// (TestApprovalBodyTooLargeToShow).
+		writeProblem(w, http.StatusRequestEntityTooLarge, "body-too-large-to-approve", fmt.Sprintf("this endpoint's requests wait for a person's approval, and the person is shown the request's body to decide; this body (%d bytes) is too large to show in the action they approve, and the request was not processed. Send a smaller body, or store the content elsewhere and send a reference to it", len(body)))
+		return
+	}
+	m.writeError(r.Context(), w, err)
+}
+
+// gated reports whether kind asks for a person's approval: always, or
+// for the intents its When picks. Without a key, or on a method
+// Methods leaves out, a request of such a kind would skip the gate,
+// When or not: no When can be asked about a request that is not made
+// into an intent.
+func (m *middleware) gated(kind string) bool {
+	a := m.client.Policy(kind).Approval
+	return a.Always || a.When != nil
+}
+
+// safeMethod reports whether method is one HTTP defines as safe (RFC
+// 9110, 9.2.1): it asks for no change, so there is none to gate.
+func safeMethod(method string) bool {
+	switch strings.ToUpper(method) {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// payload is the intent's payload for r: Config.Fingerprint's, or the
+// default one, which on a gated kind shows the body (see shownPayload).
+func (m *middleware) payload(r *http.Request, body []byte, gated bool) any {
+	switch {
+	case m.cfg.Fingerprint != nil:
+		return m.cfg.Fingerprint(r, body)
+	case gated:
+		return shownPayload(r, body)
+	}
+	return defaultFingerprint(r, body)
+}
+
+// sameFingerprint reports whether in with payload p has the
+// fingerprint fp.
+func sameFingerprint(in once.Intent, p any, fp once.Fingerprint) bool {
+	in.Payload = p
+	_, got, err := once.KeyOf(in)
+	return err == nil && got == fp
+}
+
+// validPayload reports whether in with payload p is a valid intent.
+func validPayload(in once.Intent, p any) bool {
+	in.Payload = p
+	_, _, err := once.KeyOf(in)
+	return err == nil
 }
 
 // storedResponse decodes a stored result into the Response the
@@ -569,7 +733,7 @@ func (m *middleware) acts(method string) bool {
 }
 
 // writeError answers a request whose handler did not run here.
-func (m *middleware) writeError(w http.ResponseWriter, err error) {
+func (m *middleware) writeError(ctx context.Context, w http.ResponseWriter, err error) {
 	var (
 		unknown  *once.UnknownOutcomeError
 		intent   *once.IntentError
@@ -584,6 +748,12 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusBadRequest, "request-invalid", "the request cannot be made into an action: "+intent.Field+" "+intent.Reason)
 	case errors.Is(err, once.ErrFingerprintMismatch):
 		writeProblem(w, http.StatusUnprocessableEntity, "key-reused", "this Idempotency-Key was first used with a different request (method, path or body); use a new key for a different request, or send the first request unchanged")
+	case errors.As(err, &awaiting) && awaiting.Expired && m.expiresTo(ctx, awaiting) == once.StatusReview:
+		// The reaper has not passed yet, but it will put the request up
+		// for review, and a person may still run it: the client is told
+		// what it is told after the pass, not to ask again under a new
+		// key (TestApprovalExpiredToReviewNotToldDead).
+		writeProblem(w, http.StatusConflict, "approval-expired", approvalExpiredReview)
 	case errors.As(err, &awaiting) && awaiting.Expired:
 		writeProblem(w, http.StatusConflict, "approval-expired", fmt.Sprintf("the request with this Idempotency-Key waited for a person's approval until %s, and nobody approved it; it does not run: use a new key to ask again", awaiting.Expires.UTC().Format(time.RFC3339)))
 	case errors.As(err, &awaiting):
@@ -618,7 +788,7 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "key-released", "the request with this Idempotency-Key did not complete and changed nothing; retry it with the same key")
 	case errors.As(err, &review) && review.ApprovalExpired:
-		writeProblem(w, http.StatusConflict, "approval-expired", "the request with this Idempotency-Key waited for a person's approval, nobody approved it in time, and it did not run; a person decides what then. Contact the operator, quoting the key")
+		writeProblem(w, http.StatusConflict, "approval-expired", approvalExpiredReview)
 	case errors.Is(err, once.ErrReview), errors.Is(err, once.ErrOutcomeUnknown):
 		writeProblem(w, http.StatusConflict, "outcome-review", "the first request with this Idempotency-Key stopped before its outcome was known, and a person decides what became of it; retrying will not run it again. Contact the operator, quoting the key")
 	case errors.Is(err, once.ErrFailed):
@@ -635,6 +805,21 @@ func (m *middleware) writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", seconds(retryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the idempotency store could not be reached; retry with the same key")
 	}
+}
+
+// approvalExpiredReview is the answer to a request whose wait for
+// approval expired into review (ApprovalPolicy.OnExpiry StatusReview),
+// before the reaper's pass and after it.
+const approvalExpiredReview = "the request with this Idempotency-Key waited for a person's approval, nobody approved it in time, and it did not run; a person decides what then. Contact the operator, quoting the key"
+
+// expiresTo is what the action of an expired wait becomes at the
+// reaper's pass: what its row recorded at the claim, or, when the row
+// cannot be read, what its kind's policy says now.
+func (m *middleware) expiresTo(ctx context.Context, e *once.AwaitingApprovalError) once.Status {
+	if a, err := m.client.Get(ctx, e.Key); err == nil && a.OnExpiry != "" {
+		return a.OnExpiry
+	}
+	return m.client.Policy(e.Kind).Approval.OnExpiry
 }
 
 // rejectionNote is the why of a rejection (FailedError.Reason). Who
