@@ -7,26 +7,15 @@ import (
 	"testing"
 )
 
-// TestPythonClient runs the Python client's suite (python3 -m unittest,
-// clients/python/tests) against `once serve` over each store: a real
-// server, a real Python process.
-func TestPythonClient(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3 is not installed; the Python client cannot be tested")
-		}
-		t.Skip("python3 is not installed")
-	}
-	dir, err := filepath.Abs("../../clients/python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, newDB := range databases(t) {
-		t.Run(name, func(t *testing.T) {
+// clientSuite runs a client's suite, cmd in dir, against `once serve`
+// over each store, with the server's address and tokens in its
+// environment.
+func clientSuite(t *testing.T, dir string, name string, args ...string) {
+	for store, newDB := range databases(t) {
+		t.Run(store, func(t *testing.T) {
 			db := newDB(t)
 			mustRun(t, "migrate", "--db", db)
-			const worker, operator = "python-worker-token-0123456789", "python-operator-token-0123456789"
+			const worker, operator = "client-worker-token-0123456789", "client-operator-token-0123456789"
 			tokens := func(name, tok string) string {
 				f := filepath.Join(t.TempDir(), name)
 				if err := os.WriteFile(f, []byte(tok+"\n"), 0o600); err != nil {
@@ -36,12 +25,12 @@ func TestPythonClient(t *testing.T) {
 			}
 			base, _, _, stop := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db,
 				"--worker-tokens-file", tokens("workers", worker), "--operator-tokens-file", tokens("operators", operator))
-			cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
+			cmd := exec.Command(name, args...)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "ONCE_URL="+base, "ONCE_TOKEN="+worker, "ONCE_OPERATOR_TOKEN="+operator, "PYTHONDONTWRITEBYTECODE=1")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
-				t.Fatalf("python3 -m unittest: %v\n%s", err, out)
+				t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 			}
 			t.Logf("%s", out)
 			if code := stop(); code != 0 {
@@ -49,4 +38,45 @@ func TestPythonClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// need finds a program the test runs, failing under CI without it.
+func need(t *testing.T, name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; the client cannot be tested", name)
+		}
+		t.Skipf("%s is not installed", name)
+	}
+	return p
+}
+
+// TestTypeScriptClient runs the TypeScript client's suite (node:test,
+// clients/ts/test, compiled with the locked typescript) against `once
+// serve` over each store.
+func TestTypeScriptClient(t *testing.T) {
+	npm := need(t, "npm")
+	dir, err := filepath.Abs("../../clients/ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	ci.Dir = dir
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	clientSuite(t, dir, npm, "test")
+}
+
+// TestPythonClient runs the Python client's suite (python3 -m unittest,
+// clients/python/tests) against `once serve` over each store: a real
+// server, a real Python process.
+func TestPythonClient(t *testing.T) {
+	py := need(t, "python3")
+	dir, err := filepath.Abs("../../clients/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientSuite(t, dir, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 }
