@@ -87,17 +87,7 @@ func testApprovalRejectedNotRunByRetry(t *testing.T, h Harness) {
 // an Approve sent then is refused, and must not say someone approved
 // it, when nobody did.
 func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
-	cfg := once.Config{Kinds: map[string]once.KindPolicy{"send_email": {Approval: once.ApprovalPolicy{Always: true, Expiry: time.Second, OnExpiry: once.StatusReview}}}}
-	s, c, _ := setup(t, h, cfg)
-	in := intent(1)
-	var runs counter
-	awaiting(t, c, in, &runs)
-	k := keyOf(t, in)
-	time.Sleep(1500 * time.Millisecond)
-	r := reaper(t, c)
-	if rep, err := r.RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
-		t.Fatalf("reaper pass = %+v, %v", rep, err)
-	}
+	s, c, in, k, runs := expiredToReview(t, h)
 	if _, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionRetry, By: "bob", Note: "send it after all"}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,16 +108,7 @@ func testApprovalRefusalAfterRetry(t *testing.T, h Harness) {
 // refused, saying so, and the review stands; Retry (the person's say
 // that it runs) and Abandon are the decisions left.
 func testApprovalExpiredToReviewNotDone(t *testing.T, h Harness) {
-	cfg := once.Config{Kinds: map[string]once.KindPolicy{"send_email": {Approval: once.ApprovalPolicy{Always: true, Expiry: time.Second, OnExpiry: once.StatusReview}}}}
-	s, c, _ := setup(t, h, cfg)
-	in := intent(1)
-	var runs counter
-	awaiting(t, c, in, &runs)
-	k := keyOf(t, in)
-	time.Sleep(1500 * time.Millisecond)
-	if rep, err := reaper(t, c).RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
-		t.Fatalf("reaper pass = %+v, %v", rep, err)
-	}
+	s, c, in, k, runs := expiredToReview(t, h)
 	_, err := c.Resolve(ctx(t), k, once.Resolution{Decision: once.DecisionDone, By: "bob", Note: "looks done"})
 	if !errors.Is(err, once.ErrConflict) || !strings.Contains(err.Error(), "never ran") {
 		t.Fatalf("Done of a wait that expired to review = %v; want a conflict saying it never ran", err)
@@ -141,6 +122,21 @@ func testApprovalExpiredToReviewNotDone(t *testing.T, h Harness) {
 	if res, err := once.Do(ctx(t), c, in, runs.fn("sent")); err != nil || res.Value != "sent" || runs.n.Load() != 1 {
 		t.Fatalf("Do after Retry = %+v, %v, ran %d; want it run once", res, err, runs.n.Load())
 	}
+}
+
+// expiredToReview is a gated action whose wait expired to review, by a
+// reaper pass, with the counter of its effect's runs.
+func expiredToReview(t *testing.T, h Harness) (once.Store, *once.Client, once.Intent, once.Key, *counter) {
+	cfg := once.Config{Kinds: map[string]once.KindPolicy{"send_email": {Approval: once.ApprovalPolicy{Always: true, Expiry: time.Second, OnExpiry: once.StatusReview}}}}
+	s, c, _ := setup(t, h, cfg)
+	in := intent(1)
+	runs := new(counter)
+	awaiting(t, c, in, runs)
+	time.Sleep(1500 * time.Millisecond)
+	if rep, err := reaper(t, c).RunOnce(ctx(t)); err != nil || rep.Expired != 1 {
+		t.Fatalf("reaper pass = %+v, %v", rep, err)
+	}
+	return s, c, in, keyOf(t, in), runs
 }
 
 // Approve and Reject take a key from a form or a URL: one no action can
