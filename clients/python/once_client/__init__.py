@@ -25,6 +25,7 @@ from .client import (  # noqa: F401
     Intent,
     InvalidIntent,
     KeyMismatch,
+    LeaseSpent,
     NotFound,
     NotRecorded,
     OnceError,

@@ -128,6 +128,14 @@ class NotFound(OnceError):
     code = "not_found"
 
 
+class LeaseSpent(OnceError):
+    """The claim's answer came after its lease was spent: the effect was
+    not started (another worker may be taking the claim over), and the
+    claim was given back. Deliver the job again."""
+
+    code = "lease_spent"
+
+
 class Unreachable(OnceError):
     """The server did not answer, after every try."""
 
@@ -328,6 +336,11 @@ class Client:
 
     def _call(self, method, path, body=None, budget=None):
         data = None if body is None else _encode(body)
+        # A request that waits must outlast its wait, or it is cut before
+        # the server answers and sent again (waiting again).
+        timeout = self.timeout
+        if isinstance(body, dict) and body.get("wait_ms"):
+            timeout = max(timeout, body["wait_ms"] / 1000.0 + 10.0)
         end = time.monotonic() + (self.retry_for if budget is None else budget)
         wait = 0.05
         last = None
@@ -337,7 +350,7 @@ class Client:
             if data is not None:
                 req.add_header("Content-Type", "application/json")
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
                     return json.loads(resp.read())
             except urllib.error.HTTPError as e:
                 raw = e.read()
@@ -407,6 +420,18 @@ def do(client, intent, fn, wait=0.0):
     if isinstance(got, Replayed):
         return got.result
     a = got.attempt
+    if a.time_left() <= 0:
+        # The answer came after the lease was spent (a slow reply, a
+        # pause): another worker may be taking the claim over, so the
+        # effect does not start here; the claim is given back if still
+        # ours.
+        a.stop.set()
+        try:
+            a.release(RetryLater("the claim's answer came after its lease was spent; nothing was started"))
+        except OnceError:
+            pass
+        raise LeaseSpent({"code": "lease_spent", "key": a.key, "attempt": a.number, "retry_after_ms": 1000,
+                          "detail": "once: the claim of %s came back after its lease was spent; the effect was not started: deliver the job again" % a.key})
     done = threading.Event()
 
     def beat():
@@ -463,7 +488,7 @@ def dispose(err):
     intent must)."""
     if err is None or isinstance(err, Failed):
         return ("ack", 0)
-    if isinstance(err, (InFlight, OutcomeUnknown, AwaitingApproval, StoreUnavailable, NotRecorded, Unreachable)):
+    if isinstance(err, (InFlight, OutcomeUnknown, AwaitingApproval, StoreUnavailable, NotRecorded, Unreachable, LeaseSpent)):
         return ("retry", max(err.retry_after, 1.0))
     if isinstance(err, RetryLater):
         return ("retry", 1.0)

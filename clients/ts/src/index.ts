@@ -68,6 +68,12 @@ export class BadRequest extends OnceError {}
 export class NotFound extends OnceError {}
 /** The server did not answer, after every try. */
 export class Unreachable extends OnceError {}
+/**
+ * The claim's answer came after its lease was spent: the effect was not
+ * started (another worker may be taking the claim over), and the claim
+ * was given back. Deliver the job again.
+ */
+export class LeaseSpent extends OnceError {}
 
 const byCode: Record<string, new (p: Problem, s: number) => OnceError> = {
   in_flight: InFlight,
@@ -315,7 +321,7 @@ export class Client {
   }
 
   /** @internal Sends a request, again while the budget lasts when no answer comes. */
-  async call<T>(method: string, path: string, body?: unknown, budgetMs = this.retryForMs): Promise<T> {
+  async call<T>(method: string, path: string, body?: unknown, budgetMs = this.retryForMs, timeoutMs = this.timeoutMs): Promise<T> {
     const data = body === undefined ? undefined : encode(body);
     const end = now() + budgetMs;
     let wait = 50;
@@ -326,7 +332,7 @@ export class Client {
           method,
           body: data,
           headers: { Authorization: "Bearer " + this.token, ...(data ? { "Content-Type": "application/json" } : {}) },
-          signal: AbortSignal.timeout(this.timeoutMs),
+          signal: AbortSignal.timeout(timeoutMs),
         });
         const raw = await resp.text();
         if (resp.ok) return JSON.parse(raw) as T;
@@ -363,7 +369,10 @@ export class Client {
     if (o.waitMs) body.wait_ms = o.waitMs;
     if (this.checkKeys) [body.key, body.fingerprint] = keysOf(i);
     const sent = now();
-    const a = await this.call<ClaimAnswer>("POST", "/v1/claim", body, this.retryForMs + (o.waitMs ?? 0));
+    // A request that waits must outlast its wait, or it is cut before the
+    // server answers and sent again (waiting again).
+    const wait = o.waitMs ?? 0;
+    const a = await this.call<ClaimAnswer>("POST", "/v1/claim", body, this.retryForMs + wait, Math.max(this.timeoutMs, wait + 10_000));
     if (a.answer === "claimed") return { claimed: new Attempt(this, a, sent) };
     if (a.answer === "replayed") return { replayed: { key: a.key, attempt: a.attempt, result: a.result } };
     throw new Failed(a.key, a.attempt, a.message ?? "", a.rejected_by ?? "", a.reason ?? "");
@@ -385,6 +394,20 @@ export class Client {
     const got = await this.claim(i, o);
     if ("replayed" in got) return got.replayed.result as T;
     const a = got.claimed;
+    if (a.timeLeftMs() <= 0) {
+      // The answer came after the lease was spent (a slow reply, a
+      // pause): another worker may be taking the claim over, so the
+      // effect does not start here; the claim is given back if still ours.
+      a.done();
+      await a.release(new RetryLater("the claim's answer came after its lease was spent; nothing was started")).catch(() => {});
+      throw new LeaseSpent({
+        code: "lease_spent",
+        key: a.key,
+        attempt: a.number,
+        retry_after_ms: 1000,
+        detail: `once: the claim of ${a.key} came back after its lease was spent; the effect was not started: deliver the job again`,
+      });
+    }
     // The heartbeat loop sleeps until its next beat or the effect's end,
     // whichever comes first.
     let stopBeating!: () => void;
@@ -455,7 +478,8 @@ export function dispose(err: unknown): { action: "ack" | "retry" | "drop"; after
     err instanceof AwaitingApproval ||
     err instanceof StoreUnavailable ||
     err instanceof NotRecorded ||
-    err instanceof Unreachable
+    err instanceof Unreachable ||
+    err instanceof LeaseSpent
   )
     return { action: "retry", afterMs: Math.max(err.retryAfterMs, 1000) };
   if (err instanceof RetryLater) return { action: "retry", afterMs: 1000 };
