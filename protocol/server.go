@@ -541,6 +541,10 @@ func problemOf(err error, hint time.Duration) (Problem, int) {
 		return Problem{Code: "not_found", Detail: detail}, http.StatusNotFound
 	case errors.Is(err, once.ErrResultTooLarge):
 		return Problem{Code: "result_too_large", Detail: detail}, http.StatusUnprocessableEntity
+	case errors.Is(err, once.ErrRetryLater):
+		// The action was released under VerifyThenDecide and this
+		// server has not its verifier: a process that has claims it.
+		return Problem{Code: "needs_verifier", RetryAfterMS: ms(max(hint, time.Second)), Detail: detail}, http.StatusConflict
 	case errors.Is(err, once.ErrNotRecorded):
 		return Problem{Code: "not_recorded", RetryAfterMS: ms(time.Second), Detail: detail + "; send the same request again"}, http.StatusServiceUnavailable
 	case errors.Is(err, once.ErrUnavailable):
