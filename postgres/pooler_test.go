@@ -134,6 +134,9 @@ func pooledFaults(t *testing.T, b *testdb.PgBouncer, mode, schema string) (once.
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The store's connections are cut, not the cancel requests its
+	// driver sends on the side (TestPgBouncerExitsOnCutCancel).
+	p.Spare(faultproxy.PostgresCancel)
 	u, err := url.Parse(b.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +222,110 @@ func TestPgBouncerRebindsUnnamedStatement(t *testing.T) {
 	if got := string(res.Rows[0][0]); got != "theirs: my argument" {
 		t.Fatalf("got %q; PgBouncer no longer hands the unnamed statement over, and describe_exec may be safe behind it", got)
 	}
+}
+
+// cutCancels gives up on statements through p and resets p as the
+// drivers' cancel requests for them go through, rounds times or until
+// PgBouncer b exits. It returns the rounds it ran and how many of the
+// statements ended in an error (each should: it was given up on).
+func cutCancels(t *testing.T, b *testdb.PgBouncer, p *faultproxy.Proxy, rounds int) (ran, failed int) {
+	t.Helper()
+	u, err := url.Parse(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.Addr()
+	var mu sync.Mutex
+	for ran = 0; ran < rounds; ran++ {
+		select {
+		case <-b.Exited():
+			return ran, failed
+		default:
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				c, err := pgx.Connect(context.Background(), u.String())
+				if err != nil {
+					return
+				}
+				defer c.Close(context.Background())
+				// pgx gives up at the deadline: it closes the
+				// connection and, on one of its own, asks the server
+				// to cancel the statement.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				defer cancel()
+				if _, err := c.Exec(ctx, `SELECT pg_sleep(0.5)`); err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			})
+		}
+		// Reset as PgBouncer starts to forward a cancel request: the
+		// moment its client leaving makes it exit.
+		const started = "started sending cancel request"
+		seen := strings.Count(b.Log(), started)
+		for end := time.Now().Add(time.Second); strings.Count(b.Log(), started) == seen && time.Now().Before(end); {
+			time.Sleep(100 * time.Microsecond)
+		}
+		p.Reset()
+		wg.Wait()
+	}
+	return ran, failed
+}
+
+// TestPgBouncerExitsOnCutCancel: PgBouncer 1.18 exits when a cancel
+// request's client leaves while PgBouncer still forwards it (its issue
+// 801): a proxy that cuts every connection at once cuts one so. This is
+// why the pooled fault proxy spares cancel requests (below); when the
+// pooler no longer exits, the sparing can go.
+func TestPgBouncerExitsOnCutCancel(t *testing.T) {
+	b := testdb.RequirePgBouncer(t, testdb.PgBouncerOptions{MayExit: true})
+	p, err := faultproxy.Start(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ran, _ := cutCancels(t, b, p, 200)
+	select {
+	case <-b.Exited():
+		if !strings.Contains(b.Log(), "bad client state") {
+			t.Fatalf("PgBouncer exited after %d rounds, not for the reason known; its log:\n%s", ran, b.Log())
+		}
+	default:
+		t.Fatalf("PgBouncer outlived %d rounds of cut cancel requests: this version may not need the fault proxy to spare them (faultproxy.Spare)", ran)
+	}
+}
+
+// TestPoolerSparesCancelRequests: the fault proxy in front of the pooler
+// spares cancel requests from its resets, and PgBouncer outlives the
+// rounds that make it exit above, while the statements are still given
+// up on and their connections cut.
+func TestPoolerSparesCancelRequests(t *testing.T) {
+	b := testdb.RequirePgBouncer(t, testdb.PgBouncerOptions{})
+	p, err := faultproxy.Start(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spare(faultproxy.PostgresCancel)
+	defer p.Close()
+	const rounds = 100
+	ran, failed := cutCancels(t, b, p, rounds)
+	if ran != rounds {
+		t.Fatalf("PgBouncer exited after %d rounds; its log:\n%s", ran, b.Log())
+	}
+	if failed < rounds {
+		t.Fatalf("%d statements failed in %d rounds of 4; want most of them given up on", failed, rounds)
+	}
+	if n := strings.Count(b.Log(), "successfully sent cancel request"); n == 0 {
+		t.Fatal("no cancel request went through: the rounds did not test what they are for")
+	}
+	c, err := pgx.Connect(context.Background(), b.URL)
+	if err != nil {
+		t.Fatalf("PgBouncer does not answer after the rounds: %v", err)
+	}
+	c.Close(context.Background())
 }
 
 func connect(t *testing.T, url string) *pgx.Conn {

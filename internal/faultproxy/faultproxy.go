@@ -35,6 +35,7 @@ type Proxy struct {
 	cutDone  chan struct{}
 	cutHang  bool // hang the connection instead of closing it
 	closed   bool
+	spare    func(first []byte) bool
 	wg       sync.WaitGroup
 }
 
@@ -51,6 +52,9 @@ type link struct {
 	hang   bool
 	// hung drops everything from then on, in both directions.
 	hung bool
+	// seen is set once the client's first bytes were read; spared, if
+	// they were ones the proxy spares (see Spare).
+	seen, spared bool
 }
 
 // Start listens on 127.0.0.1 at a free port and forwards to target.
@@ -117,27 +121,74 @@ func (p *Proxy) HangAfter(marker, replyEnd []byte) <-chan struct{} {
 	return done
 }
 
+// PostgresCancel tells a PostgreSQL cancel request from the first bytes
+// of a connection: a 16-byte message with code 80877102. A driver sends
+// one on a connection of its own when it gives up on a statement.
+func PostgresCancel(first []byte) bool {
+	return len(first) >= 8 && bytes.Equal(first[:8], []byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e})
+}
+
+// Spare exempts from Reset and Close the connections whose first bytes
+// from the client match: they end when their own ends close them. Set it
+// before the first connection.
+//
+// It exists for PostgresCancel in front of PgBouncer 1.18 (Debian 12's),
+// which exits when a cancel request's client leaves while PgBouncer is
+// still forwarding it (PgBouncer issue 801, fixed in 1.20). A test of a
+// store cut off from its pooler means the store's connections, not the
+// one its driver opens on the side to cancel a statement. A connection
+// cut before its first bytes were forwarded is cut as any other: the
+// server has seen nothing of it.
+func (p *Proxy) Spare(first func([]byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spare = first
+}
+
 // Reset closes every open connection at once, as a restarted server or a
 // firewall's reset would.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for l := range p.conns {
-		l.client.Close()
-		l.server.Close()
+		if !l.spared {
+			l.client.Close()
+			l.server.Close()
+		}
 	}
 }
 
-// Close stops the proxy and closes every connection.
+// spareWait bounds how long Close leaves a spared connection to end by
+// itself: a cancel request is answered in milliseconds.
+const spareWait = 5 * time.Second
+
+// Close stops the proxy and closes every connection, a spared one once it
+// ends or spareWait has passed.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	spared := 0
 	for l := range p.conns {
+		if l.spared {
+			spared++
+			continue
+		}
 		l.client.Close()
 		l.server.Close()
 	}
 	p.mu.Unlock()
 	err := p.ln.Close()
+	if spared > 0 {
+		stop := time.AfterFunc(spareWait, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for l := range p.conns {
+				l.client.Close()
+				l.server.Close()
+			}
+		})
+		defer stop.Stop()
+	}
 	p.wg.Wait()
 	return err
 }
@@ -184,6 +235,12 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn, fromClient bool) {
 		if n > 0 {
 			chunk := buf[:n]
 			p.mu.Lock()
+			if fromClient && !l.seen {
+				// Decided before the bytes go on, so that a Reset
+				// after them spares the connection.
+				l.seen = true
+				l.spared = p.spare != nil && p.spare(chunk)
+			}
 			blackout := p.blackout
 			var cutNow chan struct{}
 			if fromClient && p.cut != nil && !l.marked && bytes.Contains(chunk, p.cut) {

@@ -1,9 +1,13 @@
 package faultproxy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -140,5 +144,69 @@ func TestCutArmedWhileAnotherWaits(t *testing.T) {
 	case <-first:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first cut never reported")
+	}
+}
+
+// A spared connection outlives Reset; the others are cut. Against a
+// plain TCP server that answers each line with the line and keeps the
+// connection open.
+func TestSpareOutlivesReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c)
+		}
+	}()
+	p, err := faultproxy.Start(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Spare(func(first []byte) bool { return bytes.HasPrefix(first, []byte("spare")) })
+	dial := func(first string) net.Conn {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		echo(t, c, first)
+		return c
+	}
+	spared, cut := dial("spare me"), dial("not me")
+	p.Reset()
+	echo(t, spared, "still here")
+	cut.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := cut.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("reading the connection Reset cut = %v; want it closed", err)
+	}
+}
+
+// echo sends line and wants it back.
+func echo(t *testing.T, c net.Conn, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c, line); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(line))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != line {
+		t.Fatalf("echo of %q = %q, %v", line, got, err)
+	}
+}
+
+// PostgresCancel knows a cancel request, and not a startup message.
+func TestPostgresCancel(t *testing.T) {
+	cancel := []byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e, 0, 0, 0, 1, 0, 0, 0, 2}
+	startup := []byte{0, 0, 0, 41, 0, 3, 0, 0, 'u', 's', 'e', 'r', 0}
+	if !faultproxy.PostgresCancel(cancel) || faultproxy.PostgresCancel(startup) || faultproxy.PostgresCancel(cancel[:4]) {
+		t.Fatal("PostgresCancel does not tell a cancel request from the rest")
 	}
 }

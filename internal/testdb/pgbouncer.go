@@ -39,6 +39,9 @@ type PgBouncerOptions struct {
 	// the link between the pooler and the database. Empty means the
 	// test PostgreSQL itself.
 	Upstream string
+	// MayExit is for a test that makes PgBouncer exit: its exit is not
+	// reported as a failure of the test.
+	MayExit bool
 }
 
 // PgBouncer is a PgBouncer process of the caller's own, in front of
@@ -121,6 +124,9 @@ func RequirePgBouncer(t testing.TB, opt PgBouncerOptions) *PgBouncer {
 	t.Cleanup(func() {
 		select {
 		case <-b.done:
+			if opt.MayExit {
+				break
+			}
 			// Every failure after this moment is a failure to reach
 			// it: say why it went, once, with what it logged.
 			t.Errorf("PgBouncer at %s exited by itself at %s (%v), with the test still running; its log:\n%s",
@@ -305,6 +311,9 @@ func (b *PgBouncer) Close() error {
 	})
 	return nil
 }
+
+// Exited is closed once PgBouncer has exited.
+func (b *PgBouncer) Exited() <-chan struct{} { return b.done }
 
 // Log returns what PgBouncer has logged so far.
 func (b *PgBouncer) Log() string { return b.log.String() }
