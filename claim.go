@@ -51,19 +51,20 @@ func (p *pendingClaims) sent(token string) (time.Time, bool) {
 // nothing to read back: the transaction failed as a whole.
 //
 // A named claim (ClaimID) sends every try under the one token its name
-// gives. A row found under it may be any try's, of this call or of the
-// same claim made before, whose send time is not known here: it goes
-// into pending with none, and the caller renews the lease.
+// gives, and takes a lapsed attempt over under one derived from it
+// (takeoverToken). A row found under either may be any try's, of this
+// call or of the same claim made before, whose send time is not known
+// here: it goes into pending with none, and the caller renews the lease.
 func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *pendingClaims, named string) (ClaimResult, error) {
 	// resent says the claim was sent again after a failed try; waited,
 	// that a try ran out of ClaimTimeout with its claim not visible.
 	resent, waited := false, false
-	ours := func(token string) bool {
-		if named != "" && token == named && pending != nil {
-			pending.add(named, time.Time{})
+	ours := func(a Action) bool {
+		if named != "" && pending != nil && (a.Token == named || a.Token == takeoverToken(named, a.Attempt)) {
+			pending.add(a.Token, time.Time{})
 			return true
 		}
-		_, ok := pending.sent(token)
+		_, ok := pending.sent(a.Token)
 		return ok
 	}
 	for range 3 {
@@ -86,13 +87,13 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 					pending.add(req.Token, sent)
 				}
 				if ok && named != "" {
-					ours(a.Token)
+					ours(a)
 				}
 				// The row may carry this try's token, or an earlier
 				// try's of this call that committed late: either way
 				// the claim is this call's, and nobody else runs it
 				// (TestResendTakesTheLateFirstClaimAsItsOwn).
-				earlier := a.Key != "" && ours(a.Token)
+				earlier := a.Key != "" && ours(a)
 				waited = waited || timedOut
 				switch {
 				case (ok || earlier) && (a.Status == StatusInFlight || a.Status == StatusAwaitingApproval && a.Attempt == 1):
@@ -147,7 +148,7 @@ func (c *Client) claim(ctx context.Context, s Store, req ClaimRequest, pending *
 			return ClaimResult{}, fmt.Errorf("once: claiming action %s (%s): %w", req.Key, req.Kind, err)
 		}
 		if !cr.Claimed && (cr.Action.Status == StatusInFlight || cr.Action.Status == StatusAwaitingApproval && cr.Action.Attempt == 1) {
-			if ours(cr.Action.Token) {
+			if ours(cr.Action) {
 				// Nothing else writes this token: the row is still
 				// at the claim this call gave up on, and nobody runs it.
 				c.log.Warn("once: a claim given up on committed later; it is ours", "key", req.Key, "kind", req.Kind, "attempt", cr.Action.Attempt)

@@ -317,7 +317,7 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 		// does not wait for the reaper.
 		recovered = true
 		sent = time.Now()
-		r, err := c.recoverKey(ctx, pol, a.Key)
+		r, err := c.recoverKey(ctx, pol, a.Key, named)
 		if err != nil {
 			return won{}, outcome{err: err}, false
 		}

@@ -46,7 +46,11 @@ type recovery struct {
 // unknown, from inside Do: it takes the action (if no one else has) and
 // decides. On a takeover the caller runs the effect as the next attempt,
 // under fencing.
-func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key) (recovery, error) {
+//
+// named, when set, is the token of a named claim (ClaimID) that meets
+// the lapsed attempt: a takeover is written with the token derived from
+// it, so that the claim made again finds the takeover its own.
+func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key, named string) (recovery, error) {
 	token := newToken()
 	cctx, cancel := c.call(ctx)
 	got, _, err := c.store.Recoverable(cctx, RecoverRequest{Key: key, Limit: 1, Hold: pol.hold(), Token: token, Verifiable: c.verifiable})
@@ -64,6 +68,9 @@ func (c *Client) recoverKey(ctx context.Context, pol KindPolicy, key Key) (recov
 	// row's (the attempt it takes over) is known to that one's holder
 	// (TestClient/ReviewTakeoverAttemptRebuilds).
 	claim := newToken()
+	if named != "" {
+		claim = takeoverToken(named, a.Attempt+1)
+	}
 	d, result, err := c.decide(ctx, pol, a, token, ActorWorker, claim)
 	if err != nil {
 		return recovery{}, err

@@ -106,6 +106,16 @@ func claimToken(id string, key Key) string {
 	return base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:16])
 }
 
+// takeoverToken is the token with which a named claim (whose claims
+// carry named, a claimToken) takes a lapsed attempt over as attempt: the
+// same claim made again knows the takeover for its own by it. It is not
+// named itself, so that no two attempts of a row share a token, nor the
+// tokens their outcomes derive from it.
+func takeoverToken(named string, attempt int) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "once takeover\x00%s\x00%d", named, attempt))
+	return base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h[:16])
+}
+
 // optionsOf applies opts; a nil option is skipped.
 func optionsOf(opts []DoOption) (doOptions, error) {
 	if len(opts) == 0 {

@@ -19,6 +19,7 @@ func claimIDTests() []namedTest {
 		{name: "ClaimIDAnswersTheSameClaimAgain", fn: testClaimIDAgain},
 		{name: "ClaimIDAwaitingApprovalAnnouncedOnce", fn: testClaimIDAwaiting},
 		{name: "ClaimIDRefusedWhereItCannotHold", fn: testClaimIDRefused},
+		{name: "ClaimIDTakeoverAnsweredAgain", fn: testClaimIDTakeover},
 		{name: "FaultClaimIDReplyLostThenAskedAgain", fn: testFaultClaimIDReplyLost, needs: needFaults | needLostReplies},
 	}
 }
@@ -71,6 +72,47 @@ func testClaimIDAgain(t *testing.T, h Harness) {
 	}
 	if tr := trail(t, s, first.Key); tr != "claimed,succeeded" {
 		t.Fatalf("trail %s; want one claim, one outcome", tr)
+	}
+}
+
+// A named claim that took a lapsed attempt over, made again (its first
+// answer lost), is answered with the attempt the takeover made, not
+// refused as another's claim in flight: that would leave attempt 2,
+// which never ran, to lapse and be recovered as if it might have.
+func testClaimIDTakeover(t *testing.T, h Harness) {
+	cfg := once.Config{Default: once.KindPolicy{Lease: time.Second, Recovery: once.RetryWithProviderKey}}
+	s, c, _ := setup(t, h, cfg)
+	in := intent(1)
+	dead, err := c.Claim(ctx(t), in)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond) // its worker died: the lease lapses
+	took, err := c.Claim(ctx(t), in, once.ClaimID(claimIDA))
+	if err != nil {
+		t.Fatalf("the named claim of a lapsed attempt = %v; want a takeover", err)
+	}
+	if took.Number != dead.Number+1 {
+		t.Fatalf("the takeover is attempt %d; want %d", took.Number, dead.Number+1)
+	}
+	again, err := c.Claim(ctx(t), in, once.ClaimID(claimIDA))
+	if err != nil {
+		t.Fatalf("the takeover's claim made again = %v; want the attempt it won", err)
+	}
+	if again.Number != took.Number || again.Token != took.Token {
+		t.Fatalf("the takeover's claim made again = attempt %d token %q; want attempt %d token %q", again.Number, again.Token, took.Number, took.Token)
+	}
+	if _, err := c.Claim(ctx(t), in, once.ClaimID(claimIDB)); !errors.Is(err, once.ErrInFlight) {
+		t.Fatalf("a claim of another name = %v; want ErrInFlight", err)
+	}
+	if err := again.Succeed(ctx(t), "250 queued"); err != nil {
+		t.Fatalf("Succeed: %v", err)
+	}
+	if err := dead.Succeed(ctx(t), "late"); !errors.Is(err, once.ErrFenced) {
+		t.Fatalf("the dead attempt's late outcome = %v; want fenced", err)
+	}
+	if got := mustGet(t, s, took.Key); got.Status != once.StatusSucceeded || got.Attempt != took.Number {
+		t.Fatalf("row %s at attempt %d; want succeeded at %d", got.Status, got.Attempt, took.Number)
 	}
 }
 
