@@ -122,6 +122,11 @@ func (c *Client) Claim(ctx context.Context, in Intent, opts ...DoOption) (*Attem
 	if !ok {
 		return nil, ans.asError()
 	}
+	if o.claimID != "" {
+		// Kept for the claim made again, which may be answering it
+		// already (ClaimID).
+		ctx = context.WithoutCancel(ctx)
+	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while the claim was on its way: nothing
 		// will run, so the claim is given back at once.

@@ -245,8 +245,12 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 	wait := c.waiting(o)
 	recovered := false
 	named := ""
+	waitCtx := ctx
 	if o.claimID != "" && tx == nil {
 		named = claimToken(o.claimID, req.Key)
+		// A named claim's writes are carried out if its caller goes
+		// away (ClaimID); only its waits end with the caller.
+		ctx = context.WithoutCancel(ctx)
 	}
 	for {
 		sent := time.Now()
@@ -261,7 +265,7 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 				// waits on the transaction while it is open, and takes
 				// the key once it has rolled back.
 				seen := Action{Key: req.Key, Status: cr.Action.Status, Attempt: cr.Action.Attempt}
-				again, stop := wait.wait(ctx, s, seen, req.Kind, c.claimTimeout)
+				again, stop := wait.wait(waitCtx, s, seen, req.Kind, c.claimTimeout)
 				if again {
 					continue
 				}
@@ -302,7 +306,7 @@ func (c *Client) acquire(ctx context.Context, req ClaimRequest, pol KindPolicy, 
 			var stop error
 			if live(cr, req) && (tx == nil || a.Status == StatusInFlight) {
 				var again bool
-				again, stop = wait.wait(ctx, s, a, a.Kind, a.LeaseUntil.Sub(cr.Now))
+				again, stop = wait.wait(waitCtx, s, a, a.Kind, a.LeaseUntil.Sub(cr.Now))
 				if again {
 					// A new round: whatever stands now, including a
 					// lease that ran out meanwhile, is met afresh.

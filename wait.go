@@ -83,9 +83,16 @@ func WaitFor(d time.Duration) DoOption {
 // guess (16 random bytes or more, as printable ASCII, at most 128
 // bytes), since whoever holds it holds the claim, and it names one
 // claim only: a claim after the attempt was settled needs a new id.
-// A takeover of a lapsed claim is not named (it gets a token of its
-// own). For Claim only: Do and DoTx run their effect in this process,
-// which has their claim's answer.
+// A takeover of a lapsed claim is written under a token derived from the
+// name too, and the claim made again finds it its own.
+//
+// ctx bounds a named claim's wait (WaitFor), not its writes: a claim
+// or a takeover on its way is carried out, each write bounded by
+// Config.ClaimTimeout, and one won after ctx ended is kept for the
+// claim made again, not given back, since that claim may be answering
+// it already. A caller gone while the call waits stops the wait, and
+// nothing more is claimed. For Claim only: Do and DoTx run their
+// effect in this process, which has their claim's answer.
 func ClaimID(id string) DoOption {
 	return func(o *doOptions) {
 		if len(id) < 16 || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r > '~' }) {

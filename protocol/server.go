@@ -306,12 +306,12 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The claim goes on if the client goes away: a claim that wins with
-	// nobody to hear it is found again by the same request sent again
-	// (its write token), which a claim given back on cancellation would
-	// turn into a second attempt.
+	// A claim on its way goes on if the client goes away, and one won
+	// is kept: the same request sent again (its write token) finds it,
+	// and may be answering it already (once.ClaimID). The wait ends
+	// with the client: nothing is claimed for nobody.
 	wait := time.Duration(req.WaitMS) * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), wait+time.Minute)
+	ctx, cancel := context.WithTimeout(r.Context(), wait+time.Minute)
 	defer cancel()
 	a, err := s.c.Claim(ctx, in, once.ClaimID(req.Write), once.WaitFor(wait))
 	if err != nil {

@@ -20,6 +20,7 @@ func claimIDTests() []namedTest {
 		{name: "ClaimIDAwaitingApprovalAnnouncedOnce", fn: testClaimIDAwaiting},
 		{name: "ClaimIDRefusedWhereItCannotHold", fn: testClaimIDRefused},
 		{name: "ClaimIDTakeoverAnsweredAgain", fn: testClaimIDTakeover},
+		{name: "ClaimIDCarriedOutWhenItsCallerLeft", fn: testClaimIDCallerLeft},
 		{name: "FaultClaimIDReplyLostThenAskedAgain", fn: testFaultClaimIDReplyLost, needs: needFaults | needLostReplies},
 	}
 }
@@ -113,6 +114,39 @@ func testClaimIDTakeover(t *testing.T, h Harness) {
 	}
 	if got := mustGet(t, s, took.Key); got.Status != once.StatusSucceeded || got.Attempt != took.Number {
 		t.Fatalf("row %s at attempt %d; want succeeded at %d", got.Status, got.Attempt, took.Number)
+	}
+}
+
+// A named claim whose caller has gone (its context ended) is carried
+// out and kept, not given back: the claim made again, which may be
+// answering it already, gets the attempt. A wait ends with the caller.
+func testClaimIDCallerLeft(t *testing.T, h Harness) {
+	cfg := once.Config{Default: once.KindPolicy{Lease: 5 * time.Second}}
+	s, c, _ := setup(t, h, cfg)
+	gone, cancel := context.WithCancel(ctx(t))
+	cancel()
+	in := intent(1)
+	first, err := c.Claim(gone, in, once.ClaimID(claimIDA))
+	if err != nil {
+		t.Fatalf("a named claim whose caller left = %v; want it carried out", err)
+	}
+	again, err := c.Claim(ctx(t), in, once.ClaimID(claimIDA))
+	if err != nil || again.Number != first.Number || again.Token != first.Token {
+		t.Fatalf("the claim made again = %v, %v; want attempt %d", again, err, first.Number)
+	}
+	if got := mustGet(t, s, first.Key); got.Status != once.StatusInFlight || got.Attempt != 1 {
+		t.Fatalf("row %s at attempt %d; want in flight at 1, kept", got.Status, got.Attempt)
+	}
+	// Another named claim that would wait, its caller gone, answers at
+	// once and claims nothing.
+	if _, err := c.Claim(gone, in, once.ClaimID(claimIDB), once.WaitFor(10*time.Second)); !errors.Is(err, once.ErrInFlight) {
+		t.Fatalf("a waiting named claim whose caller left = %v; want ErrInFlight", err)
+	}
+	if err := again.Succeed(ctx(t), "250 queued"); err != nil {
+		t.Fatal(err)
+	}
+	if tr := trail(t, s, first.Key); tr != "claimed,succeeded" {
+		t.Fatalf("trail %s; want one claim, one outcome", tr)
 	}
 }
 
