@@ -52,7 +52,10 @@ type held struct {
 	a   Action
 	// byDo says Do settles the attempt from what its effect returns:
 	// the settling methods refuse, so the outcome is recorded once.
-	byDo    bool
+	byDo bool
+	// rebuilt says the attempt was rebuilt (Client.Attempt): when its
+	// lease counts from is its claimer's to know, not this process's.
+	rebuilt bool
 	started time.Time
 
 	mu sync.Mutex
@@ -168,8 +171,11 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 	cctx, cancel := c.call(ctx)
 	cur, err := c.store.Get(cctx, key)
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil && (errors.Is(err, ErrNotFound) || ctx.Err() != nil):
 		return nil, fmt.Errorf("once: rebuilding attempt %d of action %s: %w", number, key, err)
+	case err != nil:
+		return nil, fmt.Errorf("once: rebuilding attempt %d of action %s: the store did not answer the read of its row (%w): %w", number, key, err, ErrUnavailable)
 	}
 	pol := c.Policy(cur.Kind)
 	// The row's recovery decides an unknown outcome, as it does when
@@ -197,7 +203,7 @@ func (c *Client) Attempt(ctx context.Context, key Key, number int, token string)
 	// When the lease began is the claimer's to know: the rebuilt
 	// attempt's Deadline is now, until a Heartbeat renews the lease.
 	att := c.attemptOf(pol, a, Intent{Kind: cur.Kind}, time.Now().Add(-(pol.Lease - pol.margin())), false)
-	att.h.done = done
+	att.h.done, att.h.rebuilt = done, true
 	return &att, nil
 }
 
@@ -234,7 +240,9 @@ func (h *held) renewedAt(sent time.Time) {
 // error means the effect must stop: a *FencedError when a newer attempt
 // took the action over, it was settled, or no heartbeat got through
 // before the lease lapsed. A heartbeat that fails while the lease holds
-// is tried again, each try with a deadline of its own.
+// is tried again, each try with a deadline of its own. A rebuilt
+// attempt's (Client.Attempt) is tried once: its process does not know
+// when the lease lapses, and a failure matches ErrUnavailable.
 func (a Attempt) Heartbeat(ctx context.Context) error {
 	h := a.h
 	if h == nil {
@@ -264,6 +272,12 @@ func (a Attempt) Heartbeat(ctx context.Context) error {
 			return &FencedError{Key: a.Key, Attempt: a.Number, Outcome: StatusInFlight}
 		case ctx.Err() != nil:
 			return fmt.Errorf("once: heartbeat of attempt %d of action %s: %w", a.Number, a.Key, ctx.Err())
+		case h.rebuilt:
+			// This process does not know when the lease lapses (its
+			// Deadline is a guess from the rebuilding): the claimer,
+			// who does, tries again (TestHeartbeatWhoseReplyIsLostIsNotFenced).
+			return fmt.Errorf("once: heartbeat of rebuilt attempt %d of action %s: the store did not answer (%w); whether the lease was renewed is not known, and the claimer, who counts it, tries again: %w",
+				a.Number, a.Key, err, ErrUnavailable)
 		}
 		if !time.Now().Before(stop) {
 			return &FencedError{Key: a.Key, Attempt: a.Number, Outcome: StatusInFlight, Lapsed: true, Err: err}

@@ -3,13 +3,21 @@ package protocol_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/faultproxy"
+	"github.com/oncehq/once/internal/testdb"
+	"github.com/oncehq/once/postgres"
 )
 
 // Partial failures of /v1, each against a real HTTP server over each
@@ -58,4 +66,111 @@ func TestWaitingClaimWhoseClientLeftClaimsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutServer is /v1 over a PostgreSQL store reached through a fault
+// proxy, which the test cuts.
+func cutServer(t *testing.T, cfg once.Config) (*server, *faultproxy.Proxy) {
+	t.Helper()
+	cc, err := pgx.ParseConfig(testdb.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.Start(fmt.Sprintf("%s:%d", cc.Host, cc.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "once_protocol_" + hex.EncodeToString(b[:])
+	// Every statement sends its text, so that a marker is seen on every
+	// execution.
+	url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&pool_max_conns=4&default_query_exec_mode=exec", cc.User, p.Addr(), cc.Database)
+	ctx := context.Background()
+	s, err := testdb.RetryTooManyClients(ctx, func() (*postgres.Store, error) {
+		return postgres.Open(ctx, url, postgres.Config{Schema: schema})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		if c, err := pgx.Connect(ctx, testdb.PostgresURL()); err == nil {
+			c.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+			c.Close(ctx)
+		}
+	})
+	return newServer(t, s, cfg), p
+}
+
+// cut makes the database unreachable through p until the returned func
+// is called: open connections are reset, new ones refused.
+func cut(p *faultproxy.Proxy) (mend func()) {
+	p.Refuse(true)
+	p.Reset()
+	return func() { p.Refuse(false) }
+}
+
+// TestStoreOutOfReachIsSentAgain: a heartbeat or an outcome that the
+// database did not answer is 503 store_unavailable, to be sent again,
+// not "fenced" (the client would stop an effect whose claim still
+// holds) nor a 500 (which clients do not send again); its detail does
+// not name the database's address. Sent again once the database is
+// back, each applies.
+func TestStoreOutOfReachIsSentAgain(t *testing.T) {
+	s, p := cutServer(t, once.Config{Default: once.KindPolicy{Lease: 30 * time.Second}})
+	in := wireIntent(1, map[string]any{"subject": "hello"})
+	code, a := s.post("/v1/claim", claimBody(in))
+	want(t, "claim", code, a, 200, "answer", "claimed")
+
+	unavailable := func(what string, code int, v map[string]any) {
+		t.Helper()
+		want(t, what+" with the database out of reach", code, v, 503, "code", "store_unavailable")
+		if v["retry_after_ms"] == nil || v["retry_after_ms"].(float64) <= 0 {
+			t.Fatalf("%s: no retry_after_ms in %v", what, v)
+		}
+		if d, _ := v["detail"].(string); strings.Contains(d, "127.0.0.1") || strings.Contains(d, p.Addr()) {
+			t.Fatalf("%s: the detail names the database's address: %q", what, d)
+		}
+	}
+	mend := cut(p)
+	code, v := s.post("/v1/heartbeat", ref(a))
+	unavailable("heartbeat", code, v)
+	settle := outcome(a, "succeeded", map[string]any{"result": map[string]any{"id": "msg-1"}})
+	code, v = s.post("/v1/outcome", settle)
+	unavailable("outcome", code, v)
+	mend()
+
+	code, v = s.post("/v1/heartbeat", ref(a))
+	want(t, "heartbeat sent again", code, v, 200, "", "")
+	code, v = s.post("/v1/outcome", settle)
+	want(t, "outcome sent again", code, v, 200, "status", "succeeded")
+}
+
+// TestHeartbeatWhoseReplyIsLostIsNotFenced: a heartbeat the database
+// applied, whose reply was lost, is not answered fenced: the claim
+// holds, and the client would stop its effect for nothing. It is
+// answered 503, and sent again, renews.
+func TestHeartbeatWhoseReplyIsLostIsNotFenced(t *testing.T) {
+	s, p := cutServer(t, once.Config{Default: once.KindPolicy{Lease: 30 * time.Second}})
+	code, a := s.post("/v1/claim", claimBody(wireIntent(1, map[string]any{"subject": "hello"})))
+	want(t, "claim", code, a, 200, "answer", "claimed")
+	cutDone := p.CutAfter([]byte("SET lease_until = now() + $3::float8"), faultproxy.PostgresReady)
+	code, v := s.post("/v1/heartbeat", ref(a))
+	select {
+	case <-cutDone:
+	default:
+		t.Fatalf("the heartbeat's reply was not cut (%d %v): the marker no longer matches its statement", code, v)
+	}
+	if code == 409 || v["code"] == "fenced" {
+		t.Fatalf("a heartbeat whose reply was lost = %d %v; want it not fenced: the claim holds", code, v)
+	}
+	if code != 200 {
+		want(t, "a heartbeat whose reply was lost", code, v, 503, "code", "store_unavailable")
+	}
+	code, v = s.post("/v1/heartbeat", ref(a))
+	want(t, "the heartbeat sent again", code, v, 200, "", "")
+	code, v = s.post("/v1/outcome", outcome(a, "succeeded", nil))
+	want(t, "outcome", code, v, 200, "status", "succeeded")
 }

@@ -491,13 +491,23 @@ func (s *Server) decide(reject bool) http.HandlerFunc {
 	}
 }
 
-// fail answers err as a problem.
+// fail answers err as a problem. The store's own errors stay in the
+// log: they name its address and its internals, which are not the
+// client's to know.
 func (s *Server) fail(w http.ResponseWriter, err error, kind string) {
 	p, status := problemOf(err, s.retryHint(kind))
 	if status >= 500 {
 		s.log.Warn("protocol: could not answer", "code", p.Code, "err", err)
+		p.Detail = serverDetail[p.Code]
 	}
 	writeProblem(w, status, p)
+}
+
+// serverDetail is what a client is told of an error of the server's.
+var serverDetail = map[string]string{
+	"store_unavailable": "the store did not answer in time: send the same request again after retry_after_ms; sent again, it applies once",
+	"not_recorded":      "the store did not answer while the outcome was written, and it may not be recorded: send the same request again; it is recorded once",
+	"internal":          "the server could not answer this request, and logged why: send the same request again later, or ask its operator",
 }
 
 // retryHint is when to ask again about an action of kind that another
