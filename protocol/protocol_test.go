@@ -75,6 +75,9 @@ type server struct {
 	c   *once.Client
 }
 
+// verifiersOf is the bridge a test gives newServer for a store's server.
+var verifiersOf = map[once.Store]*protocol.Verifiers{}
+
 func newServer(t *testing.T, store once.Store, cfg once.Config) *server {
 	t.Helper()
 	cfg.Store = store
@@ -85,7 +88,7 @@ func newServer(t *testing.T, store once.Store, cfg once.Config) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}, Operators: []string{operatorToken}})
+	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}, Operators: []string{operatorToken}, Verifiers: verifiersOf[store]})
 	if err != nil {
 		t.Fatal(err)
 	}

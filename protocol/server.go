@@ -68,6 +68,9 @@ type Config struct {
 	MaxWait time.Duration
 	// Logger logs what the server could not answer; nil discards.
 	Logger *slog.Logger
+	// Verifiers, when set, serves /v1/verify to client verifiers of the
+	// kinds whose KindPolicy.Verifier is its For.
+	Verifiers *Verifiers
 }
 
 // Server is the /v1 handler.
@@ -79,6 +82,7 @@ type Server struct {
 	maxWait   time.Duration
 	log       *slog.Logger
 	mux       *http.ServeMux
+	verifiers *Verifiers
 }
 
 // scope is what a token may do.
@@ -98,7 +102,7 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Workers)+len(cfg.Operators) == 0 {
 		return nil, errors.New("protocol: no token: give workers' or operators' bearer tokens; the protocol is not served open")
 	}
-	s := &Server{c: cfg.Client, maxBody: cfg.MaxBody, maxWait: cfg.MaxWait, log: cfg.Logger}
+	s := &Server{c: cfg.Client, maxBody: cfg.MaxBody, maxWait: cfg.MaxWait, log: cfg.Logger, verifiers: cfg.Verifiers}
 	for _, list := range []struct {
 		in  []string
 		out *[][32]byte
@@ -149,6 +153,8 @@ func routes(s *Server) []route {
 		{"POST", "/v1/heartbeat", worker, s.heartbeat},
 		{"POST", "/v1/outcome", worker, s.outcome},
 		{"GET", "/v1/actions/{key}", worker, s.get},
+		{"POST", "/v1/verify/take", worker, s.verifyTake},
+		{"POST", "/v1/verify/answer", worker, s.verifyAnswer},
 		{"POST", "/v1/actions/{key}/approve", operator, s.decide(false)},
 		{"POST", "/v1/actions/{key}/reject", operator, s.decide(true)},
 	}

@@ -1,0 +1,139 @@
+package protocol_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+	"github.com/oncehq/once/protocol"
+)
+
+// verifiedServer is /v1 over store with send_email verified by clients
+// of the protocol: a 1 s lease, and questions given up on after 3 s.
+func verifiedServer(t *testing.T, store once.Store) *server {
+	v := protocol.NewVerifiers()
+	verifiersOf[store] = v
+	t.Cleanup(func() { delete(verifiersOf, store) })
+	return newServer(t, store, once.Config{Kinds: map[string]once.KindPolicy{
+		"send_email": {Lease: time.Second, MaxExecution: 3 * time.Second, Recovery: once.VerifyThenDecide, Verifier: v.For("send_email"), MaxVerifyFailures: 2},
+	}})
+}
+
+// verifyOnce takes one question for send_email, as a client verifier
+// does, checks it is about attempt 1 of key, and answers it.
+func verifyOnce(t *testing.T, s *server, key string, answer map[string]any) {
+	t.Helper()
+	code, v := s.post("/v1/verify/take", map[string]any{"kinds": []string{"send_email"}, "wait_ms": 10000})
+	qs, _ := v["questions"].([]any)
+	if code != 200 || len(qs) != 1 {
+		t.Errorf("take = %d %v; want one question", code, v)
+		return
+	}
+	q := qs[0].(map[string]any)
+	if q["key"] != key || q["attempt"] != 1.0 || q["provider_key"] != key || q["answer_within_ms"].(float64) <= 0 {
+		t.Errorf("question %v; want attempt 1 of %s with its provider key and a time to answer in", q, key)
+		return
+	}
+	if p, _ := json.Marshal(q["payload"]); string(p) != `{"subject":"hello"}` {
+		t.Errorf("question's payload %s", p)
+	}
+	answer["question"] = q["question"]
+	code, v = s.post("/v1/verify/answer", answer)
+	if code != 200 || v["received"] != true {
+		t.Errorf("answer = %d %v", code, v)
+	}
+	// Sent again (its reply lost), it was received; another verdict
+	// for the same question is a conflict.
+	if code, v = s.post("/v1/verify/answer", answer); code != 200 || v["received"] != true {
+		t.Errorf("the same answer sent again = %d %v; want received", code, v)
+	}
+	other := map[string]any{"question": q["question"], "verdict": "cannot_tell", "error": "the provider is down"}
+	if code, v = s.post("/v1/verify/answer", other); code != 409 {
+		t.Errorf("another verdict for the question = %d %v; want 409", code, v)
+	}
+}
+
+// TestClientVerifierDecides: a claim whose worker died is decided by a
+// verifier that is a client of the protocol: landed, the duplicate
+// that met the dead claim is answered with the verifier's result, and
+// nothing runs again; not landed, the duplicate takes it over.
+func TestClientVerifierDecides(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, c := range []struct {
+				verdict map[string]any
+				want    string
+			}{
+				{map[string]any{"verdict": "landed", "result": map[string]any{"id": "msg-1"}}, "replayed"},
+				{map[string]any{"verdict": "not_landed"}, "claimed"},
+			} {
+				t.Run(c.verdict["verdict"].(string), func(t *testing.T) {
+					s := verifiedServer(t, open(t))
+					in := wireIntent(1, map[string]any{"subject": "hello"})
+					code, dead := s.post("/v1/claim", claimBody(in))
+					want(t, "claim", code, dead, 200, "answer", "claimed")
+					time.Sleep(1500 * time.Millisecond) // its worker died; the lease lapses
+
+					var wg sync.WaitGroup
+					wg.Go(func() { verifyOnce(t, s, dead["key"].(string), c.verdict) })
+					code, v := s.post("/v1/claim", claimBody(in))
+					wg.Wait()
+					want(t, "the duplicate that met the dead claim", code, v, 200, "answer", c.want)
+					got, err := s.c.Get(t.Context(), once.Key(dead["key"].(string)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch c.want {
+					case "replayed":
+						if r, _ := json.Marshal(v["result"]); string(r) != `{"id":"msg-1"}` || got.Status != once.StatusSucceeded || got.Attempt != 1 {
+							t.Fatalf("replayed %s; row %s at attempt %d; want the verifier's result at attempt 1", r, got.Status, got.Attempt)
+						}
+					case "claimed":
+						if v["attempt"] != 2.0 || got.Status != once.StatusInFlight {
+							t.Fatalf("claimed attempt %v; row %s; want attempt 2 in flight", v["attempt"], got.Status)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestClientVerifierAbsent: with no client verifier taking questions,
+// the question is given up on at MaxExecution as a verifier that could
+// not tell, and after MaxVerifyFailures the action goes to review: it
+// is never decided without one, nor run again. A take for a kind not
+// verified by clients is refused.
+func TestClientVerifierAbsent(t *testing.T) {
+	s := verifiedServer(t, stores(t)["sqlite"](t))
+	code, v := s.post("/v1/verify/take", map[string]any{"kinds": []string{"charge_card"}})
+	want(t, "take of a kind not verified by clients", code, v, 400, "code", "not_client_verified")
+	code, v = s.post("/v1/verify/answer", map[string]any{"question": "no-such-question", "verdict": "not_landed"})
+	want(t, "answer of no question", code, v, 404, "code", "no_such_question")
+
+	in := wireIntent(1, map[string]any{"subject": "hello"})
+	code, dead := s.post("/v1/claim", claimBody(in))
+	want(t, "claim", code, dead, 200, "answer", "claimed")
+	time.Sleep(1500 * time.Millisecond)
+	code, v = s.post("/v1/claim", claimBody(in))
+	if code != 409 || (v["code"] != "in_flight" && v["code"] != "outcome_unknown") {
+		t.Fatalf("a duplicate with no verifier answering = %d %v; want 409, the action undecided", code, v)
+	}
+	got, err := s.c.Get(t.Context(), once.Key(dead["key"].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.VerifyFailures != 1 || got.Attempt != 1 {
+		t.Fatalf("row %s at attempt %d with %d verifier failures; want 1 failure, attempt 1", got.Status, got.Attempt, got.VerifyFailures)
+	}
+	evs, err := s.c.Events(t.Context(), got.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1]; !strings.Contains(last.Note, "no client verifier of kind") {
+		t.Fatalf("the trail's last event says %q; want that no client verifier took the question", last.Note)
+	}
+}
