@@ -174,3 +174,112 @@ func TestHeartbeatWhoseReplyIsLostIsNotFenced(t *testing.T) {
 	code, v = s.post("/v1/outcome", outcome(a, "succeeded", nil))
 	want(t, "outcome", code, v, 200, "status", "succeeded")
 }
+
+// Markers of the PostgreSQL store's statements, as its queries.sql has
+// them: the claim of a new key, and a transition (an outcome).
+const (
+	claimMarker      = "ON CONFLICT (key) DO NOTHING"
+	transitionMarker = "WITH u AS ("
+)
+
+// TestClaimWhoseStoreReplyIsLost: the database commits a claim and its
+// reply is lost (cut), or never comes (hung): the server reads the row
+// back, and the client is answered claimed, or told to send the claim
+// again; sent again, it gets the same attempt. Nothing is claimed twice.
+func TestClaimWhoseStoreReplyIsLost(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cut", true: "hung"}[hang], func(t *testing.T) {
+			s, p := cutServer(t, once.Config{ClaimTimeout: time.Second, Default: once.KindPolicy{Lease: 30 * time.Second}})
+			arm := p.CutAfter
+			if hang {
+				arm = p.HangAfter
+			}
+			done := arm([]byte(claimMarker), faultproxy.PostgresReady)
+			body := claimBody(wireIntent(1, map[string]any{"subject": "hello"}))
+			code, first := s.post("/v1/claim", body)
+			select {
+			case <-done:
+			default:
+				t.Fatalf("the claim's reply was not lost (%d %v): the marker no longer matches its statement", code, first)
+			}
+			if code != 200 {
+				want(t, "a claim whose reply the database lost", code, first, 503, "code", "store_unavailable")
+			}
+			if hang {
+				p.Reset() // the hung connection is closed, as a pool's would be in time
+			}
+			code, again := s.post("/v1/claim", body)
+			want(t, "the claim sent again", code, again, 200, "answer", "claimed")
+			if first["token"] != nil && (again["token"] != first["token"] || again["attempt"] != first["attempt"]) {
+				t.Fatalf("the claim sent again = %v; want the attempt first answered, %v", again, first)
+			}
+			if again["attempt"] != 1.0 {
+				t.Fatalf("the claim sent again is attempt %v; want 1: nothing was claimed twice", again["attempt"])
+			}
+			code, v := s.post("/v1/outcome", outcome(again, "succeeded", nil))
+			want(t, "outcome", code, v, 200, "status", "succeeded")
+			evs, err := s.c.Events(t.Context(), once.Key(again["key"].(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims := 0
+			for _, e := range evs {
+				if e.Type == once.EventClaimed {
+					claims++
+				}
+			}
+			if claims != 1 {
+				t.Fatalf("%d claims in the trail; want 1", claims)
+			}
+		})
+	}
+}
+
+// TestOutcomeWhoseStoreReplyIsLost: the database commits an outcome
+// and its reply is lost (cut) or never comes (hung): the server reads it
+// back or tries again, and answers succeeded, or not_recorded to be
+// sent again; sent again, it is succeeded, and recorded once.
+func TestOutcomeWhoseStoreReplyIsLost(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cut", true: "hung"}[hang], func(t *testing.T) {
+			s, p := cutServer(t, once.Config{RecordTimeout: 2 * time.Second, Default: once.KindPolicy{Lease: 30 * time.Second}})
+			code, a := s.post("/v1/claim", claimBody(wireIntent(1, map[string]any{"subject": "hello"})))
+			want(t, "claim", code, a, 200, "answer", "claimed")
+			arm := p.CutAfter
+			if hang {
+				arm = p.HangAfter
+			}
+			done := arm([]byte(transitionMarker), faultproxy.PostgresReady)
+			settle := outcome(a, "succeeded", map[string]any{"result": map[string]any{"id": "msg-1"}})
+			code, v := s.post("/v1/outcome", settle)
+			select {
+			case <-done:
+			default:
+				t.Fatalf("the outcome's reply was not lost (%d %v): the marker no longer matches its statement", code, v)
+			}
+			if code != 200 {
+				if code != 503 {
+					t.Fatalf("an outcome whose reply the database lost = %d %v; want 200 or 503", code, v)
+				}
+				if hang {
+					p.Reset()
+				}
+				code, v = s.post("/v1/outcome", settle)
+			}
+			want(t, "the outcome", code, v, 200, "status", "succeeded")
+			evs, err := s.c.Events(t.Context(), once.Key(a["key"].(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, e := range evs {
+				if e.Type == once.EventSucceeded {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%d successes in the trail; want 1", n)
+			}
+		})
+	}
+}

@@ -137,3 +137,34 @@ func TestClientVerifierAbsent(t *testing.T) {
 		t.Fatalf("the trail's last event says %q; want that no client verifier took the question", last.Note)
 	}
 }
+
+// TestClientVerifierTooLate: a verifier that takes a question and
+// answers after answer_within_ms (it paused past the recoverer's
+// patience) is told its answer came too late, and the answer decides
+// nothing: the action was counted as undecided, and is asked again.
+func TestClientVerifierTooLate(t *testing.T) {
+	s := verifiedServer(t, stores(t)["sqlite"](t))
+	in := wireIntent(1, map[string]any{"subject": "hello"})
+	code, dead := s.post("/v1/claim", claimBody(in))
+	want(t, "claim", code, dead, 200, "answer", "claimed")
+	time.Sleep(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.post("/v1/claim", claimBody(in)) })
+	code, v := s.post("/v1/verify/take", map[string]any{"kinds": []string{"send_email"}, "wait_ms": 10000})
+	qs, _ := v["questions"].([]any)
+	if code != 200 || len(qs) != 1 {
+		t.Fatalf("take = %d %v", code, v)
+	}
+	q := qs[0].(map[string]any)
+	time.Sleep(time.Duration(q["answer_within_ms"].(float64))*time.Millisecond + 2*time.Second)
+	wg.Wait()
+	code, v = s.post("/v1/verify/answer", map[string]any{"question": q["question"], "verdict": "landed", "result": "late"})
+	want(t, "an answer after answer_within_ms", code, v, 404, "code", "no_such_question")
+	got, err := s.c.Get(t.Context(), once.Key(dead["key"].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status == once.StatusSucceeded || got.VerifyFailures != 1 {
+		t.Fatalf("row %s with %d verifier failures after a late answer; want it undecided, 1 failure", got.Status, got.VerifyFailures)
+	}
+}
