@@ -84,6 +84,9 @@ type Client struct {
 	verifiable Verifiable
 	// origin is Config.Origin, or host:pid.
 	origin string
+	// carried is the policy of one kind Config.Kinds does not name, as a
+	// remote worker's claim carried it (Carrying).
+	carried *carriedKind
 	// schema is the newest migration the store knows (knownSchema).
 	schemaOnce sync.Once
 	schema     int
@@ -213,7 +216,51 @@ func (c *Client) Policy(kind string) KindPolicy {
 	if p, ok := c.kinds[kind]; ok {
 		return p
 	}
+	if c.carried != nil && c.carried.kind == kind {
+		return c.carried.pol
+	}
 	return c.def
+}
+
+type carriedKind struct {
+	kind string
+	pol  KindPolicy
+}
+
+// Carrying returns a copy of c whose policy for kind is p over
+// Config.Default: what a server uses for a remote worker whose claim
+// carries its own policy, as a Go worker's Config would. Only a kind
+// Config.Kinds does not name may be carried (a kind c configures is
+// pinned, and a worker cannot weaken it), and only what needs nothing
+// of this process: p may set Lease, MaxExecution, Retention and
+// Recovery AskPerson or RetryWithProviderKey, not a verifier, a
+// re-drive or an approval. The copy takes the same VerifyThenDecide
+// actions as c, and no others. It does no I/O.
+func (c *Client) Carrying(kind string, p KindPolicy) (*Client, error) {
+	switch {
+	case kind == "":
+		return nil, fmt.Errorf("once: Carrying needs a kind: %w", ErrInvalidIntent)
+	case c.Configured(kind):
+		return nil, fmt.Errorf("once: kind %q is configured here, and its policy pinned: a carried one cannot change it: %w", kind, ErrInvalidIntent)
+	case p.Recovery == VerifyThenDecide || p.Verifier != nil:
+		return nil, fmt.Errorf("once: a carried policy cannot verify (kind %q): a verifier is the configuring process's; configure the kind where its verifier runs: %w", kind, ErrInvalidIntent)
+	case p.Redrive != nil || p.RedriveAfter != 0 || p.Approval.set() || p.Approval.Expiry != 0 || p.Approval.OnExpiry != "" || p.MaxVerifyFailures != 0 || p.VerifyBackoff != 0:
+		return nil, fmt.Errorf("once: a carried policy sets Lease, MaxExecution, Retention and Recovery only (kind %q): %w", kind, ErrInvalidIntent)
+	}
+	name := fmt.Sprintf("carried policy of %q", kind)
+	if err := p.validate(name); err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ErrInvalidIntent)
+	}
+	raw := p
+	p = p.withDefaults(c.def)
+	if err := p.validateMerged(name, raw); err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ErrInvalidIntent)
+	}
+	return &Client{
+		store: c.store, def: c.def, kinds: c.kinds, maxPayload: c.maxPayload, maxResult: c.maxResult,
+		recordTimeout: c.recordTimeout, claimTimeout: c.claimTimeout, log: c.log, hooks: c.hooks,
+		verifiable: c.verifiable, origin: c.origin, carried: &carriedKind{kind: kind, pol: p},
+	}, nil
 }
 
 // prepare validates an intent and turns it into a claim request. It is

@@ -209,3 +209,56 @@ func TestApprovalPolicyValidated(t *testing.T) {
 		t.Errorf("without any approval configured: %+v; want none, with the default expiry", p)
 	}
 }
+
+// Carrying: a copy of the client whose policy for one kind is the one a
+// remote worker's claim carried. The claim is held under it and its
+// recovery recorded; the client it was copied from is unchanged; a kind
+// the client configures is pinned; a carried policy cannot verify,
+// re-drive or ask for approval.
+func TestCarrying(t *testing.T) {
+	c, s := newClient(t, once.Config{
+		Default: once.KindPolicy{Lease: time.Minute},
+		Kinds:   map[string]once.KindPolicy{"pinned": {Lease: 2 * time.Minute}},
+	})
+	cc, err := c.Carrying("send_email", once.KindPolicy{Lease: 5 * time.Second, Recovery: once.RetryWithProviderKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cc.Policy("send_email"); p.Lease != 5*time.Second || p.Recovery != once.RetryWithProviderKey || p.MaxExecution != c.Policy("").MaxExecution {
+		t.Fatalf("carried policy %+v; want the lease and recovery carried over Default's", p)
+	}
+	if p := c.Policy("send_email"); p.Lease != time.Minute {
+		t.Fatalf("the client copied from has %v for the kind; want Default's minute, unchanged", p.Lease)
+	}
+	if p := cc.Policy("pinned"); p.Lease != 2*time.Minute {
+		t.Fatalf("the copy's pinned kind %+v", p)
+	}
+	in := once.Intent{Run: "r", Step: 1, Kind: "send_email", Target: "ada@example.com"}
+	a, err := cc.Claim(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := s.Get(context.Background(), a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(row.LeaseUntil); left > 10*time.Second || row.Recovery != once.RetryWithProviderKey {
+		t.Fatalf("the claim holds for %v under %v; want the carried 5s lease and recovery", left, row.Recovery)
+	}
+	for _, bad := range []struct {
+		kind string
+		p    once.KindPolicy
+	}{
+		{"pinned", once.KindPolicy{Lease: time.Second}},
+		{"", once.KindPolicy{}},
+		{"k", once.KindPolicy{Recovery: once.VerifyThenDecide}},
+		{"k", once.KindPolicy{Approval: once.ApprovalPolicy{Always: true}}},
+		{"k", once.KindPolicy{Redrive: func(context.Context, once.Action) error { return nil }}},
+		{"k", once.KindPolicy{Lease: time.Millisecond}},
+		{"k", once.KindPolicy{MaxExecution: -time.Second}},
+	} {
+		if _, err := c.Carrying(bad.kind, bad.p); !errors.Is(err, once.ErrInvalidIntent) {
+			t.Errorf("Carrying(%q, %+v) = %v; want it refused as invalid", bad.kind, bad.p, err)
+		}
+	}
+}

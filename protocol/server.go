@@ -83,6 +83,7 @@ type Server struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	verifiers *Verifiers
+	carriers  carriers
 }
 
 // scope is what a token may do.
@@ -312,6 +313,11 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	c, p, status := s.clientFor(in.Kind, req.Policy)
+	if p != nil {
+		writeProblem(w, status, *p)
+		return
+	}
 	// A claim on its way goes on if the client goes away, and one won
 	// is kept: the same request sent again (its write token) finds it,
 	// and may be answering it already (once.ClaimID). The wait ends
@@ -319,7 +325,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 	wait := time.Duration(req.WaitMS) * time.Millisecond
 	ctx, cancel := context.WithTimeout(r.Context(), wait+time.Minute)
 	defer cancel()
-	a, err := s.c.Claim(ctx, in, once.ClaimID(req.Write), once.WaitFor(wait))
+	a, err := c.Claim(ctx, in, once.ClaimID(req.Write), once.WaitFor(wait))
 	if err != nil {
 		var rep *once.ReplayedError
 		var failed *once.FailedError
@@ -334,7 +340,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	pol := s.c.Policy(in.Kind)
+	pol := c.Policy(in.Kind)
 	writeJSON(w, http.StatusOK, ClaimAnswer{
 		Answer: AnswerClaimed, Key: string(a.Key), Fingerprint: string(f), Attempt: a.Number,
 		Token: a.Token, ProviderKey: a.ProviderKey,
@@ -364,6 +370,19 @@ func (s *Server) attempt(w http.ResponseWriter, ctx context.Context, ref Attempt
 	if err != nil {
 		s.fail(w, err, "")
 		return nil, false
+	}
+	c, p, status := s.clientFor(a.Intent.Kind, ref.Policy)
+	switch {
+	case p != nil:
+		writeProblem(w, status, *p)
+		return nil, false
+	case c != s.c:
+		// Rebuilt again under the carried policy: a heartbeat renews
+		// the lease the claim carried.
+		if a, err = c.Attempt(ctx, once.Key(ref.Key), ref.Attempt, ref.Token); err != nil {
+			s.fail(w, err, "")
+			return nil, false
+		}
 	}
 	return a, true
 }

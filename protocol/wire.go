@@ -49,6 +49,20 @@ type ClaimRequest struct {
 	// WaitMS waits up to this long for another attempt's outcome
 	// (once.WaitFor); at most MaxWait.
 	WaitMS int64 `json:"wait_ms,omitempty"`
+	// Policy is the client's policy for the intent's kind, as a Go
+	// worker's Config holds it; a kind the server pins refuses a
+	// different one.
+	Policy *Policy `json:"policy,omitempty"`
+}
+
+// Policy is a kind's policy as a client carries it (once.Client.Carrying):
+// what a worker may choose for a kind the server does not pin. Zero
+// fields are the server's default.
+type Policy struct {
+	LeaseMS        int64  `json:"lease_ms,omitempty"`
+	MaxExecutionMS int64  `json:"max_execution_ms,omitempty"`
+	RetentionMS    int64  `json:"retention_ms,omitempty"`
+	Recovery       string `json:"recovery,omitempty"`
 }
 
 // Answers of a claim that is not a problem.
@@ -89,6 +103,9 @@ type AttemptRef struct {
 	Key     string `json:"key"`
 	Attempt int    `json:"attempt"`
 	Token   string `json:"token"`
+	// Policy is the one the claim carried, if it carried one: a
+	// heartbeat renews the lease it says.
+	Policy *Policy `json:"policy,omitempty"`
 }
 
 // HeartbeatAnswer says how long the claim holds now.
