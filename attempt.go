@@ -391,6 +391,22 @@ func (a Attempt) settle(ctx context.Context, want Status, value any, ferr error)
 	return err
 }
 
+// Settled reports the status this attempt's outcome left its action in,
+// once a settling method recorded it without error: succeeded, failed,
+// released, or what the kind's recovery made of an unknown outcome
+// (unknown, review, released). ok is false before then.
+func (a Attempt) Settled() (status Status, ok bool) {
+	if a.h == nil {
+		return "", false
+	}
+	a.h.mu.Lock()
+	defer a.h.mu.Unlock()
+	if d := a.h.done; d != nil && d.err == nil {
+		return d.status, true
+	}
+	return "", false
+}
+
 // settleToken is the token an attempt's outcome to is written with,
 // made from the claim's token: settling again, in any process that holds
 // the claim's token, recognises its own write.

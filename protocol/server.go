@@ -450,6 +450,10 @@ func (s *Server) outcome(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err, a.Intent.Kind)
 		return
 	}
+	if st, ok := a.Settled(); ok {
+		writeJSON(w, http.StatusOK, OutcomeAnswer{Status: string(st)})
+		return
+	}
 	cur, err := s.c.Get(ctx, a.Key)
 	if err != nil {
 		// Recorded, and the read after it failed: the status the
