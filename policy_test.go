@@ -262,3 +262,22 @@ func TestCarrying(t *testing.T) {
 		}
 	}
 }
+
+// Settled says what an attempt's outcome left its action in, once it
+// is recorded: what the kind's recovery made of an unknown outcome.
+func TestAttemptSettled(t *testing.T) {
+	c, _ := newClient(t, once.Config{Default: once.KindPolicy{Recovery: once.RetryWithProviderKey}})
+	a, err := c.Claim(context.Background(), once.Intent{Run: "r", Step: 1, Kind: "send_email"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := a.Settled(); ok {
+		t.Fatalf("Settled before any outcome = %v", st)
+	}
+	if err := a.Unknown(context.Background(), errors.New("timed out")); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := a.Settled(); !ok || st != once.StatusReleased {
+		t.Fatalf("Settled after an unknown outcome under RetryWithProviderKey = %v, %v; want released", st, ok)
+	}
+}
