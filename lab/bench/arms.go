@@ -160,6 +160,12 @@ func (r *runner) worker(arm string) work {
 		}
 	case ArmSQLiteRaw:
 		return r.sqliteRaw.worker(rng)
+	case ArmProtocol:
+		return r.protocolNew(site.protocol, run)
+	case ArmReplayProtocol:
+		return r.protocolReplay(site.protocol, site, rng)
+	case ArmSQLiteProtocol:
+		return r.protocolNew(r.sqliteProtocol, run)
 	}
 	return func(context.Context) (int, error) { return 0, fmt.Errorf("no arm %q", arm) }
 }

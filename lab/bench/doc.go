@@ -17,6 +17,12 @@
 //   - sqlite_raw, sqlite_do_unbatched and sqlite_do: raw, and Do on the
 //     sqlite store with group commit off and as configured by default
 //     (group commit), on SQLite files opened with the store's pragmas.
+//   - protocol, replay_protocol and sqlite_protocol: do's, replay_do's
+//     and sqlite_do's action over the protocol (/v1) instead of a call:
+//     net/http's client posts claim (and, for a new key, outcome) to the
+//     protocol's handler, served in the same process on a loopback port
+//     over the client the Do arm uses. Their ratio over that arm is what
+//     the HTTP hop costs.
 //
 // At each worker count the arms run in rounds, each for the same time
 // with that many goroutines, in an order rotated by one every round, so

@@ -19,24 +19,33 @@ const (
 	ArmRawBatched  = "raw_batched"
 	ArmDoUnbatched = "do_unbatched"
 	ArmDo          = "do"
-	ArmReplayRaw   = "replay_raw"
-	ArmReplayDo    = "replay_do"
-	ArmSQLiteRaw   = "sqlite_raw"
+	// ArmProtocol is do's action over the protocol (/v1): claim, then
+	// outcome, from net/http's client to the handler served on loopback
+	// over do's client.
+	ArmProtocol  = "protocol"
+	ArmReplayRaw = "replay_raw"
+	ArmReplayDo  = "replay_do"
+	// ArmReplayProtocol is replay_do's claim over the protocol.
+	ArmReplayProtocol = "replay_protocol"
+	ArmSQLiteRaw      = "sqlite_raw"
 	// ArmSQLiteDoUnbatched is sqlite_do with sqlite.Config.Unbatched:
 	// every claim and outcome a transaction of its own.
 	ArmSQLiteDoUnbatched = "sqlite_do_unbatched"
 	ArmSQLiteDo          = "sqlite_do"
+	// ArmSQLiteProtocol is protocol over sqlite_do's client.
+	ArmSQLiteProtocol = "sqlite_protocol"
 )
 
 // Arms lists every arm, in report order.
 func Arms() []string {
-	return []string{ArmRaw, ArmRawBatched, ArmDoUnbatched, ArmDo, ArmReplayRaw, ArmReplayDo, ArmSQLiteRaw, ArmSQLiteDoUnbatched, ArmSQLiteDo}
+	return []string{ArmRaw, ArmRawBatched, ArmDoUnbatched, ArmDo, ArmProtocol, ArmReplayRaw, ArmReplayDo, ArmReplayProtocol,
+		ArmSQLiteRaw, ArmSQLiteDoUnbatched, ArmSQLiteDo, ArmSQLiteProtocol}
 }
 
 // isSQLite reports an arm that runs on SQLite files rather than on the
 // PostgreSQL pool.
 func isSQLite(arm string) bool {
-	return arm == ArmSQLiteRaw || arm == ArmSQLiteDoUnbatched || arm == ArmSQLiteDo
+	return arm == ArmSQLiteRaw || arm == ArmSQLiteDoUnbatched || arm == ArmSQLiteDo || arm == ArmSQLiteProtocol
 }
 
 // EmptySuffix ends the name of an arm's twin on the empty log. With

@@ -19,8 +19,11 @@ type Report struct {
 	// Ratios compares pairs of arms: "A/B@W" is the median, over the
 	// rounds, of A's actions per second divided by B's in the same round,
 	// with W workers. Above 1, A did more per second. The pairs are
-	// do_unbatched/raw, do/raw, do/raw_batched, replay_do/replay_raw and
-	// sqlite_do/sqlite_raw, where both arms ran; with Scale, the same
+	// do_unbatched/raw, do/raw, do/raw_batched, replay_do/replay_raw,
+	// sqlite_do_unbatched/sqlite_raw and sqlite_do/sqlite_raw (once over
+	// the hand-written floor), and protocol/do, replay_protocol/replay_do
+	// and sqlite_protocol/sqlite_do (the HTTP hop over the Do it
+	// serves), where both arms ran; with Scale, the same
 	// between the twins on the empty log, and each arm over its twin:
 	// "do/do_empty@16" is what the filled log leaves of do's rate.
 	Ratios map[string]float64 `json:"ratios"`
@@ -77,7 +80,7 @@ type ArmResult struct {
 }
 
 // ratioPairs are the comparisons a report makes: once against the floor
-// it stands on.
+// it stands on, and the protocol against the Do beneath it.
 var ratioPairs = [][2]string{
 	{ArmDoUnbatched, ArmRaw},
 	{ArmDo, ArmRaw},
@@ -85,6 +88,10 @@ var ratioPairs = [][2]string{
 	{ArmReplayDo, ArmReplayRaw},
 	{ArmSQLiteDoUnbatched, ArmSQLiteRaw},
 	{ArmSQLiteDo, ArmSQLiteRaw},
+	// What the HTTP hop costs: the protocol over the Do it serves.
+	{ArmProtocol, ArmDo},
+	{ArmReplayProtocol, ArmReplayDo},
+	{ArmSQLiteProtocol, ArmSQLiteDo},
 }
 
 // comparedPairs are ratioPairs, the same between the twins on the empty

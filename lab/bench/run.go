@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,15 @@ type runner struct {
 	// of its own file with group commit off.
 	sqliteDoUnbatched *once.Client
 	sqliteRaw         *sqliteRaw
+	// sqliteProtocol is the protocol's URL over sqliteDo, for
+	// sqlite_protocol.
+	sqliteProtocol string
+
+	// token is the workers' bearer token of the run's protocol
+	// servers, http the client the protocol arms send through (see
+	// protocol.go); nil without a protocol arm.
+	token string
+	http  *http.Client
 
 	// serial numbers the workers, so each runs intents of its own.
 	serial atomic.Int64
@@ -79,6 +89,9 @@ type site struct {
 	// The two stores of the Do arms share the schema's tables.
 	doStore, doUnbatchedStore *postgres.Store
 	do, doUnbatched           *once.Client
+	// protocol is the URL of the protocol served over do, for the
+	// protocol arms; empty without one.
+	protocol string
 	// replayKeys are the raw table's finished keys replay_raw reads;
 	// replayRun and replaySteps the finished intents replay_do runs.
 	replayKeys  []string
@@ -208,8 +221,8 @@ func (r *runner) setUp(ctx context.Context) error {
 			return fmt.Errorf("filling replay_raw's keys: %w", err)
 		}
 	}
-	if r.has(ArmReplayDo) {
-		r.setupNote(fmt.Sprintf("%d finished actions for replay_do", r.opts.ReplayKeys))
+	if r.has(ArmReplayDo) || r.has(ArmReplayProtocol) {
+		r.setupNote(fmt.Sprintf("%d finished actions for replay_do and replay_protocol", r.opts.ReplayKeys))
 		if err := r.prefillReplayDo(ctx, fresh); err != nil {
 			return fmt.Errorf("filling replay_do's actions: %w", err)
 		}
@@ -279,6 +292,11 @@ func (r *runner) newSite(ctx context.Context, schema string) (*site, error) {
 	}
 	if s.doUnbatched, err = once.New(once.Config{Store: s.doUnbatchedStore}); err != nil {
 		return nil, err
+	}
+	if r.has(ArmProtocol) || r.has(ArmReplayProtocol) {
+		if s.protocol, err = r.serveProtocol(s.do); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

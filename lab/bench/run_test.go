@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 // checks the report's shape and counts: every arm at every worker count
 // did something, the PostgreSQL arms have commit and WAL figures and the
 // SQLite ones none, every ratio is there, and the tables hold exactly
-// the rows the arms say they wrote (so the replay arms wrote none). It
+// the rows the arms say they wrote (so the replay arms wrote none, and
+// the protocol arm one per action, as do). It
 // asserts nothing about speed.
 func TestRunEveryArm(t *testing.T) {
 	url := testdb.RequirePostgres(t)
@@ -104,10 +105,12 @@ func TestRunEveryArm(t *testing.T) {
 	var want []string
 	for _, w := range workers {
 		for _, p := range [][2]string{{"do_unbatched", "raw"}, {"do", "raw"}, {"do", "raw_batched"}, {"replay_do", "replay_raw"}, {"sqlite_do", "sqlite_raw"}, {"sqlite_do_unbatched", "sqlite_raw"},
-			{"do_unbatched_empty", "raw_empty"}, {"do_empty", "raw_empty"}, {"do_empty", "raw_batched_empty"}, {"replay_do_empty", "replay_raw_empty"}} {
+			{"protocol", "do"}, {"replay_protocol", "replay_do"}, {"sqlite_protocol", "sqlite_do"},
+			{"do_unbatched_empty", "raw_empty"}, {"do_empty", "raw_empty"}, {"do_empty", "raw_batched_empty"}, {"replay_do_empty", "replay_raw_empty"},
+			{"protocol_empty", "do_empty"}, {"replay_protocol_empty", "replay_do_empty"}} {
 			want = append(want, bench.RatioKey(p[0], p[1], w))
 		}
-		for _, a := range []string{"raw", "raw_batched", "do_unbatched", "do", "replay_raw", "replay_do"} {
+		for _, a := range []string{"raw", "raw_batched", "do_unbatched", "do", "protocol", "replay_raw", "replay_do", "replay_protocol"} {
 			want = append(want, bench.RatioKey(a, a+"_empty", w))
 		}
 	}
@@ -170,8 +173,9 @@ func TestRunEveryArm(t *testing.T) {
 		if n, want := count(c.schema, "raw_action"), c.filled+written["raw"+c.suffix]+written["raw_batched"+c.suffix]; n != want {
 			t.Errorf("%s: the raw table has %d rows, want %d: %d filled, %d raw, %d raw_batched", c.schema, n, want, c.filled, written["raw"+c.suffix], written["raw_batched"+c.suffix])
 		}
-		if n, want := count(c.schema, "once_action"), c.filled+written["do"+c.suffix]+written["do_unbatched"+c.suffix]; n != want {
-			t.Errorf("%s: the action log has %d rows, want %d: %d filled, %d do, %d do_unbatched", c.schema, n, want, c.filled, written["do"+c.suffix], written["do_unbatched"+c.suffix])
+		if n, want := count(c.schema, "once_action"), c.filled+written["do"+c.suffix]+written["do_unbatched"+c.suffix]+written["protocol"+c.suffix]; n != want {
+			t.Errorf("%s: the action log has %d rows, want %d: %d filled, %d do, %d do_unbatched, %d protocol", c.schema, n, want, c.filled,
+				written["do"+c.suffix], written["do_unbatched"+c.suffix], written["protocol"+c.suffix])
 		}
 		var unfinished int64
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM `+pgx.Identifier{c.schema, "once_action"}.Sanitize()+` WHERE status <> 'succeeded'`).Scan(&unfinished); err != nil || unfinished != 0 {
@@ -179,7 +183,7 @@ func TestRunEveryArm(t *testing.T) {
 		}
 	}
 	for _, a := range rep.Arms {
-		if a.Name == bench.ArmReplayRaw || a.Name == bench.ArmReplayDo {
+		if a.Name == bench.ArmReplayRaw || a.Name == bench.ArmReplayDo || a.Name == bench.ArmReplayProtocol {
 			// Other tests share the cluster and write WAL meanwhile, so
 			// the replays' figure is logged, not asserted.
 			t.Logf("%s with %d workers: %v WAL bytes and %v commits per action", a.Name, a.Workers, *a.WALBytesPerAction, *a.CommitsPerAction)

@@ -64,6 +64,11 @@ func (r *runner) openSQLite(ctx context.Context) error {
 	if r.sqliteDo, err = once.New(once.Config{Store: r.sqliteStore}); err != nil {
 		return err
 	}
+	if r.has(ArmSQLiteProtocol) {
+		if r.sqliteProtocol, err = r.serveProtocol(r.sqliteDo); err != nil {
+			return err
+		}
+	}
 	unbatched, err := sqlite.Open(filepath.Join(dir, "once-unbatched.db"), sqlite.Config{Unbatched: true})
 	if err != nil {
 		return err
