@@ -128,7 +128,8 @@ class Agent:
         if os.environ.get("KILL_AT"):
             s, _, phase = os.environ["KILL_AT"].partition(":")
             if not s.isdigit() or phase not in PHASES:
-                raise SystemExit("agent: KILL_AT=%r; give STEP:PHASE, PHASE one of %s" % (os.environ["KILL_AT"], ", ".join(PHASES)))
+                print("agent: KILL_AT=%r; give STEP:PHASE, PHASE one of %s" % (os.environ["KILL_AT"], ", ".join(PHASES)), file=sys.stderr)
+                raise SystemExit(2)
             self.kill_at = (int(s), phase)
 
     def die_at(self, step, phase):
@@ -366,6 +367,15 @@ def main(argv):
     p.add_argument("--key-by", choices=("step", "tool-call-id"), default="step",
                    help="key tool calls by run and step (right) or by the model's tool-call id (the counterexample)")
     opts = p.parse_args(argv)
+    # Checked here: a flag that is wrong must not surface inside an
+    # effect, where any error means its outcome is unknown.
+    host, _, port = opts.smtp.rpartition(":")
+    if not host or not port.isdigit():
+        p.error("--smtp %r is not HOST:PORT" % opts.smtp)
+    for flag, url in (("--provider", opts.provider), ("--mailbox", opts.mailbox)):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme != "http" or not u.hostname:
+            p.error("%s %r is not an http:// URL" % (flag, url))
     if not os.environ.get("ONCE_URL") or not os.environ.get("ONCE_TOKEN"):
         print("agent: set ONCE_URL (the once server) and ONCE_TOKEN (a worker token)", file=sys.stderr)
         return 2

@@ -535,7 +535,15 @@ async function main(argv: string[]): Promise<number> {
     const keyBy = values["key-by"];
     if (keyBy !== "step" && keyBy !== "tool-call-id") throw new Usage(`--key-by is step or tool-call-id, not ${JSON.stringify(keyBy)}`);
     opts = { run: values.run, customer: values.customer, smtp: values.smtp!, provider: values.provider!, mailbox: values.mailbox!, keyBy };
+    // Checked here: a flag that is wrong must not surface inside an
+    // effect, where any error means its outcome is unknown.
     splitHostPort(opts.smtp);
+    for (const [flag, url] of [
+      ["--provider", opts.provider],
+      ["--mailbox", opts.mailbox],
+    ]) {
+      if (!URL.canParse(url) || new URL(url).protocol !== "http:") throw new Usage(`${flag} ${JSON.stringify(url)} is not an http:// URL`);
+    }
   } catch (e) {
     process.stderr.write(`agent: ${(e as Error).message}\n`);
     return 2;
