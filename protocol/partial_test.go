@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -289,5 +290,42 @@ func TestOutcomeWhoseStoreReplyIsLost(t *testing.T) {
 				t.Fatalf("%d successes in the trail; want 1", n)
 			}
 		})
+	}
+}
+
+// TestWrongTokensAreSlowed: an address that keeps sending wrong tokens
+// is answered 429 after twenty, without its tokens being checked (a
+// right one too, from there); another address with a right token is
+// served.
+func TestWrongTokensAreSlowed(t *testing.T) {
+	s := newServer(t, stores(t)["sqlite"](t), once.Config{})
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	keys := func(c *http.Client, token string) int {
+		req, _ := http.NewRequest("POST", s.url+"/v1/keys", strings.NewReader(`{"intent":{"run":"r","step":1,"kind":"k"}}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	guesser, worker := from("127.0.0.1"), from("127.0.0.2")
+	for i := range 20 {
+		if code := keys(guesser, fmt.Sprintf("guess-%020d", i)); code != 401 {
+			t.Fatalf("guess %d = %d; want 401", i+1, code)
+		}
+	}
+	if code := keys(guesser, "guess-21-000000000000"); code != 429 {
+		t.Fatalf("the 21st guess = %d; want 429", code)
+	}
+	if code := keys(guesser, workerToken); code != 429 {
+		t.Fatalf("a right token from the guessing address = %d; want 429 until the window ends", code)
+	}
+	if code := keys(worker, workerToken); code != 200 {
+		t.Fatalf("a worker's right token from another address = %d; want 200", code)
 	}
 }

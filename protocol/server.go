@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/internal/connlimit"
 )
 
 //go:embed openapi.json
@@ -84,6 +85,7 @@ type Server struct {
 	mux       *http.ServeMux
 	verifiers *Verifiers
 	carriers  carriers
+	failures  failures
 }
 
 // scope is what a token may do.
@@ -177,9 +179,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) guard(need scope, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if need != 0 {
+			now := time.Now()
+			if wait := s.failures.blocked(host(r), now); wait > 0 {
+				writeProblem(w, http.StatusTooManyRequests, Problem{Code: "too_many_failures", RetryAfterMS: ms(wait),
+					Detail: fmt.Sprintf("%d requests from this address came with a wrong or no token within %v; its requests are refused until the window ends", maxFailures, failureWindow)})
+				return
+			}
 			have := s.scopeOf(r)
 			switch {
 			case have == 0:
+				s.failures.failed(host(r), now)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
 				writeProblem(w, http.StatusUnauthorized, Problem{Code: "unauthorized", Detail: "send a worker's or an operator's token: Authorization: Bearer <token>"})
 				return
@@ -187,6 +196,10 @@ func (s *Server) guard(need scope, h http.HandlerFunc) http.Handler {
 				writeProblem(w, http.StatusForbidden, Problem{Code: "forbidden", Detail: "this route is for operators; a worker's token cannot decide an approval"})
 				return
 			}
+			// A connection that showed a token is no guest of a
+			// connection limit in front (once serve's): a pool of
+			// workers on one host keeps its connections.
+			connlimit.Authorized(w, r)
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 		h(w, r)

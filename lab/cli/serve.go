@@ -24,7 +24,46 @@ import (
 )
 
 // protocolTokens are the bearer tokens of the protocol's two scopes.
-type protocolTokens struct{ workers, operators []string }
+type protocolTokens struct {
+	workers, operators []string
+	kinds              servedKinds
+}
+
+// servedKinds are the policies of a kinds file (--kinds), and the
+// bridge to client verifiers when a kind names one.
+type servedKinds struct {
+	def       once.KindPolicy
+	kinds     map[string]once.KindPolicy
+	verifiers *protocol.Verifiers
+}
+
+// readKinds reads and checks the kinds file, before anything opens.
+// served says the protocol is served, which a client verifier needs.
+func readKinds(file string, served bool) (servedKinds, error) {
+	if file == "" {
+		return servedKinds{}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return servedKinds{}, usagef("--kinds: %v", err)
+	}
+	defer f.Close()
+	v := protocol.NewVerifiers()
+	def, kinds, err := protocol.ParseKinds(f, v)
+	if err != nil {
+		return servedKinds{}, usagef("--kinds %s: %v", file, err)
+	}
+	out := servedKinds{def: def, kinds: kinds}
+	for _, p := range kinds {
+		if p.Verifier != nil {
+			if !served {
+				return servedKinds{}, usagef("--kinds %s names a client verifier, which takes its questions over the protocol: give --worker-tokens-file too", file)
+			}
+			out.verifiers = v
+		}
+	}
+	return out, nil
+}
 
 // readTokens reads the tokens of file, one a line; blank lines and
 // lines starting with # are skipped. No file, no tokens.
@@ -76,6 +115,7 @@ func defineServe(fs *flagSet) func(env, []string) error {
 	publicURL := fs.String("public-url", "", "the console's `URL` as people open it, such as https://ops.example.com, for the links the webhook sends (default http://ADDR when --addr names one host)")
 	workerTokens := fs.String("worker-tokens-file", "", "serve the protocol (/v1, docs/protocol.md) to workers whose bearer token is a line of `FILE`")
 	operatorTokens := fs.String("operator-tokens-file", "", "serve the protocol's operator routes (approve, reject) to bearer tokens that are lines of `FILE`")
+	kindsFile := fs.String("kinds", "", "pin the kinds' policies (lease, recovery, approval, client verifiers) from the JSON `FILE` (docs/protocol.md#policies)")
 	return func(e env, _ []string) error {
 		if *token == "" {
 			// Read here, not as the flag's default, so -h never prints it.
@@ -90,6 +130,9 @@ func defineServe(fs *flagSet) func(env, []string) error {
 			return err
 		}
 		if proto.operators, err = readTokens(e, "operator-tokens-file", *operatorTokens); err != nil {
+			return err
+		}
+		if proto.kinds, err = readKinds(*kindsFile, len(proto.workers)+len(proto.operators) > 0); err != nil {
 			return err
 		}
 		return serve(e, dbURL(*db), *addr, *token, allow, *reapEvery, hook, proto)
@@ -212,7 +255,7 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 	if err != nil {
 		return err
 	}
-	d, err := open(e.ctx, url, once.Config{Logger: log, Hooks: m.Hooks()})
+	d, err := open(e.ctx, url, once.Config{Logger: log, Hooks: m.Hooks(), Default: proto.kinds.def, Kinds: proto.kinds.kinds})
 	if err != nil {
 		return err
 	}
@@ -236,7 +279,10 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 		return err
 	}
 	if len(proto.workers)+len(proto.operators) > 0 {
-		p, err := protocol.New(protocol.Config{Client: d.client, Workers: proto.workers, Operators: proto.operators, Logger: log})
+		// A claim's wait and a verifier's take end within the server's
+		// write timeout, with room for the answer.
+		p, err := protocol.New(protocol.Config{Client: d.client, Workers: proto.workers, Operators: proto.operators, Logger: log,
+			Verifiers: proto.kinds.verifiers, MaxWait: limits.write - 10*time.Second})
 		if err != nil {
 			return err
 		}
