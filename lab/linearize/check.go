@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/oncehq/once"
 )
 
 // Verdict is what Check found.
@@ -21,7 +23,9 @@ type Verdict struct {
 	// linearization: the longest sequence of its operations the model
 	// accepts, the state it leads to, and the operations left over.
 	Explanation string
-	info        porcupine.LinearizationInfo
+	// Illegal are the keys with no linearization.
+	Illegal []once.Key
+	info    porcupine.LinearizationInfo
 }
 
 // Check checks a history against Model within timeout (zero: no limit).
@@ -30,7 +34,7 @@ func Check(history []porcupine.Operation, timeout time.Duration) Verdict {
 	res, info := porcupine.CheckOperationsVerbose(m, history, timeout)
 	v := Verdict{Result: res, Ops: len(history), Keys: len(m.Partition(history)), info: info}
 	if res == porcupine.Illegal {
-		v.Explanation = explain(m, history, info)
+		v.Explanation, v.Illegal = explain(m, history, info)
 	}
 	return v
 }
@@ -51,10 +55,11 @@ func (v Verdict) Visualize() (string, error) {
 }
 
 // explain describes the partitions with no full linearization.
-func explain(m porcupine.Model, history []porcupine.Operation, info porcupine.LinearizationInfo) string {
+func explain(m porcupine.Model, history []porcupine.Operation, info porcupine.LinearizationInfo) (string, []once.Key) {
 	parts := m.Partition(history)
 	partials := info.PartialLinearizationsOperations()
 	var b strings.Builder
+	var keys []once.Key
 	for i, part := range parts {
 		if i >= len(partials) {
 			break
@@ -69,6 +74,7 @@ func explain(m porcupine.Model, history []porcupine.Operation, info porcupine.Li
 			continue
 		}
 		key := part[0].Input.(Input).Key
+		keys = append(keys, key)
 		fmt.Fprintf(&b, "key %s (%s): no linearization of its %d operations; the longest the model accepts has %d:\n", key, part[0].Input.(Input).Recovery, len(part), len(longest))
 		states := m.Init()
 		done := map[porcupine.Operation]bool{}
@@ -100,7 +106,7 @@ func explain(m porcupine.Model, history []porcupine.Operation, info porcupine.Li
 			fmt.Fprintf(&b, "  %s\n", line(op))
 		}
 	}
-	return b.String()
+	return b.String(), keys
 }
 
 // maxLines bounds each list of operations in an explanation: the end of

@@ -220,6 +220,9 @@ func TestModelRejectsViolations(t *testing.T) {
 			if !strings.Contains(v.Explanation, string(x.key)) || !strings.Contains(v.Explanation, "left over") {
 				t.Fatalf("explanation does not show the key and what was left over:\n%s", v.Explanation)
 			}
+			if len(v.Illegal) != 1 || v.Illegal[0] != x.key {
+				t.Fatalf("illegal keys %v, want [%s]", v.Illegal, x.key)
+			}
 		})
 	}
 }

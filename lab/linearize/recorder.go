@@ -49,6 +49,11 @@ func NewRecorder() *Recorder {
 	return &Recorder{start: time.Now(), effects: map[Attempt]int{}, ran: map[Attempt]Interval{}, claims: map[Attempt]int{}}
 }
 
+// Start is when the recorder's clock started, by the wall clock: a
+// history's times are nanoseconds after it, and the store's events, by
+// the database's clock, can be set beside them.
+func (r *Recorder) Start() time.Time { return r.start }
+
 // Now is the recorder's clock: nanoseconds since it was made, by the
 // monotonic clock.
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }

@@ -574,17 +574,24 @@ func (w *world) settle(k *key, id int, rng *rand.Rand, deadline time.Time) bool 
 }
 
 // trail logs k's row and trail, for a reader of a failure.
-func (w *world) trail(k *key) {
+func (w *world) trail(k *key) { w.trailOf(k.key) }
+
+// trailOf logs key's row and its events, each with its time on the
+// history's clock (milliseconds since the recorder started) as well as
+// the database's, so a history that does not linearize can be read
+// beside what the store did, and by whom (the event's origin).
+func (w *world) trailOf(key once.Key) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, err := w.direct.Get(ctx, k.key)
-	w.t.Logf("key %s: %s attempt %d, lease until %s, error %q (%v)", k.key, a.Status, a.Attempt, a.LeaseUntil.Format("15:04:05.000"), a.Error, err)
-	evs, err := w.direct.Events(ctx, k.key)
+	a, err := w.direct.Get(ctx, key)
+	w.t.Logf("key %s: %s attempt %d, lease until %s, error %q (%v)", key, a.Status, a.Attempt, a.LeaseUntil.Format("15:04:05.000"), a.Error, err)
+	evs, err := w.direct.Events(ctx, key)
 	if err != nil {
 		w.t.Logf("events: %v", err)
 	}
 	for _, e := range evs {
-		w.t.Logf("  %s %s attempt %d %s→%s by %s (%s): %s", e.At.Format("15:04:05.000"), e.Type, e.Attempt, e.From, e.To, e.Actor, e.Origin, e.Note)
+		w.t.Logf("  %s [%9.1f] %s attempt %d %s→%s by %s (%s): %s", e.At.Format("15:04:05.000"), float64(e.At.Sub(w.rec.Start()))/1e6,
+			e.Type, e.Attempt, e.From, e.To, e.Actor, e.Origin, e.Note)
 	}
 }
 
@@ -915,6 +922,9 @@ func (w *world) checkHistory() {
 	if v.Result != porcupine.Ok {
 		if path, err := v.Visualize(); err == nil {
 			t.Logf("porcupine's view of the history: %s", path)
+		}
+		for _, k := range v.Illegal {
+			w.trailOf(k)
 		}
 		if v.Result == porcupine.Unknown {
 			t.Fatalf("porcupine could not decide within a minute")
