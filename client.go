@@ -71,6 +71,20 @@ type Config struct {
 // Client runs effects exactly once over a Store. It is safe for
 // concurrent use; make one per process and share it.
 type Client struct {
+	settings
+	// carried is the policy of one kind Config.Kinds does not name, as a
+	// remote worker's claim carried it (Carrying).
+	carried *carriedKind
+	// schema is the newest migration the store knows (knownSchema).
+	schemaOnce sync.Once
+	schema     int
+	schemaErr  error
+}
+
+// settings are what New made of a Config: all a Client is but what it
+// learns as it runs, so Carrying copies them whole, and a setting added
+// later is not missing from carried clients.
+type settings struct {
 	store         Store
 	def           KindPolicy
 	kinds         map[string]KindPolicy
@@ -84,13 +98,6 @@ type Client struct {
 	verifiable Verifiable
 	// origin is Config.Origin, or host:pid.
 	origin string
-	// carried is the policy of one kind Config.Kinds does not name, as a
-	// remote worker's claim carried it (Carrying).
-	carried *carriedKind
-	// schema is the newest migration the store knows (knownSchema).
-	schemaOnce sync.Once
-	schema     int
-	schemaErr  error
 }
 
 // New validates cfg and returns a Client. It does no I/O: call the
@@ -109,7 +116,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxResultBytes < 0 || cfg.RecordTimeout < 0 || cfg.ClaimTimeout < 0 {
 		return nil, errors.New("once: Config.MaxPayloadBytes, MaxResultBytes, RecordTimeout and ClaimTimeout must not be negative; zero means the default")
 	}
-	c := &Client{
+	c := &Client{settings: settings{
 		store:         cfg.Store,
 		def:           def,
 		kinds:         make(map[string]KindPolicy, len(cfg.Kinds)),
@@ -119,7 +126,7 @@ func New(cfg Config) (*Client, error) {
 		claimTimeout:  orDefault(cfg.ClaimTimeout, DefaultClaimTimeout),
 		log:           cfg.Logger,
 		hooks:         cfg.Hooks,
-	}
+	}}
 	for kind, p := range cfg.Kinds {
 		if kind == "" {
 			return nil, errors.New("once: Config.Kinds has an empty kind name")
@@ -256,11 +263,7 @@ func (c *Client) Carrying(kind string, p KindPolicy) (*Client, error) {
 	if err := p.validateMerged(name, raw); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, ErrInvalidIntent)
 	}
-	return &Client{
-		store: c.store, def: c.def, kinds: c.kinds, maxPayload: c.maxPayload, maxResult: c.maxResult,
-		recordTimeout: c.recordTimeout, claimTimeout: c.claimTimeout, log: c.log, hooks: c.hooks,
-		verifiable: c.verifiable, origin: c.origin, carried: &carriedKind{kind: kind, pol: p},
-	}, nil
+	return &Client{settings: c.settings, carried: &carriedKind{kind: kind, pol: p}}, nil
 }
 
 // prepare validates an intent and turns it into a claim request. It is

@@ -109,7 +109,7 @@ func TestKeyGoldenPayloads(t *testing.T) {
 		if string(fp) != w.fp || string(k) != w.key {
 			t.Errorf("%s: KeyOf = %s / %s, want %s / %s", p.name, k, fp, w.key, w.fp)
 		}
-		req, _, err := (&Client{maxPayload: DefaultMaxPayloadBytes, def: packageDefaults}).prepare(in)
+		req, _, err := (&Client{settings: settings{maxPayload: DefaultMaxPayloadBytes, def: packageDefaults}}).prepare(in)
 		if err != nil || string(req.Payload) != w.canonical || req.Key != k || req.Fingerprint != fp {
 			t.Errorf("%s: prepare = %q %s %s (%v), want %q %s %s", p.name, req.Payload, req.Key, req.Fingerprint, err, w.canonical, k, fp)
 		}
