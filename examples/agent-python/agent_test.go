@@ -3,7 +3,6 @@ package agentpython_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -30,13 +29,7 @@ func TestMain(m *testing.M) {
 // tool-call id instead, the same kill sends three emails twice and
 // charges twice.
 func TestAgent(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3 is not installed; the example cannot be tested")
-		}
-		t.Skip("python3 is not installed")
-	}
+	py := agentrun.Need(t, "python3")
 	client, err := filepath.Abs("../../clients/python")
 	if err != nil {
 		t.Fatal(err)

@@ -22,18 +22,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// need finds a program the test runs, failing under CI without it.
-func need(t *testing.T, name string) string {
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; the example cannot be tested", name)
-		}
-		t.Skipf("%s is not installed", name)
-	}
-	return p
-}
-
 // TestAgent compiles src/agent.ts (with the client's source, by the
 // locked typescript) and runs it, a real Node process, through every
 // kill: at each step boundary and at each point inside each of its five
@@ -42,7 +30,7 @@ func need(t *testing.T, name string) string {
 // tool-call id instead, the same kill sends three emails twice and
 // charges twice.
 func TestAgent(t *testing.T) {
-	npm, node := need(t, "npm"), need(t, "node")
+	npm, node := agentrun.Need(t, "npm"), agentrun.Need(t, "node")
 	for _, args := range [][]string{{"ci", "--no-audit", "--no-fund"}, {"run", "build"}} {
 		cmd := exec.Command(npm, args...)
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -67,6 +67,21 @@ var phases = []string{"claimed", "mid", "sent", "replied"}
 // workerToken is the protocol's bearer token for the agents.
 const workerToken = "agent-example-worker-token-0123456789"
 
+// Need finds a program an example's test runs. Without it the test is
+// skipped, but under CI (CI set) it fails: a missing program there would
+// otherwise pass the example untested.
+func Need(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not installed; the example cannot be tested", name)
+		}
+		t.Skipf("%s is not installed", name)
+	}
+	return p
+}
+
 // Test runs the agent through every kill, over SQLite and PostgreSQL:
 // each step boundary, each point inside each call, and the
 // counterexample, a run keyed by the model's tool-call id.
