@@ -73,6 +73,14 @@ func TestWaitingClaimWhoseClientLeftClaimsNothing(t *testing.T) {
 // proxy, which the test cuts.
 func cutServer(t *testing.T, cfg once.Config) (*server, *faultproxy.Proxy) {
 	t.Helper()
+	s, p := cutStore(t)
+	return newServer(t, s, cfg), p
+}
+
+// cutStore is a PostgreSQL store of a new schema reached through a
+// fault proxy, and the proxy.
+func cutStore(t *testing.T) (*postgres.Store, *faultproxy.Proxy) {
+	t.Helper()
 	cc, err := pgx.ParseConfig(testdb.RequirePostgres(t))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +110,7 @@ func cutServer(t *testing.T, cfg once.Config) (*server, *faultproxy.Proxy) {
 			c.Close(ctx)
 		}
 	})
-	return newServer(t, s, cfg), p
+	return s, p
 }
 
 // lost waits for nothing: it reports whether the proxy's armed cut (or
@@ -134,20 +142,26 @@ func cut(p *faultproxy.Proxy) (mend func()) {
 }
 
 // TestStoreOutOfReachIsSentAgain: a heartbeat or an outcome that the
-// database did not answer is 503 store_unavailable, to be sent again,
-// not "fenced" (the client would stop an effect whose claim still
-// holds) nor a 500 (which clients do not send again); its detail does
-// not name the database's address. Sent again once the database is
-// back, each applies.
+// database did not answer is 503, to be sent again, not "fenced" (the
+// client would stop an effect whose claim still holds) nor a 500 (which
+// clients do not send again); its detail does not name the database's
+// address. At the server that holds the attempt the outcome's write was
+// tried, for the client's RecordTimeout: not_recorded. At another,
+// whose read to rebuild the attempt was not answered: store_unavailable.
+// Sent again once the database is back, each applies.
 func TestStoreOutOfReachIsSentAgain(t *testing.T) {
-	s, p := cutServer(t, once.Config{Default: once.KindPolicy{Lease: 30 * time.Second}})
+	store, p := cutStore(t)
+	cfg := once.Config{Default: once.KindPolicy{Lease: 30 * time.Second}, RecordTimeout: 2 * time.Second}
+	s, other := newServer(t, store, cfg), newServer(t, store, cfg)
 	in := wireIntent(1, map[string]any{"subject": "hello"})
 	code, a := s.post("/v1/claim", claimBody(in))
 	want(t, "claim", code, a, 200, "answer", "claimed")
+	code, b := s.post("/v1/claim", claimBody(wireIntent(2, nil)))
+	want(t, "claim", code, b, 200, "answer", "claimed")
 
-	unavailable := func(what string, code int, v map[string]any) {
+	unavailable := func(what string, code int, v map[string]any, problem string) {
 		t.Helper()
-		want(t, what+" with the database out of reach", code, v, 503, "code", "store_unavailable")
+		want(t, what+" with the database out of reach", code, v, 503, "code", problem)
 		if v["retry_after_ms"] == nil || v["retry_after_ms"].(float64) <= 0 {
 			t.Fatalf("%s: no retry_after_ms in %v", what, v)
 		}
@@ -157,16 +171,21 @@ func TestStoreOutOfReachIsSentAgain(t *testing.T) {
 	}
 	mend := cut(p)
 	code, v := s.post("/v1/heartbeat", ref(a))
-	unavailable("heartbeat", code, v)
+	unavailable("heartbeat", code, v, "store_unavailable")
 	settle := outcome(a, "succeeded", map[string]any{"result": map[string]any{"id": "msg-1"}})
 	code, v = s.post("/v1/outcome", settle)
-	unavailable("outcome", code, v)
+	unavailable("outcome", code, v, "not_recorded")
+	elsewhere := outcome(b, "succeeded", map[string]any{"result": map[string]any{"id": "msg-2"}})
+	code, v = other.post("/v1/outcome", elsewhere)
+	unavailable("outcome at another server", code, v, "store_unavailable")
 	mend()
 
 	code, v = s.post("/v1/heartbeat", ref(a))
 	want(t, "heartbeat sent again", code, v, 200, "", "")
 	code, v = s.post("/v1/outcome", settle)
 	want(t, "outcome sent again", code, v, 200, "status", "succeeded")
+	code, v = other.post("/v1/outcome", elsewhere)
+	want(t, "outcome sent again at another server", code, v, 200, "status", "succeeded")
 }
 
 // TestHeartbeatWhoseReplyIsLostIsNotFenced: a heartbeat the database

@@ -86,6 +86,7 @@ type Server struct {
 	verifiers *Verifiers
 	carriers  carriers
 	failures  failures
+	held      held
 }
 
 // scope is what a token may do.
@@ -353,6 +354,11 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	size := len(req.Intent.Payload)
+	if req.Intent.PayloadBase64 != nil {
+		size += len(*req.Intent.PayloadBase64)
+	}
+	s.held.hold(a, size)
 	pol := c.Policy(in.Kind)
 	writeJSON(w, http.StatusOK, ClaimAnswer{
 		Answer: AnswerClaimed, Key: string(a.Key), Fingerprint: string(f), Attempt: a.Number,
@@ -443,9 +449,12 @@ func (s *Server) outcome(w http.ResponseWriter, r *http.Request) {
 	// asked for, and the same request sent again reads it back.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 	defer cancel()
-	a, ok := s.attempt(w, ctx, req.AttemptRef)
-	if !ok {
-		return
+	a := s.held.attempt(req.AttemptRef)
+	if a == nil {
+		var ok bool
+		if a, ok = s.attempt(w, ctx, req.AttemptRef); !ok {
+			return
+		}
 	}
 	var err error
 	cause := errors.New(req.Error)

@@ -1,0 +1,70 @@
+package protocol_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once"
+)
+
+// reads counts the reads of a real store's rows.
+type reads struct {
+	once.Store
+	n atomic.Int64
+}
+
+func (r *reads) Get(ctx context.Context, key once.Key) (once.Action, error) {
+	r.n.Add(1)
+	return r.Store.Get(ctx, key)
+}
+
+// TestOutcomeOfAClaimHeldHereReadsNothing: the server that answered a
+// claim holds its attempt, and settles the outcome on it: no read of
+// the row to rebuild it (which cost every action a transaction of its
+// own), and the answer is the one the attempt's settling gives. A
+// server that did not answer the claim still rebuilds it.
+func TestOutcomeOfAClaimHeldHereReadsNothing(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			r := &reads{Store: store}
+			s := newServer(t, r, once.Config{})
+			_, a := s.post("/v1/claim", claimBody(wireIntent(1, nil)))
+			before := r.n.Load()
+			code, v := s.post("/v1/outcome", outcome(a, "succeeded", map[string]any{"result": "sent"}))
+			want(t, "the outcome", code, v, 200, "status", "succeeded")
+			if n := r.n.Load() - before; n != 0 {
+				t.Fatalf("the outcome read the row %d times; the server holds the attempt it claimed", n)
+			}
+			other := newServer(t, store, once.Config{})
+			_, b := s.post("/v1/claim", claimBody(wireIntent(2, nil)))
+			code, v = other.post("/v1/outcome", outcome(b, "succeeded", map[string]any{"result": "sent"}))
+			want(t, "the outcome at a server that did not claim", code, v, 200, "status", "succeeded")
+		})
+	}
+}
+
+// TestLateSuccessAfterReviewIsRecorded: an attempt whose lease lapsed is
+// put up for review (ask_person); its worker's success, late, is the
+// answer the person was waiting for, and is recorded, as a Go worker's
+// late Succeed is. It was refused as fenced over the protocol: the
+// rebuilt attempt could not prove itself once the decision had taken
+// the claim's token off the row.
+func TestLateSuccessAfterReviewIsRecorded(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := newServer(t, open(t), once.Config{Default: once.KindPolicy{Lease: time.Second, Recovery: once.AskPerson}})
+			in := wireIntent(1, nil)
+			_, a := s.post("/v1/claim", claimBody(in))
+			time.Sleep(1200 * time.Millisecond)
+			code, v := s.post("/v1/claim", claimBody(in))
+			want(t, "a claim after the lease lapsed", code, v, 409, "code", "review")
+			code, v = s.post("/v1/outcome", outcome(a, "succeeded", map[string]any{"result": "sent"}))
+			want(t, "the late success", code, v, 200, "status", "succeeded")
+			code, v = s.call("GET", "/v1/actions/"+a["key"].(string), workerToken, nil)
+			want(t, "the action", code, v, 200, "status", "succeeded")
+		})
+	}
+}
