@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -166,5 +167,70 @@ func TestClientVerifierTooLate(t *testing.T) {
 	}
 	if got.Status == once.StatusSucceeded || got.VerifyFailures != 1 {
 		t.Fatalf("row %s with %d verifier failures after a late answer; want it undecided, 1 failure", got.Status, got.VerifyFailures)
+	}
+}
+
+// TestReaperDecidesOtherKindsWhileAClientVerifierIsAsked: a question
+// no client verifier takes holds the reaper's pass only briefly (not
+// the kind's max execution, a minute here): the other kinds' dead
+// claims are decided meanwhile. The verified action is not decided by
+// anything else: it waits, counted as a verifier that could not tell,
+// to be asked again.
+func TestReaperDecidesOtherKindsWhileAClientVerifierIsAsked(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			v := protocol.NewVerifiers()
+			verifiersOf[store] = v
+			t.Cleanup(func() { delete(verifiersOf, store) })
+			s := newServer(t, store, once.Config{Kinds: map[string]once.KindPolicy{
+				"send_email":  {Lease: time.Second, MaxExecution: time.Minute, Recovery: once.VerifyThenDecide, Verifier: v.For("send_email")},
+				"charge_card": {Lease: 2 * time.Second, Recovery: once.AskPerson},
+			}})
+			code, verified := s.post("/v1/claim", claimBody(wireIntent(1, map[string]any{"subject": "hello"})))
+			want(t, "claim send_email", code, verified, 200, "answer", "claimed")
+			code, other := s.post("/v1/claim", claimBody(map[string]any{"run": "run-1", "step": 2, "kind": "charge_card", "target": "acct-1", "payload": 1}))
+			want(t, "claim charge_card", code, other, 200, "answer", "claimed")
+			time.Sleep(2500 * time.Millisecond) // both workers died
+
+			r, err := once.NewReaper(s.c, once.ReaperConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			passed := make(chan once.ReapReport, 1)
+			go func() {
+				rep, _ := r.RunOnce(ctx)
+				passed <- rep
+			}()
+			defer func() { cancel(); <-passed }()
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				got, err := s.c.Get(t.Context(), once.Key(other["key"].(string)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Status == once.StatusReview {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("charge_card's dead claim is %s 15 s into the pass; want review: the pass waits on send_email's verifier", got.Status)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			select {
+			case rep := <-passed:
+				passed <- rep
+			case <-time.After(15 * time.Second):
+				t.Fatal("the pass did not end within 15 s")
+			}
+			got, err := s.c.Get(t.Context(), once.Key(verified["key"].(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status == once.StatusSucceeded || got.Status == once.StatusReview || got.Status == once.StatusReleased || got.Attempt != 1 || got.VerifyFailures != 1 {
+				t.Fatalf("send_email's row %s at attempt %d with %d verifier failures; want it undecided, asked again later", got.Status, got.Attempt, got.VerifyFailures)
+			}
+		})
 	}
 }
