@@ -45,7 +45,10 @@ type Verifiers struct {
 	// answered remembers the answers given lately, by question, so an
 	// answer sent again (its reply lost) is told it was received.
 	answered map[string]answered
-	max      int
+	// order is answered's ids, oldest first, so the old ones are
+	// forgotten from its head, a few at each answer.
+	order []string
+	max   int
 	// kinds are those For was asked for.
 	kinds map[string]bool
 	// taking counts the takes waiting now, by kind; absent marks the
@@ -236,16 +239,20 @@ func (v *Verifiers) answer(id string, vd verdict, name string) (ok bool, before 
 	delete(v.byID, id)
 	v.queued--
 	now := time.Now()
-	for k, a := range v.answered {
-		if now.Sub(a.at) > 10*time.Minute {
-			delete(v.answered, k)
-		}
+	for len(v.order) > 0 && now.Sub(v.answered[v.order[0]].at) > answeredFor {
+		delete(v.answered, v.order[0])
+		v.order = v.order[1:]
 	}
 	if len(v.answered) < v.max {
 		v.answered[id] = answered{verdict: name, at: now}
+		v.order = append(v.order, id)
 	}
 	return true, ""
 }
+
+// answeredFor is how long an answer is remembered, for the same answer
+// sent again.
+const answeredFor = 10 * time.Minute
 
 // Verdicts a client verifier answers with.
 const (
