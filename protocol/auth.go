@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -8,10 +9,14 @@ import (
 )
 
 // Guessing tokens is slowed: an address that sent maxFailures wrong or
-// missing tokens within failureWindow is answered 429 until the window
-// ends, without its tokens being checked. A request with a right token
-// from another address is not slowed; one from the same address waits
-// out the window too, which a worker whose token is right never meets.
+// missing tokens within failureWindow has its further wrong or missing
+// tokens answered 429 until the window ends. A request with a right
+// token is always served, from that address too, and so is a
+// connection that showed a right token before (it is answered 401): a
+// guesser beside a worker cannot fence it. Since a right token is
+// served, a 429 tells a guesser its token was wrong; what slows it is
+// that the address's 429s are answered one at a time, each after
+// tarpitFor, so it guesses at most once a tarpitFor from an address.
 const (
 	maxFailures   = 20
 	failureWindow = time.Minute
@@ -19,6 +24,7 @@ const (
 	// begun again, so a flood from many addresses costs the guessers'
 	// own slowing, not memory.
 	maxFailing = 10000
+	tarpitFor  = time.Second
 )
 
 // failures counts the failed authentications of each address.
@@ -30,6 +36,9 @@ type failures struct {
 type failing struct {
 	n     int
 	since time.Time
+	// gate is held by the one blocked request of the address being
+	// answered, for tarpitFor.
+	gate chan struct{}
 }
 
 // host is the address a request came from, without its port.
@@ -54,6 +63,34 @@ func (f *failures) blocked(addr string, now time.Time) time.Duration {
 	}
 	delete(f.by, addr)
 	return 0
+}
+
+// tarpit holds a blocked request of addr for tarpitFor, one at a
+// time per address, or until ctx ends.
+func (f *failures) tarpit(ctx context.Context, addr string) {
+	f.mu.Lock()
+	x := f.by[addr]
+	if x == nil {
+		f.mu.Unlock()
+		return
+	}
+	if x.gate == nil {
+		x.gate = make(chan struct{}, 1)
+	}
+	gate := x.gate
+	f.mu.Unlock()
+	select {
+	case gate <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-gate }()
+	t := time.NewTimer(tarpitFor)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // failed counts a failed authentication from addr.

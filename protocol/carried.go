@@ -35,18 +35,23 @@ func (s *Server) clientFor(kind string, p *Policy) (*once.Client, *Problem, int)
 	if p == nil || *p == (Policy{}) {
 		return s.c, nil, 0
 	}
+	if s.c.Configured(kind) {
+		// Checked before the bounds and the recovery: a kind pinned
+		// verify_then_decide (or beyond the bounds) takes its own
+		// policy carried.
+		pinned := s.c.Policy(kind)
+		if p.pins(pinned) {
+			return s.c, nil, 0
+		}
+		if _, prob := p.policy(); prob != nil && p.Recovery != once.VerifyThenDecide.String() {
+			return nil, prob, http.StatusBadRequest
+		}
+		return nil, &Problem{Code: "policy_pinned", Detail: fmt.Sprintf("kind %q is pinned by the server (lease %v, max execution %v, retention %v, recovery %v); the claim's policy differs: drop it, or make it the server's",
+			kind, pinned.Lease, pinned.MaxExecution, pinned.Retention, pinned.Recovery)}, http.StatusConflict
+	}
 	pol, prob := p.policy()
 	if prob != nil {
 		return nil, prob, http.StatusBadRequest
-	}
-	if s.c.Configured(kind) {
-		pinned := s.c.Policy(kind)
-		if (pol.Lease != 0 && pol.Lease != pinned.Lease) || (pol.MaxExecution != 0 && pol.MaxExecution != pinned.MaxExecution) ||
-			(pol.Retention != 0 && pol.Retention != pinned.Retention) || (pol.Recovery != once.RecoveryDefault && pol.Recovery != pinned.Recovery) {
-			return nil, &Problem{Code: "policy_pinned", Detail: fmt.Sprintf("kind %q is pinned by the server (lease %v, max execution %v, retention %v, recovery %v); the claim's policy differs: drop it, or make it the server's",
-				kind, pinned.Lease, pinned.MaxExecution, pinned.Retention, pinned.Recovery)}, http.StatusConflict
-		}
-		return s.c, nil, 0
 	}
 	id := fmt.Sprintf("%s\x00%d\x00%d\x00%d\x00%s", kind, p.LeaseMS, p.MaxExecutionMS, p.RetentionMS, p.Recovery)
 	s.carriers.mu.Lock()
@@ -63,6 +68,13 @@ func (s *Server) clientFor(kind string, p *Policy) (*once.Client, *Problem, int)
 	}
 	s.carriers.by[id] = c
 	return c, nil, 0
+}
+
+// pins reports whether every field p gives is pinned's.
+func (p Policy) pins(pinned once.KindPolicy) bool {
+	same := func(ms int64, d time.Duration) bool { return ms == 0 || time.Duration(ms)*time.Millisecond == d }
+	return same(p.LeaseMS, pinned.Lease) && same(p.MaxExecutionMS, pinned.MaxExecution) && same(p.RetentionMS, pinned.Retention) &&
+		(p.Recovery == "" || p.Recovery == pinned.Recovery.String())
 }
 
 // policy is p as a once.KindPolicy, within the bounds.

@@ -72,3 +72,27 @@ func TestCarriedPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedKindTakesItsOwnPolicyCarried: a claim of a pinned
+// verify_then_decide kind that carries the pinned policy itself (a
+// client that sends its whole policy always) is served, as any pinned
+// kind's is; carrying another one is refused as pinned.
+func TestPinnedKindTakesItsOwnPolicyCarried(t *testing.T) {
+	store := stores(t)["sqlite"](t)
+	s := verifiedServer(t, store)
+	own := claimBody(wireIntent(1, map[string]any{"subject": "hello"}))
+	own["policy"] = map[string]any{"lease_ms": 1000, "max_execution_ms": 3000, "recovery": "verify_then_decide"}
+	code, v := s.post("/v1/claim", own)
+	want(t, "a verified kind's claim carrying its pinned policy", code, v, 200, "answer", "claimed")
+	hb := ref(v)
+	hb["policy"] = own["policy"]
+	code, hv := s.post("/v1/heartbeat", hb)
+	want(t, "its heartbeat carrying it too", code, hv, 200, "", "")
+	other := claimBody(wireIntent(2, nil))
+	other["policy"] = map[string]any{"recovery": "retry_with_provider_key"}
+	code, v = s.post("/v1/claim", other)
+	want(t, "a verified kind's claim carrying another recovery", code, v, 409, "code", "policy_pinned")
+	other["policy"] = map[string]any{"lease_ms": 2000, "recovery": "verify_then_decide"}
+	code, v = s.post("/v1/claim", other)
+	want(t, "a verified kind's claim carrying another lease", code, v, 409, "code", "policy_pinned")
+}

@@ -36,15 +36,18 @@ type Kinds struct {
 
 // KindSpec is one kind's policy in a kinds file.
 type KindSpec struct {
-	Lease             string        `json:"lease,omitempty"`
-	MaxExecution      string        `json:"max_execution,omitempty"`
-	Retention         string        `json:"retention,omitempty"`
-	Recovery          string        `json:"recovery,omitempty"`
-	Verifier          string        `json:"verifier,omitempty"`
-	MaxVerifyFailures int           `json:"max_verify_failures,omitempty"`
-	VerifyBackoff     string        `json:"verify_backoff,omitempty"`
-	RedriveAfter      string        `json:"redrive_after,omitempty"`
-	Approval          *ApprovalSpec `json:"approval,omitempty"`
+	Lease             string `json:"lease,omitempty"`
+	MaxExecution      string `json:"max_execution,omitempty"`
+	Retention         string `json:"retention,omitempty"`
+	Recovery          string `json:"recovery,omitempty"`
+	Verifier          string `json:"verifier,omitempty"`
+	MaxVerifyFailures int    `json:"max_verify_failures,omitempty"`
+	VerifyBackoff     string `json:"verify_backoff,omitempty"`
+	// RedriveAfter is refused: a re-drive calls KindPolicy.Redrive, a
+	// Go function a kinds file cannot give, so once serve would never
+	// re-drive.
+	RedriveAfter string        `json:"redrive_after,omitempty"`
+	Approval     *ApprovalSpec `json:"approval,omitempty"`
 }
 
 // ApprovalSpec is a kind's approval gate in a kinds file: every action
@@ -82,6 +85,9 @@ func ParseKinds(r io.Reader, v *Verifiers) (def once.KindPolicy, kinds map[strin
 	}
 	if _, err := d.Token(); err != io.EOF {
 		return def, nil, errors.New("the kinds file has text after its JSON object")
+	}
+	if err := exact(raw); err != nil {
+		return def, nil, err
 	}
 	if len(f.Kinds) > maxKindsInFile {
 		return def, nil, fmt.Errorf("the kinds file names %d kinds; at most %d", len(f.Kinds), maxKindsInFile)
@@ -121,7 +127,7 @@ func (s KindSpec) policy(kind string, v *Verifiers) (once.KindPolicy, error) {
 		out  *time.Duration
 	}{
 		{"lease", s.Lease, &p.Lease}, {"max_execution", s.MaxExecution, &p.MaxExecution}, {"retention", s.Retention, &p.Retention},
-		{"verify_backoff", s.VerifyBackoff, &p.VerifyBackoff}, {"redrive_after", s.RedriveAfter, &p.RedriveAfter},
+		{"verify_backoff", s.VerifyBackoff, &p.VerifyBackoff},
 	}
 	if s.Approval != nil {
 		durations = append(durations, struct {
@@ -178,6 +184,103 @@ func (s KindSpec) policy(kind string, v *Verifiers) (once.KindPolicy, error) {
 		}
 	}
 	return p, nil
+}
+
+// shape is the names a kinds file's object takes: fields, exactly
+// spelt, with the shape of each's value; or any name (each), a kind's.
+type shape struct {
+	fields map[string]*shape
+	each   *shape
+}
+
+var (
+	approvalShape = &shape{fields: map[string]*shape{"always": nil, "expiry": nil, "on_expiry": nil}}
+	specShape     = &shape{fields: map[string]*shape{"lease": nil, "max_execution": nil, "retention": nil, "recovery": nil, "verifier": nil,
+		"max_verify_failures": nil, "verify_backoff": nil, "redrive_after": nil, "approval": approvalShape}}
+	fileShape = &shape{fields: map[string]*shape{"default": specShape, "kinds": {each: specShape}}}
+)
+
+// exact refuses what encoding/json takes silently from raw, a kinds
+// file it decoded: a name given twice (the last would win), a field's
+// name in another case (it matches any), null (taken as nothing), and
+// redrive_after, which once serve cannot honour. Each is named with its
+// line.
+func exact(raw []byte) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	return exactValue(d, raw, "", fileShape)
+}
+
+func exactValue(d *json.Decoder, raw []byte, path string, sh *shape) error {
+	tok, err := d.Token()
+	if err != nil {
+		return fmt.Errorf("the kinds file is not the JSON it takes%s: %w", lineOf(raw, d.InputOffset()), err)
+	}
+	at := func() string {
+		return "line " + strings.TrimSuffix(strings.TrimPrefix(lineOf(raw, d.InputOffset()), " (line "), ")")
+	}
+	switch tok {
+	case nil:
+		if path == "" {
+			return fmt.Errorf("%s: the kinds file is null; give an object: {\"default\": {...}, \"kinds\": {...}}", at())
+		}
+		return fmt.Errorf("%s: %s is null; give its value, or leave it out", at(), path)
+	case json.Delim('['):
+		for d.More() {
+			if err := exactValue(d, raw, path+"[]", nil); err != nil {
+				return err
+			}
+		}
+		_, err := d.Token()
+		return err
+	case json.Delim('{'):
+	default:
+		return nil
+	}
+	in := ""
+	if path != "" {
+		in = path + ": "
+	}
+	seen := map[string]bool{}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return fmt.Errorf("%s: %s%q is given twice; only its last would count: give it once", at(), in, name)
+		}
+		seen[name] = true
+		var next *shape
+		switch {
+		case sh == nil:
+		case sh.each != nil:
+			next = sh.each
+		default:
+			c, ok := sh.fields[name]
+			if !ok {
+				for f := range sh.fields {
+					if strings.EqualFold(f, name) {
+						return fmt.Errorf("%s: %s%q is not a field; names are exact: write %q", at(), in, name, f)
+					}
+				}
+			}
+			if name == "redrive_after" {
+				return fmt.Errorf("%s: %sredrive_after re-drives through KindPolicy.Redrive, a Go function a kinds file cannot give, so once serve cannot honour it: leave it out (a released action waits for its next delivery)", at(), in)
+			}
+			next = c
+		}
+		sub := name
+		if path != "" {
+			sub = path + "." + name
+		}
+		if err := exactValue(d, raw, sub, next); err != nil {
+			return err
+		}
+	}
+	_, err = d.Token()
+	return err
 }
 
 // lineOf is " (line N)" for offset in raw.

@@ -71,3 +71,33 @@ func TestParseKinds(t *testing.T) {
 		t.Errorf("a client verifier without the bridge = %v", err)
 	}
 }
+
+// TestParseKindsRefusesWhatItWouldSilentlyDrop: encoding/json keeps the
+// last of a name given twice, matches a field's name in any case, and
+// takes null as nothing; a kinds file read so would drop a policy its
+// author wrote, so each is refused naming the line. So is
+// redrive_after, which once serve cannot honour (a Redrive is Go's).
+func TestParseKindsRefusesWhatItWouldSilentlyDrop(t *testing.T) {
+	v := protocol.NewVerifiers()
+	for _, c := range []struct{ file, says string }{
+		{"{\"kinds\": {\n\"a\": {\"lease\": \"1m\"},\n\"a\": {\"lease\": \"2m\"}}}", `line 3: kinds: "a" is given twice`},
+		{"{\"kinds\": {\"a\": {\"lease\": \"1m\",\n\"lease\": \"2m\"}}}", `line 2: kinds.a: "lease" is given twice`},
+		{"{\"default\": {},\n\"default\": {\"lease\": \"1m\"}}", `line 2: "default" is given twice`},
+		{"{\"kinds\": {\"a\": {\n\"Lease\": \"1m\"}}}", `line 2: kinds.a: "Lease" is not a field; names are exact: write "lease"`},
+		{"{\"Kinds\": {}}", `"Kinds" is not a field; names are exact: write "kinds"`},
+		{"{\"kinds\": {\"a\": {\"approval\": {\"Always\": true}}}}", `write "always"`},
+		{"{\"kinds\": {\"a\": {\"lease\": \"1m\", \"LEASE\": \"2m\"}}}", `write "lease"`},
+		{"null", `line 1: the kinds file is null`},
+		{"{\n\"default\": null}", `line 2: default is null`},
+		{"{\"kinds\": null}", `kinds is null`},
+		{"{\"kinds\": {\"a\": null}}", `kinds.a is null`},
+		{"{\"kinds\": {\"a\": {\"lease\": null}}}", `kinds.a.lease is null`},
+		{"{\"kinds\": {\"a\": {\n\"redrive_after\": \"1h\"}}}", `line 2: kinds.a: redrive_after`},
+		{"{\"default\": {\"redrive_after\": \"1h\"}}", `once serve cannot honour it`},
+	} {
+		_, _, err := protocol.ParseKinds(strings.NewReader(c.file), v)
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("ParseKinds(%.60q) = %v; want it to say %q", c.file, err, c.says)
+		}
+	}
+}

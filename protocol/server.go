@@ -180,19 +180,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) guard(need scope, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if need != 0 {
-			now := time.Now()
-			if wait := s.failures.blocked(host(r), now); wait > 0 {
-				writeProblem(w, http.StatusTooManyRequests, Problem{Code: "too_many_failures", RetryAfterMS: ms(wait),
-					Detail: fmt.Sprintf("%d requests from this address came with a wrong or no token within %v; its requests are refused until the window ends", maxFailures, failureWindow)})
-				return
-			}
+			// The token is checked first, in constant time (a hash and
+			// a compare per token): a request that shows a right one is
+			// never slowed, so a guesser beside a worker cannot make
+			// the worker's heartbeats and outcomes fail.
 			have := s.scopeOf(r)
-			switch {
-			case have == 0:
+			if have == 0 {
+				now := time.Now()
+				// A connection that showed a right token before is no
+				// guesser's: it is told its token is wrong, not to wait.
+				if wait := s.failures.blocked(host(r), now); wait > 0 && !connlimit.Shown(r) {
+					s.failures.tarpit(r.Context(), host(r))
+					writeProblem(w, http.StatusTooManyRequests, Problem{Code: "too_many_failures", RetryAfterMS: ms(wait),
+						Detail: fmt.Sprintf("%d requests from this address came with a wrong or no token within %v; its requests with a wrong or no token are refused until the window ends", maxFailures, failureWindow)})
+					return
+				}
 				s.failures.failed(host(r), now)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="once"`)
 				writeProblem(w, http.StatusUnauthorized, Problem{Code: "unauthorized", Detail: "send a worker's or an operator's token: Authorization: Bearer <token>"})
 				return
+			}
+			switch {
 			case have < need:
 				writeProblem(w, http.StatusForbidden, Problem{Code: "forbidden", Detail: "this route is for operators; a worker's token cannot decide an approval"})
 				return

@@ -25,6 +25,16 @@ import (
 // A question nobody answers within the kind's MaxExecution is a verifier
 // that could not tell: the action is asked again after VerifyBackoff,
 // and goes to review after MaxVerifyFailures, as with a Go verifier.
+//
+// A question no client takes within TakeWithin is given up on the same
+// way, sooner: the recoverer (the reaper's pass, which decides one
+// action at a time) goes on to the other kinds' actions instead of
+// waiting the kind's MaxExecution for a client that is not there. From
+// then until a client takes questions of the kind again, its questions
+// are given up on at once. Questions live in this server's memory: with
+// several servers on one store, a server with no client verifier of a
+// kind gives its questions up so, and a server with one asks them
+// (docs/protocol.md).
 type Verifiers struct {
 	mu      sync.Mutex
 	waiting map[string][]*question // by kind, not yet taken, oldest first
@@ -35,9 +45,18 @@ type Verifiers struct {
 	// answered remembers the answers given lately, by question, so an
 	// answer sent again (its reply lost) is told it was received.
 	answered map[string]answered
-	max      int
+	// order is answered's ids, oldest first, so the old ones are
+	// forgotten from its head, a few at each answer.
+	order []string
+	max   int
 	// kinds are those For was asked for.
 	kinds map[string]bool
+	// taking counts the takes waiting now, by kind; absent marks the
+	// kinds whose last question nobody took within takeWithin, until a
+	// take of the kind comes.
+	taking     map[string]int
+	absent     map[string]bool
+	takeWithin time.Duration
 }
 
 type question struct {
@@ -64,10 +83,16 @@ type answered struct {
 // verifier, of every kind together.
 const DefaultMaxQuestions = 10000
 
+// TakeWithin is how long a question waits for a client to take it
+// before it is given up on, as a verifier that could not tell: longer
+// than a client verifier takes between two takes.
+const TakeWithin = 5 * time.Second
+
 // NewVerifiers returns a bridge for client verifiers.
 func NewVerifiers() *Verifiers {
 	return &Verifiers{waiting: map[string][]*question{}, byID: map[string]*question{}, answered: map[string]answered{},
-		changed: make(chan struct{}), max: DefaultMaxQuestions, kinds: map[string]bool{}}
+		changed: make(chan struct{}), max: DefaultMaxQuestions, kinds: map[string]bool{},
+		taking: map[string]int{}, absent: map[string]bool{}, takeWithin: TakeWithin}
 }
 
 // For is the once.Verifier of kind that asks a client of the protocol:
@@ -83,6 +108,10 @@ func (v *Verifiers) For(kind string) once.Verifier {
 			q.ends = d
 		}
 		v.mu.Lock()
+		if v.absent[q.kind] && v.taking[q.kind] == 0 {
+			v.mu.Unlock()
+			return false, nil, fmt.Errorf("no client verifier of kind %q takes questions from this server (none took the last within %v): run one (POST /v1/verify/take) against each server that reaps the kind", a.Kind, v.takeWithin)
+		}
 		if v.queued >= v.max {
 			v.mu.Unlock()
 			return false, nil, fmt.Errorf("protocol: %d questions already wait for client verifiers; is one running for kind %q?", v.queued, a.Kind)
@@ -94,17 +123,32 @@ func (v *Verifiers) For(kind string) once.Verifier {
 		v.changed = make(chan struct{})
 		v.mu.Unlock()
 		defer v.forget(q)
-		select {
-		case vd := <-q.answer:
-			return vd.landed, vd.result, vd.err
-		case <-ctx.Done():
-			v.mu.Lock()
-			taken := q.taken
-			v.mu.Unlock()
-			if taken {
-				return false, nil, fmt.Errorf("a client verifier took the question about attempt %d and did not answer in time (%w)", a.Attempt, ctx.Err())
+		untaken := time.NewTimer(v.takeWithin)
+		defer untaken.Stop()
+		for {
+			select {
+			case vd := <-q.answer:
+				return vd.landed, vd.result, vd.err
+			case <-untaken.C:
+				v.mu.Lock()
+				taken := q.taken
+				if !taken {
+					v.absent[q.kind] = true
+				}
+				v.mu.Unlock()
+				if !taken {
+					return false, nil, fmt.Errorf("no client verifier of kind %q took the question about attempt %d within %v: run one (POST /v1/verify/take)", a.Kind, a.Attempt, v.takeWithin)
+				}
+				// Taken: the client has until ctx ends to answer.
+			case <-ctx.Done():
+				v.mu.Lock()
+				taken := q.taken
+				v.mu.Unlock()
+				if taken {
+					return false, nil, fmt.Errorf("a client verifier took the question about attempt %d and did not answer in time (%w)", a.Attempt, ctx.Err())
+				}
+				return false, nil, fmt.Errorf("no client verifier of kind %q took the question about attempt %d in time (%w): run one (POST /v1/verify/take)", a.Kind, a.Attempt, ctx.Err())
 			}
-			return false, nil, fmt.Errorf("no client verifier of kind %q took the question about attempt %d in time (%w): run one (POST /v1/verify/take)", a.Kind, a.Attempt, ctx.Err())
 		}
 	}
 }
@@ -133,6 +177,21 @@ func (v *Verifiers) forget(q *question) {
 // take takes up to n questions of kinds, waiting until ctx ends for the
 // first.
 func (v *Verifiers) take(ctx context.Context, kinds []string, n int) []*question {
+	v.mu.Lock()
+	for _, k := range kinds {
+		v.taking[k]++
+		delete(v.absent, k)
+	}
+	v.mu.Unlock()
+	defer func() {
+		v.mu.Lock()
+		for _, k := range kinds {
+			if v.taking[k]--; v.taking[k] <= 0 {
+				delete(v.taking, k)
+			}
+		}
+		v.mu.Unlock()
+	}()
 	for {
 		v.mu.Lock()
 		var out []*question
@@ -180,16 +239,20 @@ func (v *Verifiers) answer(id string, vd verdict, name string) (ok bool, before 
 	delete(v.byID, id)
 	v.queued--
 	now := time.Now()
-	for k, a := range v.answered {
-		if now.Sub(a.at) > 10*time.Minute {
-			delete(v.answered, k)
-		}
+	for len(v.order) > 0 && now.Sub(v.answered[v.order[0]].at) > answeredFor {
+		delete(v.answered, v.order[0])
+		v.order = v.order[1:]
 	}
 	if len(v.answered) < v.max {
 		v.answered[id] = answered{verdict: name, at: now}
+		v.order = append(v.order, id)
 	}
 	return true, ""
 }
+
+// answeredFor is how long an answer is remembered, for the same answer
+// sent again.
+const answeredFor = 10 * time.Minute
 
 // Verdicts a client verifier answers with.
 const (

@@ -1,7 +1,9 @@
 package protocol_test
 
 import (
+	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -166,5 +168,164 @@ func TestClientVerifierTooLate(t *testing.T) {
 	}
 	if got.Status == once.StatusSucceeded || got.VerifyFailures != 1 {
 		t.Fatalf("row %s with %d verifier failures after a late answer; want it undecided, 1 failure", got.Status, got.VerifyFailures)
+	}
+}
+
+// TestReaperDecidesOtherKindsWhileAClientVerifierIsAsked: a question
+// no client verifier takes holds the reaper's pass only briefly (not
+// the kind's max execution, a minute here): the other kinds' dead
+// claims are decided meanwhile. The verified action is not decided by
+// anything else: it waits, counted as a verifier that could not tell,
+// to be asked again.
+func TestReaperDecidesOtherKindsWhileAClientVerifierIsAsked(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			v := protocol.NewVerifiers()
+			verifiersOf[store] = v
+			t.Cleanup(func() { delete(verifiersOf, store) })
+			s := newServer(t, store, once.Config{Kinds: map[string]once.KindPolicy{
+				"send_email":  {Lease: time.Second, MaxExecution: time.Minute, Recovery: once.VerifyThenDecide, Verifier: v.For("send_email")},
+				"charge_card": {Lease: 2 * time.Second, Recovery: once.AskPerson},
+			}})
+			code, verified := s.post("/v1/claim", claimBody(wireIntent(1, map[string]any{"subject": "hello"})))
+			want(t, "claim send_email", code, verified, 200, "answer", "claimed")
+			code, other := s.post("/v1/claim", claimBody(map[string]any{"run": "run-1", "step": 2, "kind": "charge_card", "target": "acct-1", "payload": 1}))
+			want(t, "claim charge_card", code, other, 200, "answer", "claimed")
+			time.Sleep(2500 * time.Millisecond) // both workers died
+
+			r, err := once.NewReaper(s.c, once.ReaperConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			passed := make(chan once.ReapReport, 1)
+			go func() {
+				rep, _ := r.RunOnce(ctx)
+				passed <- rep
+			}()
+			defer func() { cancel(); <-passed }()
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				got, err := s.c.Get(t.Context(), once.Key(other["key"].(string)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Status == once.StatusReview {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("charge_card's dead claim is %s 15 s into the pass; want review: the pass waits on send_email's verifier", got.Status)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			select {
+			case rep := <-passed:
+				passed <- rep
+			case <-time.After(15 * time.Second):
+				t.Fatal("the pass did not end within 15 s")
+			}
+			got, err := s.c.Get(t.Context(), once.Key(verified["key"].(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status == once.StatusSucceeded || got.Status == once.StatusReview || got.Status == once.StatusReleased || got.Attempt != 1 || got.VerifyFailures != 1 {
+				t.Fatalf("send_email's row %s at attempt %d with %d verifier failures; want it undecided, asked again later", got.Status, got.Attempt, got.VerifyFailures)
+			}
+		})
+	}
+}
+
+// TestClientVerifierOfAnyServerOfTheStore: two servers on one store,
+// a client verifier taking questions from the second only. A question
+// the first's reaper asks is given up on promptly there (no client
+// takes it), counted as a verifier that could not tell; asked again
+// after the backoff by the second's reaper, the verifier there
+// answers it and decides the action.
+func TestClientVerifierOfAnyServerOfTheStore(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			serverOf := func() (*server, *once.Reaper) {
+				v := protocol.NewVerifiers()
+				c, err := once.New(once.Config{Store: store, Kinds: map[string]once.KindPolicy{
+					"send_email": {Lease: time.Second, MaxExecution: time.Minute, VerifyBackoff: time.Second, Recovery: once.VerifyThenDecide, Verifier: v.For("send_email")},
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}, Verifiers: v})
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs := httptest.NewServer(p)
+				t.Cleanup(hs.Close)
+				r, err := once.NewReaper(c, once.ReaperConfig{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &server{t: t, url: hs.URL, c: c}, r
+			}
+			if err := store.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			a, reapA := serverOf()
+			b, reapB := serverOf()
+			code, dead := a.post("/v1/claim", claimBody(wireIntent(1, map[string]any{"subject": "hello"})))
+			want(t, "claim", code, dead, 200, "answer", "claimed")
+			key := once.Key(dead["key"].(string))
+			time.Sleep(1500 * time.Millisecond) // its worker died
+
+			start := time.Now()
+			if _, err := reapA.RunOnce(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Fatalf("the first server's pass took %v with no client verifier of its own; want it given up on within %v", took, protocol.TakeWithin)
+			}
+			row, err := a.c.Get(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Status == once.StatusSucceeded || row.VerifyFailures != 1 {
+				t.Fatalf("after the first server's pass the row is %s with %d verifier failures; want undecided, 1", row.Status, row.VerifyFailures)
+			}
+			// The first server gives the kind's next questions up at once.
+			time.Sleep(1100 * time.Millisecond) // the backoff
+			start = time.Now()
+			if _, err := reapA.RunOnce(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("the first server's second pass took %v; want its question given up on at once", took)
+			}
+			time.Sleep(2100 * time.Millisecond) // the second backoff
+
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				code, v := b.post("/v1/verify/take", map[string]any{"kinds": []string{"send_email"}, "wait_ms": 10000})
+				qs, _ := v["questions"].([]any)
+				if code != 200 || len(qs) != 1 {
+					t.Errorf("take from the second server = %d %v; want its question", code, v)
+					return
+				}
+				q := qs[0].(map[string]any)
+				code, v = b.post("/v1/verify/answer", map[string]any{"question": q["question"], "verdict": "landed", "result": map[string]any{"id": "msg-1"}})
+				if code != 200 {
+					t.Errorf("answer = %d %v", code, v)
+				}
+			})
+			time.Sleep(200 * time.Millisecond) // the verifier is taking
+			if _, err := reapB.RunOnce(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if row, err = b.c.Get(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+			if row.Status != once.StatusSucceeded || row.Attempt != 1 {
+				t.Fatalf("after the second server's pass the row is %s at attempt %d; want succeeded at 1, by its verifier", row.Status, row.Attempt)
+			}
+		})
 	}
 }
