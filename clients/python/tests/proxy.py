@@ -43,11 +43,14 @@ class Proxy:
                 if proxy.cut and proxy.cut(self.path, body):
                     self.close_connection = True
                     return
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except OSError:
+                    self.close_connection = True  # the client gave up on it
 
             do_GET = do_POST = forward
 
