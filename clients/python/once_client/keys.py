@@ -218,15 +218,26 @@ class NotJSON(Refused):
 
 
 # JSON numbers are exact in every language (JavaScript's included) up to
-# 2**53: a payload's integer beyond that would hash as another number.
+# 2**53; beyond, only those whose canonical form is themselves: another
+# would hash as another number (the server refuses it too).
 _EXACT = 2 ** 53
+
+
+def _exact_double(n):
+    """Whether n's canonical form (the shortest double's, RFC 8785) is n."""
+    try:
+        canonical_number(str(n), True)
+        return True
+    except (Refused, OverflowError):
+        return False
 
 
 def check_json(v, path="payload", exact_ints=True):
     """Raise NotJSON, naming the path, for a part of v that is not JSON or
     whose JSON differs between languages: a NaN or infinite float, a
     dict key that is not a str, bytes, a set, a circular reference, an
-    object json cannot encode; with exact_ints, an int beyond 2**53.
+    object json cannot encode; with exact_ints, an int beyond 2**53 whose
+    canonical form is another number (JavaScript would read that one).
     Lists and tuples are JSON arrays (a tuple comes back as a list)."""
     stack = set()
 
@@ -234,8 +245,8 @@ def check_json(v, path="payload", exact_ints=True):
         if v is None or v is True or v is False or isinstance(v, str):
             return
         if isinstance(v, int):
-            if exact_ints and not -_EXACT <= v <= _EXACT:
-                raise NotJSON(path, "int %d is beyond 2**53, where JSON numbers stop being exact in other languages" % v)
+            if exact_ints and not -_EXACT <= v <= _EXACT and not _exact_double(v):
+                raise NotJSON(path, "int %d is beyond 2**53, and its canonical JSON is another number: other languages would read that" % v)
             return
         if isinstance(v, float):
             if math.isnan(v) or math.isinf(v):

@@ -25,7 +25,8 @@ class PayloadTest(unittest.TestCase):
             ({"items": [1, 2, {3}]}, "payload.items[2]: set is not JSON"),
             ({"at": object()}, "payload.at: object is not JSON"),
             ({"cents": decimal.Decimal("1.10")}, "payload.cents: Decimal is not JSON"),
-            ({"id": 2 ** 53 + 1}, "payload.id: int 9007199254740993 is beyond 2**53"),
+            ({"id": 2 ** 53 + 1}, "payload.id: int 9007199254740993 is beyond 2**53, and its canonical JSON is another number"),
+            ({"id": 10 ** 400}, "payload.id: int 1000"),
             ({"a b": loop}, 'payload["a b"][0]: a circular reference is not JSON'),
         ]:
             with self.subTest(want=want):
@@ -35,6 +36,9 @@ class PayloadTest(unittest.TestCase):
                 self.assertEqual(once.dispose(e.exception), ("drop", 0))
                 with self.assertRaises(once.NotJSON):
                     once.key_of("r", 0, "k", payload=payload)
+
+    def test_a_big_int_a_double_holds_is_json(self):
+        self.assertEqual(once.do(client(), intent(payload={"n": 999999999999999900000}), lambda a: "ok"), "ok")
 
     def test_tuples_are_arrays(self):
         c = client()
