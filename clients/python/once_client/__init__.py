@@ -7,6 +7,11 @@ deliver at least once, with the rules applied by a once server.
     receipt = do(c, Intent("order-981", 0, "send_email", "ada@example.com", {"subject": "hi"}),
                  lambda attempt: send(attempt.provider_key))
 
+Policy is what a claim carries for a kind the server does not pin;
+Verifier (Client.verify, Client.verify_once) answers the server's
+questions about dead claims of a kind a client verifies; once_client.aio
+is the same over asyncio. README.md says more.
+
 Standard library only; Python 3.9 or later. docs/protocol.md describes the
 protocol.
 """
