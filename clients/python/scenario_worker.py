@@ -8,8 +8,8 @@ when to kill or stop it. A line on stdin lets a held effect go on.
 role "do" runs the intent through once_client.do, redelivering the job as
 a queue would while dispose says retry; the effect creates a customer at
 the provider with the attempt's provider key. role "verify" is a client
-verifier: the client has no verifier loop yet, so it takes and answers
-questions over /v1/verify/take and /v1/verify/answer itself.
+verifier (once_client.Verifier) that asks the provider whether the
+attempt's provider key landed.
 """
 
 import json
@@ -29,8 +29,12 @@ from once_client import (  # noqa: E402
     OnceError,
     Permanent,
     RetryLater,
+    Verifier,
+    cannot_tell,
     dispose,
     do,
+    landed,
+    not_landed,
 )
 
 
@@ -108,20 +112,27 @@ def run_do(job, client):
 def run_verify(job, client):
     end = time.monotonic() + job.get("verify_for_ms", 30000) / 1000.0
     answered = 0
+
+    def ask(q):
+        emit(event="question", key=q.key, attempt=q.attempt)
+        status, body = provider(job, "GET", "/scenario/landed/" + urllib.parse.quote(q.provider_key, safe=""))
+        if status == 200:
+            v = landed(body["id"])
+        elif status == 404:
+            v = not_landed()
+        else:
+            v = cannot_tell("the provider answered %d" % status)
+        verdicts.append(type(v).__name__)
+        return v
+
+    names = {"Landed": "landed", "NotLanded": "not_landed", "CannotTell": "cannot_tell"}
+    verifier = Verifier(client, job["verify_kinds"], ask, wait=2.0, max=1)
     while answered < job.get("questions", 1) and time.monotonic() < end:
-        got = client._call("POST", "/v1/verify/take", {"kinds": job["verify_kinds"], "wait_ms": 2000, "max": 1}, budget=10.0)
-        for q in got.get("questions") or []:
-            emit(event="question", key=q["key"], attempt=q["attempt"])
-            status, body = provider(job, "GET", "/scenario/landed/" + urllib.parse.quote(q["provider_key"], safe=""))
-            if status == 200:
-                answer = {"question": q["question"], "verdict": "landed", "result": body["id"]}
-            elif status == 404:
-                answer = {"question": q["question"], "verdict": "not_landed"}
-            else:
-                answer = {"question": q["question"], "verdict": "cannot_tell", "error": "the provider answered %d" % status}
-            client._call("POST", "/v1/verify/answer", answer, budget=10.0)
-            emit(event="verified", verdict=answer["verdict"])
-            answered += 1
+        verdicts = []
+        n = verifier.verify_once()
+        for v in verdicts[:n]:
+            emit(event="verified", verdict=names[v])
+        answered += n
     emit(event="end", outcome="verified" if answered else "no_question")
     return 0
 

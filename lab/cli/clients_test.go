@@ -8,8 +8,8 @@ import (
 )
 
 // clientSuite runs a client's suite, cmd in dir, against `once serve`
-// over each store, with the server's address and tokens in its
-// environment.
+// over each store, with the server's address, tokens and pinned kinds
+// (clientKinds) in its environment.
 func clientSuite(t *testing.T, dir string, name string, args ...string) {
 	for store, newDB := range databases(t) {
 		t.Run(store, func(t *testing.T) {
@@ -23,11 +23,13 @@ func clientSuite(t *testing.T, dir string, name string, args ...string) {
 				}
 				return f
 			}
-			base, _, _, stop := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db,
+			kinds, kindsEnv := clientKinds(t)
+			base, _, _, stop := startServe(t, "--addr", "127.0.0.1:0", "--reap-every", "0", "--db", db, "--kinds", kinds,
 				"--worker-tokens-file", tokens("workers", worker), "--operator-tokens-file", tokens("operators", operator))
 			cmd := exec.Command(name, args...)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "ONCE_URL="+base, "ONCE_TOKEN="+worker, "ONCE_OPERATOR_TOKEN="+operator, "PYTHONDONTWRITEBYTECODE=1")
+			cmd.Env = append(cmd.Env, kindsEnv...)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s %v: %v\n%s", name, args, err, out)

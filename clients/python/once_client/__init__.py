@@ -7,6 +7,11 @@ deliver at least once, with the rules applied by a once server.
     receipt = do(c, Intent("order-981", 0, "send_email", "ada@example.com", {"subject": "hi"}),
                  lambda attempt: send(attempt.provider_key))
 
+Policy is what a claim carries for a kind the server does not pin;
+Verifier (Client.verify, Client.verify_once) answers the server's
+questions about dead claims of a kind a client verifies; once_client.aio
+is the same over asyncio. README.md says more.
+
 Standard library only; Python 3.9 or later. docs/protocol.md describes the
 protocol.
 """
@@ -14,6 +19,7 @@ protocol.
 from .client import (  # noqa: F401
     AwaitingApproval,
     BadRequest,
+    CannotTell,
     Claimed,
     Client,
     Conflict,
@@ -25,21 +31,36 @@ from .client import (  # noqa: F401
     Intent,
     InvalidIntent,
     KeyMismatch,
+    Landed,
     LeaseSpent,
+    NeedsVerifier,
+    NoSuchQuestion,
+    NotClientVerified,
     NotFound,
+    NotLanded,
     NotRecorded,
     OnceError,
     OutcomeUnknown,
     Permanent,
+    Policy,
+    PolicyPinned,
+    Question,
     Replayed,
+    ResultNotJSON,
+    ResultTooLarge,
     RetryLater,
     Review,
     Run,
     StoreUnavailable,
+    TooLarge,
     Unauthorized,
     Unreachable,
+    Verifier,
+    cannot_tell,
     dispose,
     do,
+    landed,
+    not_landed,
     write_token,
 )
-from .keys import JSON_NULL, Refused, key_of  # noqa: F401
+from .keys import JSON_NULL, NotJSON, Refused, check_json, key_of  # noqa: F401

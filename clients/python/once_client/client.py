@@ -13,6 +13,7 @@ import base64
 import dataclasses
 import http.client
 import json
+import logging
 import os
 import secrets
 import threading
@@ -21,7 +22,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .keys import JSON_NULL, key_of, payload_json
+from .keys import JSON_NULL, NotJSON, key_of, payload_json
+
+log = logging.getLogger("once_client")
 
 # --- errors -----------------------------------------------------------------
 
@@ -142,13 +145,61 @@ class Unreachable(OnceError):
     code = "unreachable"
 
 
+class PolicyPinned(OnceError):
+    """The kind's policy is the server's (its kinds file), and the claim
+    carried another: drop the Policy, or make it the server's."""
+
+    code = "policy_pinned"
+
+
+class NeedsVerifier(OnceError):
+    """The action waits for a verifier of its kind, which this server has
+    not."""
+
+    code = "needs_verifier"
+
+
+class NotClientVerified(OnceError):
+    """A verifier asked for a kind the server's kinds file does not have
+    verified by clients ("verifier": "client")."""
+
+    code = "not_client_verified"
+
+
+class NoSuchQuestion(OnceError):
+    """A verifier's answer came after the question was given up on (its
+    answer_within passed): it counted as cannot tell."""
+
+    code = "no_such_question"
+
+
+class TooLarge(OnceError):
+    code = "too_large"
+
+
+class ResultTooLarge(OnceError):
+    code = "result_too_large"
+
+
 _BY_CODE = {
     c.code: c
     for c in (
         InFlight, OutcomeUnknown, Review, AwaitingApproval, Fenced, Conflict, FingerprintMismatch, KeyMismatch,
         InvalidIntent, StoreUnavailable, NotRecorded, Unauthorized, Forbidden, BadRequest, NotFound,
+        PolicyPinned, NeedsVerifier, NotClientVerified, NoSuchQuestion, TooLarge, ResultTooLarge,
     )
 }
+
+
+class ResultNotJSON(NotJSON):
+    """The effect returned a result that is not JSON (path and reason say
+    where and why). Its outcome was recorded unknown, for the kind's
+    recovery to decide: the effect may have happened, and its result
+    cannot be kept. status is what the server made of it."""
+
+    def __init__(self, err, key, attempt, status):
+        super().__init__(err.path, err.reason)
+        self.key, self.attempt, self.status = key, attempt, status
 
 
 class Failed(Exception):
@@ -167,6 +218,35 @@ class RetryLater(Exception):
 
 class Permanent(Exception):
     """Raised by an effect that did not happen and never will."""
+
+
+# --- the policy a claim carries --------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A kind's policy as a claim carries it (protocol Policy, a Go
+    worker's Config): what the server applies to a kind it does not pin.
+    Durations are seconds; zero (or "") is the server's default. lease is
+    1 s to 1 h, max_execution 1 s to 24 h; recovery is "ask_person" or
+    "retry_with_provider_key" (verify_then_decide is pinned by the
+    server's kinds file). A pinned kind refuses a claim carrying another
+    policy: PolicyPinned."""
+
+    lease: float = 0
+    max_execution: float = 0
+    retention: float = 0
+    recovery: str = ""
+
+    def wire(self):
+        w = {}
+        for name in ("lease", "max_execution", "retention"):
+            v = getattr(self, name)
+            if v:
+                w[name + "_ms"] = int(round(v * 1000))
+        if self.recovery:
+            w["recovery"] = self.recovery
+        return w or None
 
 
 # --- the intent ---------------------------------------------------------------
@@ -199,6 +279,9 @@ class Intent:
         return w
 
 
+_MAX_ERROR_TEXT = 16 << 10
+
+
 class _Raw:
     """JSON text sent as it is."""
 
@@ -222,6 +305,23 @@ def _encode(v):
     return text.encode("utf-8")
 
 
+def result_json(result):
+    """result as the JSON text an outcome sends; NotJSON, naming the path
+    from "result", for a part that is not JSON. An int beyond 2**53 is
+    kept: the server stores the result's text as it is."""
+    return payload_json(JSON_NULL if result is None else result, "result", exact_ints=False)
+
+
+def _error_text(err, limit=_MAX_ERROR_TEXT):
+    """err as an outcome's or a verdict's error: its text, or its type's
+    name, cut to limit bytes of UTF-8 (the server keeps 16 KiB)."""
+    t = str(err).strip() or type(err).__name__
+    b = t.encode("utf-8")
+    if len(b) > limit:
+        t = b[: limit - 3].decode("utf-8", "ignore") + "..."
+    return t
+
+
 def write_token():
     """A fresh write token: 128 random bits."""
     return secrets.token_hex(16)
@@ -237,8 +337,9 @@ class Attempt:
     max_execution passed: the effect must stop then. time_left() says how
     long it has."""
 
-    def __init__(self, client, answer, sent):
+    def __init__(self, client, answer, sent, policy=None):
         self.client = client
+        self.policy = policy
         self.key = answer["key"]
         self.number = answer["attempt"]
         self.token = answer["token"]
@@ -252,7 +353,11 @@ class Attempt:
         self._settled = None
 
     def ref(self):
-        return {"key": self.key, "attempt": self.number, "token": self.token}
+        r = {"key": self.key, "attempt": self.number, "token": self.token}
+        p = self.policy.wire() if self.policy else None
+        if p:
+            r["policy"] = p  # a heartbeat renews the lease it says
+        return r
 
     def deadline(self):
         """When the effect must have stopped, by time.monotonic."""
@@ -266,8 +371,11 @@ class Attempt:
     def heartbeat(self):
         """Renew the claim. Raises Fenced when the attempt is over."""
         sent = time.monotonic()
+        # Bounded by the lease, each try included: a heartbeat that
+        # hangs past it renews nothing the effect could use.
+        left = max(0.5, self.time_left())
         try:
-            a = self.client._call("POST", "/v1/heartbeat", self.ref(), budget=max(0.5, self.time_left()))
+            a = self.client._call("POST", "/v1/heartbeat", self.ref(), budget=left, timeout=left)
         except Fenced:
             self.stop.set()
             raise
@@ -281,21 +389,23 @@ class Attempt:
         return a["status"]
 
     def succeed(self, result=None):
-        """Record success with result (a JSON value); returns the status."""
-        return self._settle("succeeded", result=_Raw(payload_json(JSON_NULL if result is None else result)))
+        """Record success with result (a JSON value); returns the status.
+        A result that is not JSON raises NotJSON, naming its path, before
+        anything is sent: the attempt is still held."""
+        return self._settle("succeeded", result=_Raw(result_json(result)))
 
     def fail(self, error):
         """Record that the effect did not happen and never will."""
-        return self._settle("permanent", error=str(error) or type(error).__name__)
+        return self._settle("permanent", error=_error_text(error))
 
     def release(self, error):
         """Record that the effect did not happen: the next claim runs it."""
-        return self._settle("retry_later", error=str(error) or type(error).__name__)
+        return self._settle("retry_later", error=_error_text(error))
 
     def unknown(self, error):
         """Record that the effect may have happened; the kind's recovery
         decides what that becomes."""
-        return self._settle("unknown", error=str(error) or type(error).__name__)
+        return self._settle("unknown", error=_error_text(error))
 
 
 # --- the client --------------------------------------------------------------
@@ -319,26 +429,30 @@ class Client:
 
     A request whose reply is lost (the connection cut, the server
     restarting) is sent again, the same, for up to retry_for seconds:
-    every write of the protocol answers the same when sent again."""
+    every write of the protocol answers the same when sent again.
 
-    def __init__(self, url, token, timeout=30.0, retry_for=10.0, record_timeout=30.0, check_keys=True):
+    policies maps a kind to the Policy its claims carry (a Go worker's
+    Config.Kinds); a claim given its own policy carries that instead."""
+
+    def __init__(self, url, token, timeout=30.0, retry_for=10.0, record_timeout=30.0, check_keys=True, policies=None):
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
         self.retry_for = retry_for
         self.record_timeout = record_timeout
         self.check_keys = check_keys
+        self.policies = dict(policies or {})
 
     @classmethod
     def from_env(cls):
         """A client of $ONCE_URL with $ONCE_TOKEN."""
         return cls(os.environ["ONCE_URL"], os.environ["ONCE_TOKEN"])
 
-    def _call(self, method, path, body=None, budget=None):
+    def _call(self, method, path, body=None, budget=None, timeout=None):
         data = None if body is None else _encode(body)
         # A request that waits must outlast its wait, or it is cut before
         # the server answers and sent again (waiting again).
-        timeout = self.timeout
+        timeout = self.timeout if timeout is None else min(timeout, self.timeout)
         if isinstance(body, dict) and body.get("wait_ms"):
             timeout = max(timeout, body["wait_ms"] / 1000.0 + 10.0)
         end = time.monotonic() + (self.retry_for if budget is None else budget)
@@ -381,19 +495,26 @@ class Client:
         a = self._call("POST", "/v1/keys", body)
         return a["key"], a["fingerprint"]
 
-    def claim(self, intent, wait=0.0):
+    def claim(self, intent, wait=0.0, policy=None):
         """Claim intent: Claimed (run the effect, settle the attempt) or
         Replayed (it succeeded: here is its result); raises Failed for an
-        action that failed for good, and an OnceError for the rest."""
+        action that failed for good, and an OnceError for the rest.
+        policy (or the client's for the kind) is carried: PolicyPinned
+        when the server pins the kind otherwise. A payload that is not
+        JSON raises NotJSON, naming its path, before any request."""
         body = {"intent": intent.wire(), "write": write_token()}
         if wait:
             body["wait_ms"] = int(wait * 1000)
         if self.check_keys:
             body["key"], body["fingerprint"] = intent.keys()
+        if policy is None:
+            policy = self.policies.get(intent.kind)
+        if policy is not None and policy.wire():
+            body["policy"] = policy.wire()
         sent = time.monotonic()
         a = self._call("POST", "/v1/claim", body, budget=max(self.retry_for, wait + self.retry_for))
         if a["answer"] == "claimed":
-            return Claimed(Attempt(self, a, sent))
+            return Claimed(Attempt(self, a, sent, policy))
         if a["answer"] == "replayed":
             return Replayed(a["key"], a["attempt"], a.get("result"))
         raise Failed(a["key"], a["attempt"], a.get("message", ""), a.get("rejected_by", ""), a.get("reason", ""))
@@ -407,16 +528,38 @@ class Client:
         called: a run resumed calls them again in the same order."""
         return Run(self, run_id)
 
+    def verifier(self, kinds, fn, wait=20.0, max=10, stop=None):
+        """A Verifier of kinds that answers with fn (see Verifier)."""
+        return Verifier(self, kinds, fn, wait=wait, max=max, stop=stop)
 
-def do(client, intent, fn, wait=0.0):
+    def verify(self, kinds, fn, stop, wait=20.0, max=10):
+        """Answer the questions of kinds with fn until stop (a
+        threading.Event) is set: Verifier.run."""
+        self.verifier(kinds, fn, wait=wait, max=max, stop=stop).run()
+
+    def verify_once(self, kinds, fn, wait=20.0, max=10):
+        """Take at most one batch of questions of kinds, waiting up to wait
+        seconds for the first, answer them with fn, and return how many
+        answers the server received: Verifier.verify_once."""
+        return self.verifier(kinds, fn, wait=wait, max=max).verify_once()
+
+
+def do(client, intent, fn, wait=0.0, policy=None):
     """Run fn(attempt) once for intent, and return its result; a duplicate
     gets the stored result without running fn.
 
     fn raises RetryLater (it did not happen; a later claim runs it) or
     Permanent (it never will); any other exception leaves the outcome
     unknown, for the kind's recovery. While fn runs, a thread heartbeats the
-    claim and sets attempt.stop when it cannot be renewed in time."""
-    got = client.claim(intent, wait=wait)
+    claim and sets attempt.stop when it cannot be renewed in time. The
+    outcome is sent as soon as fn ends, whatever a heartbeat is doing.
+
+    A result that is not JSON (a set, bytes, NaN, a dict key not a str...)
+    is recorded as outcome unknown, with an error naming its path, and
+    raises ResultNotJSON: the effect may have happened, and its result
+    cannot be kept. policy is carried by the claim and its heartbeats
+    (Client.claim)."""
+    got = client.claim(intent, wait=wait, policy=policy)
     if isinstance(got, Replayed):
         return got.result
     a = got.attempt
@@ -448,6 +591,10 @@ def do(client, intent, fn, wait=0.0):
 
     hb = threading.Thread(target=beat, name="once-heartbeat " + a.key[:12], daemon=True)
     hb.start()
+    # The outcome goes out as soon as fn ends: the heartbeat thread is
+    # told to stop, not waited for (a heartbeat stuck on the network
+    # would hold the outcome back past the lease, and another worker
+    # would take the claim over).
     try:
         result = fn(a)
     except RetryLater as e:
@@ -464,8 +611,12 @@ def do(client, intent, fn, wait=0.0):
         raise
     finally:
         done.set()
-        hb.join()
-    a.succeed(result)
+    try:
+        text = result_json(result)
+    except NotJSON as e:
+        status = a.unknown(e)
+        raise ResultNotJSON(e, a.key, a.number, status) from None
+    a._settle("succeeded", result=_Raw(text))
     return result
 
 
@@ -475,10 +626,10 @@ class Run:
     def __init__(self, client, run_id):
         self.client, self.id, self.next = client, run_id, 0
 
-    def do(self, kind, fn, target="", payload=None, raw=None, payload_in_key=False, wait=0.0):
+    def do(self, kind, fn, target="", payload=None, raw=None, payload_in_key=False, wait=0.0, policy=None):
         step = self.next
         self.next += 1
-        return do(self.client, Intent(self.id, step, kind, target, payload, raw, payload_in_key), fn, wait=wait)
+        return do(self.client, Intent(self.id, step, kind, target, payload, raw, payload_in_key), fn, wait=wait, policy=policy)
 
 
 def dispose(err):
@@ -488,10 +639,168 @@ def dispose(err):
     intent must)."""
     if err is None or isinstance(err, Failed):
         return ("ack", 0)
-    if isinstance(err, (InFlight, OutcomeUnknown, AwaitingApproval, StoreUnavailable, NotRecorded, Unreachable, LeaseSpent)):
+    if isinstance(err, (InFlight, OutcomeUnknown, AwaitingApproval, StoreUnavailable, NotRecorded, Unreachable, LeaseSpent,
+                        NeedsVerifier)):
         return ("retry", max(err.retry_after, 1.0))
     if isinstance(err, RetryLater):
         return ("retry", 1.0)
-    if isinstance(err, (Review, FingerprintMismatch, InvalidIntent, KeyMismatch, Permanent, BadRequest, Fenced, Conflict)):
+    if isinstance(err, (Review, FingerprintMismatch, InvalidIntent, KeyMismatch, Permanent, BadRequest, Fenced, Conflict,
+                        PolicyPinned, NotJSON)):
         return ("drop", 0)
     return ("retry", 5.0)
+
+
+# --- verifying from a client ----------------------------------------------
+
+
+@dataclasses.dataclass
+class Question:
+    """A question a verifier answers: did attempt's effect land at the
+    provider? Ask the provider by provider_key. payload is the intent's
+    JSON payload (None when it had none), raw its bytes when not JSON;
+    note what the effect noted, or why its outcome is unknown."""
+
+    id: str
+    key: str
+    attempt: int
+    kind: str
+    run: str
+    step: int
+    target: str
+    provider_key: str
+    payload: object
+    raw: bytes
+    note: str
+    answer_within: float  # seconds from the take's sending; 0: no end
+    _deadline: float = None
+
+    @classmethod
+    def _of(cls, q, sent):
+        within = q.get("answer_within_ms", 0) / 1000.0
+        raw = base64.b64decode(q["payload_base64"]) if q.get("payload_base64") else None
+        return cls(q["question"], q["key"], q["attempt"], q["kind"], q.get("run", ""), q.get("step", 0), q.get("target", ""),
+                   q.get("provider_key", ""), q.get("payload"), raw, q.get("note", ""), within,
+                   sent + within if within else None)
+
+    def time_left(self):
+        """How long an answer is still taken, by time.monotonic; None when
+        it has no end."""
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+
+@dataclasses.dataclass(frozen=True)
+class Landed:
+    """The effect landed: result is what the provider shows of it (a JSON
+    value), kept as the action's result."""
+
+    result: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NotLanded:
+    """The effect did not land: the action is run again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CannotTell:
+    """The provider could not say: asked again later, then review."""
+
+    error: str
+
+
+def landed(result=None):
+    return Landed(result)
+
+
+def not_landed():
+    return NotLanded()
+
+
+def cannot_tell(error):
+    return CannotTell(_error_text(error))
+
+
+class Verifier:
+    """A client verifier of kinds (docs/protocol.md, Verifying from a
+    client): it long-polls POST /v1/verify/take for their questions, asks
+    fn(question) whether each effect landed, and answers POST
+    /v1/verify/answer.
+
+    fn returns landed(result), not_landed() or cannot_tell(error). An
+    exception raised by fn, a result that is not JSON, or a return that is
+    none of the three is answered cannot_tell with its text (bounded), so
+    the action is asked again later, never decided blind. An answer whose
+    reply is lost is sent again, the same (the same question id). An
+    answer that came too late (NoSuchQuestion) is logged and not counted.
+
+    run() loops until stop (a threading.Event) is set: it ends after the
+    take in progress, within wait seconds, once the questions taken are
+    answered. verify_once() handles at most one batch."""
+
+    def __init__(self, client, kinds, fn, wait=20.0, max=10, stop=None):
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        self.client, self.kinds, self.fn = client, list(kinds), fn
+        self.wait, self.max = wait, max
+        self.stop = stop or threading.Event()
+
+    def verdict(self, q):
+        """fn's verdict on q, as the body of its answer."""
+        try:
+            v = self.fn(q)
+        except Exception as e:  # noqa: BLE001 - every error is a cannot_tell
+            v = CannotTell(_error_text("the verifier raised %s: %s" % (type(e).__name__, e)))
+        body = {"question": q.id}
+        if isinstance(v, Landed):
+            try:
+                body.update(verdict="landed", result=_Raw(result_json(v.result)))
+                return body
+            except NotJSON as e:
+                v = CannotTell(_error_text("the verifier's result is not JSON: %s" % e))
+        if isinstance(v, NotLanded):
+            body["verdict"] = "not_landed"
+        elif isinstance(v, CannotTell):
+            body.update(verdict="cannot_tell", error=_error_text(v.error or "cannot tell"))
+        else:
+            body.update(verdict="cannot_tell", error=_error_text("the verifier returned %r, not landed(), not_landed() or cannot_tell()" % (v,)))
+        return body
+
+    def verify_once(self):
+        """Take one batch (waiting up to wait seconds for its first
+        question), answer each, and return how many answers were
+        received."""
+        body = {"kinds": self.kinds, "wait_ms": int(self.wait * 1000), "max": self.max}
+        sent = time.monotonic()
+        got = self.client._call("POST", "/v1/verify/take", body)
+        answered = 0
+        for raw in got.get("questions") or []:
+            q = Question._of(raw, sent)
+            if q.time_left() == 0:
+                log.warning("once: question %s about attempt %d of %s came too late to answer", q.id, q.attempt, q.key)
+                continue
+            answer = self.verdict(q)
+            try:
+                # Sent again on a lost reply: the same question id, the
+                # same verdict, answered received again.
+                self.client._call("POST", "/v1/verify/answer", answer, budget=max(q.time_left() or 0, self.client.retry_for))
+            except (NoSuchQuestion, Conflict, Unreachable, StoreUnavailable) as e:
+                # Too late (it counted as cannot tell), or lost: the
+                # action is asked about again; the rest are answered.
+                log.warning("once: the answer to question %s about attempt %d of %s was not received: %s", q.id, q.attempt, q.key, e)
+                continue
+            answered += 1
+        return answered
+
+    def run(self):
+        """Answer questions until stop is set. The server not answering is
+        waited out; an error that asking again cannot change
+        (Unauthorized, NotClientVerified, BadRequest...) is raised."""
+        backoff = 0.1
+        while not self.stop.is_set():
+            try:
+                self.verify_once()
+                backoff = 0.1
+            except (Unreachable, StoreUnavailable, NotRecorded) as e:
+                log.warning("once: verifier of %s: %s", ",".join(self.kinds), e)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)

@@ -207,8 +207,74 @@ def key_of(run, step, kind, target="", payload=None, payload_in_key=False, raw=N
     return key, fp
 
 
-def payload_json(payload):
-    """payload as JSON text (bytes), as it is sent."""
+class NotJSON(Refused):
+    """A value that is not JSON, or whose JSON another language would read
+    otherwise: path names where (payload.items[2], result["id"]), reason
+    what. Nothing was sent for it."""
+
+    def __init__(self, path, reason):
+        super().__init__("%s: %s" % (path, reason))
+        self.path, self.reason = path, reason
+
+
+# JSON numbers are exact in every language (JavaScript's included) up to
+# 2**53; beyond, only those whose canonical form is themselves: another
+# would hash as another number (the server refuses it too).
+_EXACT = 2 ** 53
+
+
+def _exact_double(n):
+    """Whether n's canonical form (the shortest double's, RFC 8785) is n."""
+    try:
+        canonical_number(str(n), True)
+        return True
+    except (Refused, OverflowError):
+        return False
+
+
+def check_json(v, path="payload", exact_ints=True):
+    """Raise NotJSON, naming the path, for a part of v that is not JSON or
+    whose JSON differs between languages: a NaN or infinite float, a
+    dict key that is not a str, bytes, a set, a circular reference, an
+    object json cannot encode; with exact_ints, an int beyond 2**53 whose
+    canonical form is another number (JavaScript would read that one).
+    Lists and tuples are JSON arrays (a tuple comes back as a list)."""
+    stack = set()
+
+    def walk(v, path):
+        if v is None or v is True or v is False or isinstance(v, str):
+            return
+        if isinstance(v, int):
+            if exact_ints and not -_EXACT <= v <= _EXACT and not _exact_double(v):
+                raise NotJSON(path, "int %d is beyond 2**53, and its canonical JSON is another number: other languages would read that" % v)
+            return
+        if isinstance(v, float):
+            if math.isnan(v) or math.isinf(v):
+                raise NotJSON(path, "float %r is not JSON" % v)
+            return
+        if isinstance(v, (dict, list, tuple)):
+            if id(v) in stack:
+                raise NotJSON(path, "a circular reference is not JSON")
+            stack.add(id(v))
+            if isinstance(v, dict):
+                for k, e in v.items():
+                    if not isinstance(k, str):
+                        raise NotJSON("%s[%r]" % (path, k), "a dict key of type %s is not JSON: keys are str" % type(k).__name__)
+                    walk(e, "%s[%s]" % (path, json.dumps(k, ensure_ascii=False)) if not k.isidentifier() else path + "." + k)
+            else:
+                for i, e in enumerate(v):
+                    walk(e, "%s[%d]" % (path, i))
+            stack.discard(id(v))
+            return
+        raise NotJSON(path, "%s is not JSON" % type(v).__name__)
+
+    walk(v, path)
+
+
+def payload_json(payload, path="payload", exact_ints=True):
+    """payload as JSON text (bytes), as it is sent; NotJSON, naming the
+    path, for a part that is not JSON (check_json)."""
     if payload is JSON_NULL:
         return b"null"
+    check_json(payload, path, exact_ints)
     return json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
