@@ -8,10 +8,9 @@
 // role "do" runs the intent through Client.do, redelivering the job as a
 // queue would while dispose says retry; the effect creates a customer at
 // the provider with the attempt's provider key. role "verify" is a client
-// verifier: the client has no verifier loop yet, so it takes and answers
-// questions over /v1/verify/take and /v1/verify/answer itself.
+// verifier (Verifier) that asks the provider whether the key landed.
 import { createInterface } from "node:readline";
-import { Client, Failed, OnceError, Permanent, RetryLater, dispose, type Attempt } from "../src/index.js";
+import { Client, Failed, OnceError, Permanent, RetryLater, Verifier, cannotTell, dispose, landed, notLanded, type Attempt, type Question, type Verdict } from "../src/index.js";
 
 interface Job {
   name: string;
@@ -97,31 +96,23 @@ async function runDo(job: Job, client: Client): Promise<void> {
   }
 }
 
-interface Question {
-  question: string;
-  key: string;
-  attempt: number;
-  provider_key: string;
-}
-
 async function runVerify(job: Job, client: Client): Promise<void> {
   const end = performance.now() + (job.verify_for_ms ?? 30_000);
   let answered = 0;
+  let verdicts: string[] = [];
+  const ask = async (q: Question): Promise<Verdict> => {
+    emit({ event: "question", key: q.key, attempt: q.attempt });
+    const [status, body] = await provider(job, "GET", "/scenario/landed/" + encodeURIComponent(q.providerKey));
+    const v = status === 200 && body ? landed(body.id) : status === 404 ? notLanded() : cannotTell(`the provider answered ${status}`);
+    verdicts.push(v.verdict);
+    return v;
+  };
+  const verifier = new Verifier(client, job.verify_kinds ?? [], ask, { waitMs: 2000, max: 1 });
   while (answered < (job.questions ?? 1) && performance.now() < end) {
-    const got = await client.call<{ questions?: Question[] }>("POST", "/v1/verify/take", { kinds: job.verify_kinds, wait_ms: 2000, max: 1 }, 10_000);
-    for (const q of got.questions ?? []) {
-      emit({ event: "question", key: q.key, attempt: q.attempt });
-      const [status, body] = await provider(job, "GET", "/scenario/landed/" + encodeURIComponent(q.provider_key));
-      const answer: Record<string, unknown> =
-        status === 200 && body
-          ? { question: q.question, verdict: "landed", result: body.id }
-          : status === 404
-            ? { question: q.question, verdict: "not_landed" }
-            : { question: q.question, verdict: "cannot_tell", error: `the provider answered ${status}` };
-      await client.call("POST", "/v1/verify/answer", answer, 10_000);
-      emit({ event: "verified", verdict: answer.verdict });
-      answered++;
-    }
+    verdicts = [];
+    const n = await verifier.verifyOnce();
+    for (const v of verdicts.slice(0, n)) emit({ event: "verified", verdict: v });
+    answered += n;
   }
   emit({ event: "end", outcome: answered > 0 ? "verified" : "no_question" });
 }

@@ -7,9 +7,9 @@
 // as the protocol asks: the server counts its durations from when it
 // received the request, so the client's count ends first.
 import { randomBytes } from "node:crypto";
-import { canonical, keyOf, type Payload } from "./keys.js";
+import { canonical, keyOf, NotJSON, type Payload } from "./keys.js";
 
-export { canonical, keyOf, Refused, type Payload } from "./keys.js";
+export { canonical, keyOf, NotJSON, Refused, type Payload } from "./keys.js";
 
 /** A problem the server answered (application/problem+json). */
 export interface Problem {
@@ -74,6 +74,27 @@ export class Unreachable extends OnceError {}
  * was given back. Deliver the job again.
  */
 export class LeaseSpent extends OnceError {}
+/**
+ * The kind's policy is the server's (its kinds file), and the claim
+ * carried another: drop the Policy, or make it the server's.
+ */
+export class PolicyPinned extends OnceError {}
+/** The action waits for a verifier of its kind, which this server has not. */
+export class NeedsVerifier extends OnceError {}
+/**
+ * A verifier asked for a kind the server's kinds file does not have
+ * verified by clients ("verifier": "client").
+ */
+export class NotClientVerified extends OnceError {}
+/**
+ * A verifier's answer came after the question was given up on (its
+ * answer_within passed): it counted as cannot tell.
+ */
+export class NoSuchQuestion extends OnceError {}
+/** The request is larger than the server takes. */
+export class TooLarge extends OnceError {}
+/** The outcome's result is larger than the server keeps. */
+export class ResultTooLarge extends OnceError {}
 
 const byCode: Record<string, new (p: Problem, s: number) => OnceError> = {
   in_flight: InFlight,
@@ -91,7 +112,31 @@ const byCode: Record<string, new (p: Problem, s: number) => OnceError> = {
   forbidden: Forbidden,
   bad_request: BadRequest,
   not_found: NotFound,
+  policy_pinned: PolicyPinned,
+  needs_verifier: NeedsVerifier,
+  not_client_verified: NotClientVerified,
+  no_such_question: NoSuchQuestion,
+  too_large: TooLarge,
+  result_too_large: ResultTooLarge,
 };
+
+/**
+ * The effect returned a result that is not JSON (path and reason say
+ * where and why). Its outcome was recorded unknown, for the kind's
+ * recovery to decide: the effect may have happened, and its result
+ * cannot be kept. status is what the server made of it.
+ */
+export class ResultNotJSON extends NotJSON {
+  override name = "ResultNotJSON";
+  constructor(
+    err: NotJSON,
+    readonly key: string,
+    readonly attempt: number,
+    readonly status: string,
+  ) {
+    super(err.path, err.reason);
+  }
+}
 
 /** The action failed for good: every duplicate is told so. */
 export class Failed extends Error {
@@ -115,6 +160,33 @@ export class Permanent extends Error {
   override name = "Permanent";
 }
 
+/**
+ * A kind's policy as a claim carries it (the protocol's Policy, a Go
+ * worker's Config): what the server applies to a kind it does not pin.
+ * Durations are milliseconds; none (or 0, or "") is the server's default.
+ * leaseMs is 1 s to 1 h, maxExecutionMs 1 s to 24 h; recovery is
+ * "ask_person" or "retry_with_provider_key" (verify_then_decide is pinned
+ * by the server's kinds file). A pinned kind refuses a claim carrying
+ * another policy: PolicyPinned.
+ */
+export interface Policy {
+  leaseMs?: number;
+  maxExecutionMs?: number;
+  retentionMs?: number;
+  recovery?: "" | "ask_person" | "retry_with_provider_key";
+}
+
+/** A policy as the protocol sends it; undefined when it says nothing. */
+export function policyWire(p: Policy | undefined): Record<string, unknown> | undefined {
+  if (!p) return undefined;
+  const w: Record<string, unknown> = {};
+  if (p.leaseMs) w.lease_ms = Math.round(p.leaseMs);
+  if (p.maxExecutionMs) w.max_execution_ms = Math.round(p.maxExecutionMs);
+  if (p.retentionMs) w.retention_ms = Math.round(p.retentionMs);
+  if (p.recovery) w.recovery = p.recovery;
+  return Object.keys(w).length > 0 ? w : undefined;
+}
+
 /** What an effect is. */
 export interface Intent {
   run: string;
@@ -126,7 +198,10 @@ export interface Intent {
   payloadInKey?: boolean;
 }
 
-/** [key, fingerprint] of an intent, computed here. */
+/**
+ * [key, fingerprint] of an intent, computed here. A payload that is not
+ * JSON throws NotJSON, naming its path.
+ */
 export function keysOf(i: Intent): [string, string] {
   return keyOf(i.run, i.step, i.kind, i.target ?? "", i.payload, i.payloadInKey ?? false);
 }
@@ -152,7 +227,7 @@ function encode(v: unknown): string {
     }
     return x;
   });
-  return raws.reduce((t, r, i) => t.replace(JSON.stringify(`\u0000raw${i}\u0000`), r), text);
+  return raws.reduce((t, r, i) => t.replace(JSON.stringify(`\u0000raw${i}\u0000`), () => r), text);
 }
 
 /** A fresh write token: 128 random bits. */
@@ -161,7 +236,20 @@ export function writeToken(): string {
 }
 
 const now = () => performance.now();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// Sleeps ms, or less when signal aborts.
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((r) => {
+    if (signal?.aborted) return r();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      r();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
 
 interface ClaimAnswer {
   answer: "claimed" | "replayed" | "failed";
@@ -190,21 +278,26 @@ export class Attempt {
   readonly token: string;
   readonly providerKey: string;
   readonly heartbeatEveryMs: number;
+  /** The policy the claim carried, carried again by heartbeats and the outcome. */
+  readonly policy: Policy | undefined;
   private deadlineAt: number;
   private readonly hardAt: number | undefined;
   private readonly abort = new AbortController();
-  private readonly stopTimer: { t?: ReturnType<typeof setTimeout> } = {};
+  private stopTimer: ReturnType<typeof setTimeout> | undefined;
+  private over = false;
 
   constructor(
     private readonly client: Client,
     a: ClaimAnswer,
     sent: number,
+    policy?: Policy,
   ) {
     this.key = a.key;
     this.number = a.attempt;
     this.token = a.token ?? "";
     this.providerKey = a.provider_key ?? "";
     this.heartbeatEveryMs = a.heartbeat_every_ms ?? 0;
+    this.policy = policy;
     this.deadlineAt = sent + (a.stop_after_ms ?? 0);
     this.hardAt = a.max_execution_ms ? sent + a.max_execution_ms : undefined;
     this.arm();
@@ -221,21 +314,29 @@ export class Attempt {
   }
 
   private arm() {
-    clearTimeout(this.stopTimer.t);
-    if (this.abort.signal.aborted) return;
-    this.stopTimer.t = setTimeout(() => this.abort.abort(new Error("once: the claim could not be renewed in time")), this.timeLeftMs());
-    this.stopTimer.t.unref?.();
+    clearTimeout(this.stopTimer);
+    if (this.over || this.abort.signal.aborted) return;
+    this.stopTimer = setTimeout(() => this.abort.abort(new Error("once: the claim could not be renewed in time")), this.timeLeftMs());
+    this.stopTimer.unref?.();
   }
 
-  private ref() {
-    return { key: this.key, attempt: this.number, token: this.token };
+  private ref(): Record<string, unknown> {
+    const r: Record<string, unknown> = { key: this.key, attempt: this.number, token: this.token };
+    const p = policyWire(this.policy);
+    if (p) r.policy = p; // a heartbeat renews the lease it says
+    return r;
   }
 
-  /** Renew the claim. Throws Fenced when the attempt is over. */
+  /**
+   * Renew the claim. Throws Fenced when the attempt is over. The request
+   * is bounded by the lease, each try included: a heartbeat that hangs
+   * past it renews nothing the effect could use.
+   */
   async heartbeat(): Promise<void> {
     const sent = now();
+    const left = Math.max(500, this.timeLeftMs());
     try {
-      const a = await this.client.call<{ stop_after_ms: number }>("POST", "/v1/heartbeat", this.ref(), Math.max(500, this.timeLeftMs()));
+      const a = await this.client.call<{ stop_after_ms: number }>("POST", "/v1/heartbeat", this.ref(), left, Math.min(left, this.client.timeoutMs));
       this.deadlineAt = sent + a.stop_after_ms;
       this.arm();
     } catch (e) {
@@ -246,7 +347,8 @@ export class Attempt {
 
   /** Stop the stop timer: the effect is over. */
   done() {
-    clearTimeout(this.stopTimer.t);
+    this.over = true;
+    clearTimeout(this.stopTimer);
   }
 
   private async settle(outcome: string, fields: Record<string, unknown>): Promise<string> {
@@ -260,9 +362,18 @@ export class Attempt {
     return a.status;
   }
 
-  /** Record success with result (a JSON value); returns the status. */
-  succeed(result: unknown = null): Promise<string> {
-    return this.settle("succeeded", { result: new RawJSON(canonical(result ?? null)) });
+  /** @internal Record success with result already JSON text. */
+  succeedText(result: string): Promise<string> {
+    return this.settle("succeeded", { result: new RawJSON(result) });
+  }
+
+  /**
+   * Record success with result (a JSON value); returns the status. A
+   * result that is not JSON rejects with NotJSON, naming its path, before
+   * anything is sent: the attempt is still held.
+   */
+  async succeed(result: unknown = null): Promise<string> {
+    return this.succeedText(canonical(result ?? null, "result"));
   }
   /** Record that the effect did not happen and never will. */
   fail(error: unknown): Promise<string> {
@@ -278,12 +389,29 @@ export class Attempt {
   }
 }
 
+// What the server keeps of an error's text: 16 KiB of UTF-8.
+const maxErrorBytes = 16 << 10;
+
+/** e as an outcome's or a verdict's error: its text, or its name, cut to what the server keeps. */
 function text(e: unknown): string {
-  const s = e instanceof Error ? e.message || e.name : String(e);
-  return s.trim() === "" ? "error" : s;
+  let s = (e instanceof Error ? e.message || e.name : String(e)).trim();
+  if (s === "") s = e instanceof Error ? e.name || "error" : "error";
+  const b = Buffer.from(s, "utf8");
+  if (b.length <= maxErrorBytes) return s;
+  // Cut on a character's boundary: a UTF-8 continuation byte is 10xxxxxx.
+  let n = maxErrorBytes - 3;
+  while (n > 0 && (b[n] & 0xc0) === 0x80) n--;
+  return b.subarray(0, n).toString("utf8") + "...";
 }
 
 export type ClaimResult = { claimed: Attempt } | { replayed: { key: string; attempt: number; result: unknown } };
+
+/** How a claim is made: waitMs is how long the server holds it while another attempt is in flight. */
+export interface ClaimOptions {
+  waitMs?: number;
+  /** Carried instead of the client's policy for the kind. */
+  policy?: Policy;
+}
 
 export interface ClientOptions {
   /** Each request's own timeout. Default 30 s. */
@@ -294,6 +422,8 @@ export interface ClientOptions {
   recordTimeoutMs?: number;
   /** Compute keys here and have the server check them. Default true. */
   checkKeys?: boolean;
+  /** The policy each kind's claims carry (a Go worker's Config.Kinds). */
+  policies?: Record<string, Policy>;
 }
 
 /**
@@ -308,6 +438,7 @@ export class Client {
   readonly retryForMs: number;
   readonly recordTimeoutMs: number;
   readonly checkKeys: boolean;
+  readonly policies: Readonly<Record<string, Policy>>;
   constructor(
     url: string,
     private readonly token: string,
@@ -318,21 +449,27 @@ export class Client {
     this.retryForMs = o.retryForMs ?? 10_000;
     this.recordTimeoutMs = o.recordTimeoutMs ?? 30_000;
     this.checkKeys = o.checkKeys ?? true;
+    this.policies = { ...(o.policies ?? {}) };
   }
 
-  /** @internal Sends a request, again while the budget lasts when no answer comes. */
-  async call<T>(method: string, path: string, body?: unknown, budgetMs = this.retryForMs, timeoutMs = this.timeoutMs): Promise<T> {
+  /**
+   * @internal Sends a request, again while the budget lasts when no
+   * answer comes. signal, when it aborts, ends the tries: the request in
+   * flight is cut, and Unreachable thrown.
+   */
+  async call<T>(method: string, path: string, body?: unknown, budgetMs = this.retryForMs, timeoutMs = this.timeoutMs, signal?: AbortSignal): Promise<T> {
     const data = body === undefined ? undefined : encode(body);
     const end = now() + budgetMs;
     let wait = 50;
     for (;;) {
       let last: OnceError;
       try {
+        const cut = AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs)));
         const resp = await fetch(this.url + path, {
           method,
           body: data,
           headers: { Authorization: "Bearer " + this.token, ...(data ? { "Content-Type": "application/json" } : {}) },
-          signal: AbortSignal.timeout(timeoutMs),
+          signal: signal ? AbortSignal.any([cut, signal]) : cut,
         });
         const raw = await resp.text();
         if (resp.ok) return JSON.parse(raw) as T;
@@ -349,8 +486,8 @@ export class Client {
         if (e instanceof OnceError && e.status !== 503) throw e;
         last = e instanceof OnceError ? e : new Unreachable({ code: "unreachable", detail: `once: ${method} ${path}: ${text(e)}` });
       }
-      if (now() + wait > end) throw last;
-      await sleep(wait);
+      if (signal?.aborted || now() + wait > end) throw last;
+      await sleep(Math.min(wait, Math.max(0, end - now())), signal);
       wait = Math.min(wait * 2, 1000);
     }
   }
@@ -363,17 +500,26 @@ export class Client {
     return [a.key, a.fingerprint];
   }
 
-  /** Claim an intent: claimed (run it and settle it) or replayed; throws Failed or an OnceError. */
-  async claim(i: Intent, o: { waitMs?: number } = {}): Promise<ClaimResult> {
+  /**
+   * Claim an intent: claimed (run it and settle it) or replayed; throws
+   * Failed or an OnceError. o.policy (or the client's for the kind) is
+   * carried: PolicyPinned when the server pins the kind otherwise. A
+   * payload that is not JSON rejects with NotJSON, naming its path,
+   * before any request.
+   */
+  async claim(i: Intent, o: ClaimOptions = {}): Promise<ClaimResult> {
     const body: Record<string, unknown> = { intent: wire(i), write: writeToken() };
     if (o.waitMs) body.wait_ms = o.waitMs;
     if (this.checkKeys) [body.key, body.fingerprint] = keysOf(i);
+    const policy = o.policy ?? this.policies[i.kind];
+    const pw = policyWire(policy);
+    if (pw) body.policy = pw;
     const sent = now();
     // A request that waits must outlast its wait, or it is cut before the
     // server answers and sent again (waiting again).
     const wait = o.waitMs ?? 0;
     const a = await this.call<ClaimAnswer>("POST", "/v1/claim", body, this.retryForMs + wait, Math.max(this.timeoutMs, wait + 10_000));
-    if (a.answer === "claimed") return { claimed: new Attempt(this, a, sent) };
+    if (a.answer === "claimed") return { claimed: new Attempt(this, a, sent, pw ? policy : undefined) };
     if (a.answer === "replayed") return { replayed: { key: a.key, attempt: a.attempt, result: a.result } };
     throw new Failed(a.key, a.attempt, a.message ?? "", a.rejected_by ?? "", a.reason ?? "");
   }
@@ -388,9 +534,15 @@ export class Client {
    * the stored result without running fn. fn throws RetryLater or
    * Permanent; anything else leaves the outcome unknown, for the kind's
    * recovery. While fn runs the claim is renewed, and a.signal aborts when
-   * it cannot be.
+   * it cannot be. The outcome is sent as soon as fn ends, whatever a
+   * heartbeat is doing.
+   *
+   * A result that is not JSON (a bigint, a Map, a cycle...) is recorded as
+   * outcome unknown, with an error naming its path, and rejects with
+   * ResultNotJSON: the effect may have happened, and its result cannot be
+   * kept.
    */
-  async do<T>(i: Intent, fn: (a: Attempt) => Promise<T>, o: { waitMs?: number } = {}): Promise<T> {
+  async do<T>(i: Intent, fn: (a: Attempt) => Promise<T>, o: ClaimOptions = {}): Promise<T> {
     const got = await this.claim(i, o);
     if ("replayed" in got) return got.replayed.result as T;
     const a = got.claimed;
@@ -409,46 +561,67 @@ export class Client {
       });
     }
     // The heartbeat loop sleeps until its next beat or the effect's end,
-    // whichever comes first.
-    let stopBeating!: () => void;
-    const ended = new Promise<void>((r) => (stopBeating = r));
-    let beating = true;
-    const beat = (async () => {
-      while (beating) {
-        let t: ReturnType<typeof setTimeout> | undefined;
-        await Promise.race([ended, new Promise((r) => (t = setTimeout(r, Math.max(50, Math.min(a.heartbeatEveryMs, a.timeLeftMs() / 2)))))]);
-        clearTimeout(t);
-        if (!beating || a.signal.aborted) return;
+    // whichever comes first. The outcome does not wait for it: a
+    // heartbeat stuck on the network would hold the outcome back past
+    // the lease, and another worker would take the claim over.
+    const ended = new AbortController();
+    void (async () => {
+      while (!ended.signal.aborted) {
+        await sleep(Math.max(50, Math.min(a.heartbeatEveryMs, a.timeLeftMs() / 2)), ended.signal);
+        if (ended.signal.aborted || a.signal.aborted) return;
         try {
           await a.heartbeat();
         } catch (e) {
           if (e instanceof Fenced) return;
+          // Tried again at the next beat; the time left runs out meanwhile.
         }
       }
     })();
-    const stop = async () => {
-      beating = false;
-      stopBeating();
-      await beat;
-    };
     let result: T;
     try {
       result = await fn(a);
     } catch (e) {
-      await stop();
+      ended.abort();
       if (e instanceof RetryLater) await a.release(e);
       else if (e instanceof Permanent) await a.fail(e);
       else await a.unknown(e);
       throw e;
     }
-    await stop();
-    await a.succeed(result);
+    ended.abort();
+    let json: string;
+    try {
+      json = canonical(result ?? null, "result");
+    } catch (e) {
+      if (!(e instanceof NotJSON)) throw e;
+      const status = await a.unknown(e);
+      throw new ResultNotJSON(e, a.key, a.number, status);
+    }
+    await a.succeedText(json);
     return result;
   }
 
   /** A run whose steps are numbered 0, 1, 2... in the order do is called. */
   run(id: string): Run {
     return new Run(this, id);
+  }
+
+  /** A Verifier of kinds that answers with fn (see Verifier). */
+  verifier(kinds: string | string[], fn: VerifyFn, o: VerifierOptions = {}): Verifier {
+    return new Verifier(this, kinds, fn, o);
+  }
+
+  /** Answer the questions of kinds with fn until o.signal aborts: Verifier.run. */
+  verify(kinds: string | string[], fn: VerifyFn, o: VerifierOptions & { signal: AbortSignal }): Promise<void> {
+    return this.verifier(kinds, fn, o).run(o.signal);
+  }
+
+  /**
+   * Take at most one batch of questions of kinds, waiting up to o.waitMs
+   * for the first, answer them with fn, and return how many answers the
+   * server received: Verifier.verifyOnce.
+   */
+  verifyOnce(kinds: string | string[], fn: VerifyFn, o: VerifierOptions = {}): Promise<number> {
+    return this.verifier(kinds, fn, o).verifyOnce();
   }
 }
 
@@ -459,9 +632,9 @@ export class Run {
     private readonly client: Client,
     readonly id: string,
   ) {}
-  do<T>(kind: string, fn: (a: Attempt) => Promise<T>, o: { target?: string; payload?: Payload; payloadInKey?: boolean; waitMs?: number } = {}): Promise<T> {
+  do<T>(kind: string, fn: (a: Attempt) => Promise<T>, o: { target?: string; payload?: Payload; payloadInKey?: boolean } & ClaimOptions = {}): Promise<T> {
     const step = this.next++;
-    return this.client.do({ run: this.id, step, kind, target: o.target, payload: o.payload, payloadInKey: o.payloadInKey }, fn, { waitMs: o.waitMs });
+    return this.client.do({ run: this.id, step, kind, target: o.target, payload: o.payload, payloadInKey: o.payloadInKey }, fn, { waitMs: o.waitMs, policy: o.policy });
   }
 }
 
@@ -479,7 +652,8 @@ export function dispose(err: unknown): { action: "ack" | "retry" | "drop"; after
     err instanceof StoreUnavailable ||
     err instanceof NotRecorded ||
     err instanceof Unreachable ||
-    err instanceof LeaseSpent
+    err instanceof LeaseSpent ||
+    err instanceof NeedsVerifier
   )
     return { action: "retry", afterMs: Math.max(err.retryAfterMs, 1000) };
   if (err instanceof RetryLater) return { action: "retry", afterMs: 1000 };
@@ -491,8 +665,201 @@ export function dispose(err: unknown): { action: "ack" | "retry" | "drop"; after
     err instanceof Permanent ||
     err instanceof BadRequest ||
     err instanceof Fenced ||
-    err instanceof Conflict
+    err instanceof Conflict ||
+    err instanceof PolicyPinned ||
+    err instanceof NotJSON
   )
     return { action: "drop", afterMs: 0 };
   return { action: "retry", afterMs: 5000 };
+}
+
+// --- verifying from a client ----------------------------------------------
+
+/**
+ * A question a verifier answers: did attempt's effect land at the
+ * provider? Ask the provider by providerKey. payload is the intent's JSON
+ * payload (undefined when it had none), raw its bytes when not JSON; note
+ * what the effect noted, or why its outcome is unknown.
+ */
+export class Question {
+  readonly id: string;
+  readonly key: string;
+  readonly attempt: number;
+  readonly kind: string;
+  readonly run: string;
+  readonly step: number;
+  readonly target: string;
+  readonly providerKey: string;
+  readonly payload: unknown;
+  readonly raw: Uint8Array | undefined;
+  readonly note: string;
+  /** Milliseconds from the take's sending an answer is taken; 0: no end. */
+  readonly answerWithinMs: number;
+  private readonly deadlineAt: number | undefined;
+
+  /** @internal */
+  constructor(q: Record<string, unknown>, sent: number) {
+    const s = (k: string) => (typeof q[k] === "string" ? (q[k] as string) : "");
+    const n = (k: string) => (typeof q[k] === "number" ? (q[k] as number) : 0);
+    this.id = s("question");
+    this.key = s("key");
+    this.attempt = n("attempt");
+    this.kind = s("kind");
+    this.run = s("run");
+    this.step = n("step");
+    this.target = s("target");
+    this.providerKey = s("provider_key");
+    this.payload = q.payload;
+    this.raw = s("payload_base64") ? Buffer.from(s("payload_base64"), "base64") : undefined;
+    this.note = s("note");
+    this.answerWithinMs = n("answer_within_ms");
+    this.deadlineAt = this.answerWithinMs ? sent + this.answerWithinMs : undefined;
+  }
+
+  /** How long an answer is still taken; undefined when it has no end. */
+  timeLeftMs(): number | undefined {
+    return this.deadlineAt === undefined ? undefined : Math.max(0, this.deadlineAt - now());
+  }
+}
+
+/** A verifier's answer: landed(result), notLanded() or cannotTell(error). */
+export type Verdict = { verdict: "landed"; result: unknown } | { verdict: "not_landed" } | { verdict: "cannot_tell"; error: string };
+
+/** The effect landed: result is what the provider shows of it (a JSON value), kept as the action's result. */
+export const landed = (result: unknown = null): Verdict => ({ verdict: "landed", result });
+/** The effect did not land: the action is run again. */
+export const notLanded = (): Verdict => ({ verdict: "not_landed" });
+/** The provider could not say: asked again later, then review. */
+export const cannotTell = (error: unknown): Verdict => ({ verdict: "cannot_tell", error: text(error) });
+
+export type VerifyFn = (q: Question) => Verdict | Promise<Verdict>;
+
+export interface VerifierOptions {
+  /** How long a take waits for its first question. Default 20 s. */
+  waitMs?: number;
+  /** How many questions a take takes at most (1 to 100). Default 10. */
+  max?: number;
+  /** Where what the verifier lets pass is told (an answer not received, the server away). Default console.warn. */
+  log?: (message: string) => void;
+}
+
+/**
+ * A client verifier of kinds (docs/protocol.md, Verifying from a client):
+ * it long-polls POST /v1/verify/take for their questions, asks fn(question)
+ * whether each effect landed, and answers POST /v1/verify/answer.
+ *
+ * fn returns landed(result), notLanded() or cannotTell(error). An error
+ * fn throws, a result that is not JSON, or a return that is none of the
+ * three is answered cannot_tell with its text (bounded), so the action is
+ * asked again later, never decided blind. An answer whose reply is lost
+ * is sent again, the same (the same question id). An answer that came
+ * too late (NoSuchQuestion) is logged and not counted.
+ */
+export class Verifier {
+  readonly kinds: string[];
+  readonly waitMs: number;
+  readonly max: number;
+  private readonly log: (message: string) => void;
+  constructor(
+    private readonly client: Client,
+    kinds: string | string[],
+    private readonly fn: VerifyFn,
+    o: VerifierOptions = {},
+  ) {
+    this.kinds = typeof kinds === "string" ? [kinds] : [...kinds];
+    this.waitMs = o.waitMs ?? 20_000;
+    this.max = o.max ?? 10;
+    this.log = o.log ?? ((m) => console.warn(m));
+  }
+
+  /** fn's verdict on q, as the body of its answer. */
+  async verdict(q: Question): Promise<Record<string, unknown>> {
+    let v: unknown;
+    try {
+      v = await this.fn(q);
+    } catch (e) {
+      v = cannotTell(`the verifier threw ${e instanceof Error ? e.name : typeof e}: ${text(e)}`);
+    }
+    const body: Record<string, unknown> = { question: q.id };
+    const verdict = typeof v === "object" && v !== null ? (v as { verdict?: unknown }).verdict : undefined;
+    if (verdict === "landed") {
+      try {
+        body.verdict = "landed";
+        body.result = new RawJSON(canonical((v as { result?: unknown }).result ?? null, "result"));
+        return body;
+      } catch (e) {
+        if (!(e instanceof NotJSON)) throw e;
+        return { question: q.id, verdict: "cannot_tell", error: text(`the verifier's result is not JSON: ${e.message}`) };
+      }
+    }
+    if (verdict === "not_landed") return { question: q.id, verdict: "not_landed" };
+    if (verdict === "cannot_tell") return { question: q.id, verdict: "cannot_tell", error: text((v as { error?: unknown }).error || "cannot tell") };
+    let shown: string;
+    try {
+      shown = JSON.stringify(v) ?? String(v);
+    } catch {
+      shown = String(v);
+    }
+    return { question: q.id, verdict: "cannot_tell", error: text(`the verifier returned ${shown}, not landed(), notLanded() or cannotTell()`) };
+  }
+
+  /**
+   * Take one batch (waiting up to waitMs for its first question), answer
+   * each, and return how many answers were received.
+   */
+  async verifyOnce(): Promise<number> {
+    const sent = now();
+    const got = await this.client.call<{ questions?: Record<string, unknown>[] }>(
+      "POST",
+      "/v1/verify/take",
+      { kinds: this.kinds, wait_ms: Math.round(this.waitMs), max: this.max },
+      this.client.retryForMs + this.waitMs,
+      Math.max(this.client.timeoutMs, this.waitMs + 10_000),
+    );
+    let answered = 0;
+    for (const raw of got.questions ?? []) {
+      const q = new Question(raw, sent);
+      if (q.timeLeftMs() === 0) {
+        this.log(`once: question ${q.id} about attempt ${q.attempt} of ${q.key} came too late to answer`);
+        continue;
+      }
+      const answer = await this.verdict(q);
+      try {
+        // Sent again on a lost reply: the same question id, the same
+        // verdict, answered received again.
+        await this.client.call("POST", "/v1/verify/answer", answer, Math.max(q.timeLeftMs() ?? 0, this.client.retryForMs));
+      } catch (e) {
+        // Too late (it counted as cannot tell), or lost: the action is
+        // asked about again; the rest are answered.
+        if (e instanceof NoSuchQuestion || e instanceof Conflict || e instanceof Unreachable || e instanceof StoreUnavailable) {
+          this.log(`once: the answer to question ${q.id} about attempt ${q.attempt} of ${q.key} was not received: ${e.message}`);
+          continue;
+        }
+        throw e;
+      }
+      answered++;
+    }
+    return answered;
+  }
+
+  /**
+   * Answer questions until signal aborts: it ends after the take in
+   * progress, within waitMs, once the questions taken are answered. The
+   * server not answering is waited out; an error that asking again cannot
+   * change (Unauthorized, NotClientVerified, BadRequest...) rejects.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    let backoff = 100;
+    while (!signal.aborted) {
+      try {
+        await this.verifyOnce();
+        backoff = 100;
+      } catch (e) {
+        if (!(e instanceof Unreachable || e instanceof StoreUnavailable || e instanceof NotRecorded)) throw e;
+        this.log(`once: verifier of ${this.kinds.join(",")}: ${e.message}`);
+        await sleep(backoff, signal);
+        backoff = Math.min(backoff * 2, 5000);
+      }
+    }
+  }
 }
