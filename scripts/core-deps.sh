@@ -21,6 +21,7 @@ forbidden=(
   github.com/chromedp
   github.com/anishathalye/porcupine
   go.opentelemetry.io
+  github.com/modelcontextprotocol
 )
 
 tmp=$(mktemp -d)
