@@ -1,0 +1,308 @@
+package mcpgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oncehq/once"
+)
+
+// handler serves one mirrored tool's calls.
+func (g *Gateway) handler(name string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		m := g.tool(name)
+		if m == nil {
+			return says(true, "tool %s is no longer offered by the upstream server. Nothing was sent.", name), nil
+		}
+		if m.policy.pass {
+			return g.up.call(ctx, forwardParams(req.Params, nil))
+		}
+		if m.refused != "" {
+			return says(true, "%s. Nothing was sent.", m.refused), nil
+		}
+		var h http.Header
+		if req.Extra != nil {
+			h = req.Extra.Header
+		}
+		c, err := g.intentOf(name, &m.policy, req.Params, h)
+		if err != nil {
+			return says(true, "%v", err), nil
+		}
+		select {
+		case g.slots <- struct{}{}:
+		default:
+			return says(true, "the gateway is already running %d calls; call again in a few seconds. Nothing was sent.", cap(g.slots)), nil
+		}
+		// The call runs on a context of its own: a caller that leaves
+		// (its connection closed, its request cancelled) does not
+		// cancel an effect under way. Its outcome is recorded, and the
+		// re-issued call gets it.
+		done := make(chan *mcp.CallToolResult, 1)
+		g.calls.Add(1)
+		go func() {
+			defer g.calls.Done()
+			defer func() { <-g.slots }()
+			done <- g.perform(context.WithoutCancel(ctx), ctx, m, c, req)
+		}()
+		var tick <-chan time.Time
+		token := req.Params.GetProgressToken()
+		if token != nil {
+			t := time.NewTicker(g.opts.Progress)
+			defer t.Stop()
+			tick = t.C
+		}
+		for n := 1; ; n++ {
+			select {
+			case res := <-done:
+				return res, nil
+			case <-tick:
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token, Progress: float64(n),
+					Message: "once: the call is running or waiting for the same call's outcome",
+				})
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+}
+
+// perform claims the call and runs it upstream once, or answers it from
+// the store. ctx is the call's own (not cancelled by the caller);
+// caller is the caller's, for asking it (an elicitation).
+func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	var live *mcp.CallToolResult
+	fn := func(ctx context.Context, a once.Attempt) (json.RawMessage, error) {
+		args := c.args
+		if pk := m.policy.providerKey; pk != "" {
+			args = make(map[string]json.RawMessage, len(c.args)+1)
+			for k, v := range c.args {
+				args[k] = v
+			}
+			b, _ := json.Marshal(a.ProviderKey)
+			args[pk] = b
+		}
+		res, err := g.up.call(ctx, forwardParams(req.Params, args))
+		if err != nil {
+			return nil, classify(err)
+		}
+		live = res
+		if res.NeedsInput() {
+			// Not an outcome: the upstream asks the caller for more.
+			// The call is released, and the caller's next call (with
+			// its answers) claims it again.
+			return nil, once.RetryLater(errors.New("the upstream asked for input"))
+		}
+		if res.IsError && m.policy.onError == onErrorRelease {
+			return nil, once.RetryLater(fmt.Errorf("the tool answered isError: %s", textOf(res)))
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	wait := once.WaitFor(m.policy.wait)
+	for asked := false; ; asked = true {
+		r, err := once.Do(ctx, m.client, c.intent, fn, wait)
+		var waiting *once.AwaitingApprovalError
+		if errors.As(err, &waiting) && !asked && !waiting.Expired {
+			if g.elicit(caller, req, c, waiting) {
+				continue
+			}
+		}
+		return g.answer(ctx, r, err, live, c)
+	}
+}
+
+// classify turns an upstream call's error into what Do records.
+func classify(err error) error {
+	var rpc *jsonrpc.Error
+	switch {
+	case errors.Is(err, errNotSent):
+		return once.RetryLater(err)
+	case errors.As(err, &rpc) && (rpc.Code == jsonrpc.CodeInvalidParams || rpc.Code == jsonrpc.CodeMethodNotFound):
+		// The server refused the call as written: it did not run, and
+		// the same call would be refused again.
+		return once.Permanent(fmt.Errorf("the upstream refused the call: %s", rpc.Message))
+	default:
+		// Written, and then the connection broke, timed out or the
+		// server failed: whether it ran is not known, so the tool's
+		// recovery decides.
+		return err
+	}
+}
+
+// forwardParams is the call as the upstream gets it.
+func forwardParams(p *mcp.CallToolParamsRaw, args map[string]json.RawMessage) *mcp.CallToolParams {
+	out := &mcp.CallToolParams{
+		Meta:           forwardMeta(p.Meta),
+		Name:           p.Name,
+		InputResponses: p.InputResponses,
+		RequestState:   p.RequestState,
+	}
+	if args != nil {
+		out.Arguments = args
+	} else if len(p.Arguments) > 0 {
+		out.Arguments = json.RawMessage(p.Arguments)
+	}
+	return out
+}
+
+// answer is what the model reads: the result, a replay marked as one,
+// or, for a call that was not performed, why and what to do, as an
+// isError result. Never an opaque error.
+func (g *Gateway) answer(ctx context.Context, r once.Result[json.RawMessage], err error, live *mcp.CallToolResult, c *call) *mcp.CallToolResult {
+	key := r.Key
+	if key == "" {
+		key, _, _ = once.KeyOf(c.intent)
+	}
+	var (
+		fp       *once.FingerprintError
+		inFlight *once.InFlightError
+		review   *once.ReviewError
+		failed   *once.FailedError
+		unknown  *once.UnknownOutcomeError
+		waiting  *once.AwaitingApprovalError
+		invalid  *once.IntentError
+	)
+	switch {
+	case err == nil && r.Replayed:
+		res := stored(r.Value)
+		if res == nil {
+			return says(true, "once: the call was already performed (key %s) but its stored result could not be read. Nothing was sent again.", key)
+		}
+		mark(res, key, r.Attempt, true)
+		res.Content = append([]mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+			"once: this call was already performed (key %s); this is its result, replayed. Nothing was sent again.", key)}}, res.Content...)
+		return res
+	case err == nil || live != nil && isRecordError(err):
+		// The effect ran in this call. A record error means its outcome
+		// is not stored yet; the result is still the upstream's.
+		res := live
+		if res == nil {
+			res = stored(r.Value)
+		}
+		if res == nil {
+			return says(true, "once: the call ran (key %s) but its result could not be read.", key)
+		}
+		mark(res, key, r.Attempt, false)
+		return res
+	case live != nil && (live.NeedsInput() || live.IsError):
+		// Released: the upstream's own answer, for the model to act on.
+		mark(live, key, r.Attempt, false)
+		return live
+	case errors.As(err, &fp):
+		res := says(true, "once: a call with the same key arguments (key %s) was already performed with different arguments; this one was not sent.", key)
+		if a, gerr := g.client.Get(ctx, key); gerr == nil && a.Status == once.StatusSucceeded {
+			if prev := stored(a.Result); prev != nil {
+				res.Content = append(res.Content, &mcp.TextContent{Text: "The call already performed answered:"})
+				res.Content = append(res.Content, prev.Content...)
+				res.StructuredContent = prev.StructuredContent
+			}
+		}
+		mark(res, key, 0, true)
+		return res
+	case errors.As(err, &inFlight):
+		after := time.Until(inFlight.LeaseUntil).Round(time.Second)
+		if after < time.Second {
+			after = time.Second
+		}
+		return says(true, "once: the same call (key %s) is still running; it was not sent again. Call again in about %s to get its result.", key, after)
+	case errors.As(err, &review):
+		return says(true, "once: the outcome of this call is unknown; a person is checking (key %s%s). Call again after it is resolved: you will get their answer. Nothing was sent again.", key, g.page(key))
+	case errors.As(err, &waiting):
+		if waiting.Expired {
+			return says(true, "once: this call waited for a person's approval past its expiry (key %s); it was not performed.", key)
+		}
+		return says(true, "once: this call needs a person's approval before it is performed (key %s%s). Call again after approval; it will be performed once.", key, g.page(key))
+	case errors.As(err, &failed):
+		if failed.RejectedBy != "" {
+			return says(true, "once: a person (%s) rejected this call (key %s): %s. It was not performed.", failed.RejectedBy, key, failed.Reason)
+		}
+		return says(true, "once: this call failed and will not be sent again (key %s): %s", key, failed.Message)
+	case errors.As(err, &unknown):
+		return says(true, "once: the outcome of this call is unknown (key %s): %v. The tool's recovery decides what happens next; call again later to get the outcome.", key, unknown)
+	case errors.As(err, &invalid):
+		return says(true, "once: the call cannot be keyed: %v. Nothing was sent.", invalid)
+	case live != nil:
+		mark(live, key, r.Attempt, false)
+		return live
+	default:
+		var rl interface{ RetryAfter() time.Duration }
+		if errors.As(err, &rl) {
+			return says(true, "once: the call was not performed (key %s): %v. Call again.", key, err)
+		}
+		return says(true, "once: the call was not performed (key %s): %v. Call again; it will be performed once.", key, err)
+	}
+}
+
+func isRecordError(err error) bool {
+	var rec *once.RecordError
+	var fenced *once.FencedError
+	return errors.As(err, &rec) || errors.As(err, &fenced) || errors.Is(err, once.ErrResultTooLarge)
+}
+
+func (g *Gateway) page(key once.Key) string {
+	if g.opts.ConsoleURL == "" {
+		return ""
+	}
+	return "; see " + strings.TrimRight(g.opts.ConsoleURL, "/") + "/actions/" + string(key)
+}
+
+// stored decodes a stored result.
+func stored(b json.RawMessage) *mcp.CallToolResult {
+	if len(b) == 0 {
+		return nil
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil
+	}
+	return &res
+}
+
+// mark tells the caller the action's key and whether the result is a
+// replay, in _meta, where a program reads it.
+func mark(res *mcp.CallToolResult, key once.Key, attempt int, replayed bool) {
+	if res.Meta == nil {
+		res.Meta = mcp.Meta{}
+	}
+	res.Meta[MetaKey] = string(key)
+	if replayed {
+		res.Meta[MetaReplayed] = true
+	}
+	_ = attempt
+}
+
+func says(isError bool, format string, a ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: isError, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, a...)}}}
+}
+
+// textOf joins a result's text items, cut to what a note may hold.
+func textOf(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			if b.Len() > 0 {
+				b.WriteString(" ")
+			}
+			b.WriteString(t.Text)
+		}
+		if b.Len() > 1024 {
+			break
+		}
+	}
+	s := b.String()
+	if len(s) > 1024 {
+		s = s[:1024]
+	}
+	return strings.ToValidUTF8(s, "")
+}

@@ -1,0 +1,122 @@
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// errNotSent says a call never reached the upstream: there was no
+// connection and none could be made. Nothing ran, so the call is
+// released for a retry rather than left unknown.
+var errNotSent = errors.New("the upstream server could not be reached; the call was not sent")
+
+// upstream is the gateway's connection to the MCP server it fronts,
+// made again when it breaks (an upstream command that exited is started
+// again on the next call).
+type upstream struct {
+	dial   func(ctx context.Context) (mcp.Transport, error)
+	client *mcp.Client
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+}
+
+func newUpstream(dial func(ctx context.Context) (mcp.Transport, error), changed func()) *upstream {
+	u := &upstream{dial: dial}
+	u.client = mcp.NewClient(implementation, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			if changed != nil {
+				go changed()
+			}
+		},
+	})
+	return u
+}
+
+// live returns the current session, connecting when there is none.
+func (u *upstream) live(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session != nil {
+		return u.session, nil
+	}
+	t, err := u.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotSent, err)
+	}
+	s, err := u.client.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotSent, err)
+	}
+	u.session = s
+	go func() {
+		_ = s.Wait()
+		u.mu.Lock()
+		if u.session == s {
+			u.session = nil
+		}
+		u.mu.Unlock()
+	}()
+	return s, nil
+}
+
+// call sends one tools/call upstream.
+func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	s, err := u.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.CallTool(ctx, p)
+}
+
+// tools lists every tool the upstream offers, page by page.
+func (u *upstream) tools(ctx context.Context) ([]*mcp.Tool, error) {
+	s, err := u.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*mcp.Tool
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+		if len(out) > maxToolsInFile {
+			return nil, fmt.Errorf("the upstream lists over %d tools", maxToolsInFile)
+		}
+	}
+	return out, nil
+}
+
+func (u *upstream) close() {
+	u.mu.Lock()
+	s := u.session
+	u.session = nil
+	u.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+}
+
+// forwardMeta is the call's _meta as the upstream should see it: the
+// caller's own members, without the gateway's (which name the run for
+// the gateway alone) or the protocol's (which describe the caller's
+// connection, not the gateway's; the SDK writes the upstream's own).
+func forwardMeta(m mcp.Meta) mcp.Meta {
+	var out mcp.Meta
+	for k, v := range m {
+		if strings.HasPrefix(k, "oncehq.dev/") || strings.HasPrefix(k, "io.modelcontextprotocol/") || k == "progressToken" {
+			continue
+		}
+		if out == nil {
+			out = mcp.Meta{}
+		}
+		out[k] = v
+	}
+	return out
+}

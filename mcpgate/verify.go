@@ -1,0 +1,103 @@
+package mcpgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oncehq/once"
+)
+
+// verifier asks the configured read-only upstream tool whether a call
+// whose gateway died landed: its arguments are taken from the call's
+// stored arguments by pointer, and the answer from its structured
+// result. Anything but a plain true or false is "cannot tell", asked
+// again later, and after the kind's MaxVerifyFailures put up for review.
+func (g *Gateway) verifier(tool string, v *VerifierSpec) once.Verifier {
+	landed, _ := parsePointer(v.Landed)
+	return func(ctx context.Context, a once.Action) (bool, json.RawMessage, error) {
+		args := map[string]json.RawMessage{}
+		for name, p := range v.Arguments {
+			if p == providerKeyWord {
+				b, _ := json.Marshal(string(a.Key))
+				args[name] = b
+				continue
+			}
+			ptr, _ := parsePointer(p)
+			val, ok := ptr.find(a.Payload)
+			if !ok {
+				return false, nil, fmt.Errorf("the call's arguments have no %s for verifier %s", p, v.Tool)
+			}
+			args[name] = val
+		}
+		res, err := g.up.call(ctx, &mcp.CallToolParams{Name: v.Tool, Arguments: args})
+		if err != nil {
+			return false, nil, fmt.Errorf("verifier %s: %w", v.Tool, err)
+		}
+		if res.IsError {
+			return false, nil, fmt.Errorf("verifier %s answered isError: %s", v.Tool, textOf(res))
+		}
+		sc, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return false, nil, err
+		}
+		val, ok := landed.find(sc)
+		var yes bool
+		if !ok || json.Unmarshal(val, &yes) != nil {
+			return false, nil, fmt.Errorf("verifier %s's result has no true or false at %s", v.Tool, v.Landed)
+		}
+		if !yes {
+			return false, nil, nil
+		}
+		// What the call would have answered is lost with its gateway;
+		// the stored result says so, with the verifier's finding.
+		out := &mcp.CallToolResult{
+			Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+				"%s was performed; its own answer was lost, and %s confirmed it landed.", tool, v.Tool)}},
+			StructuredContent: res.StructuredContent,
+		}
+		b, err := json.Marshal(out)
+		return true, b, err
+	}
+}
+
+// elicit asks the caller for the approval a call waits for, when the
+// caller declared it can be asked (form elicitation). It reports whether
+// the approval was given and recorded; the call then claims again and
+// runs once. Without elicitation, the call is answered with where a
+// person approves it.
+func (g *Gateway) elicit(ctx context.Context, req *mcp.CallToolRequest, c *call, w *once.AwaitingApprovalError) bool {
+	ss := req.Session
+	if ss == nil {
+		return false
+	}
+	ip := ss.InitializeParams()
+	if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return false
+	}
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Message: fmt.Sprintf("Approve %s for %s? It will be performed once (key %s).", c.intent.Kind, c.intent.Target, w.Key),
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"by": map[string]any{"type": "string", "description": "who approves"},
+			},
+			"required": []string{"by"},
+		},
+	})
+	if err != nil || res.Action != "accept" {
+		return false
+	}
+	by, _ := res.Content["by"].(string)
+	if by == "" {
+		by = "mcp client"
+	}
+	_, err = g.client.Approve(ctx, w.Key, once.Approval{By: by, Attempt: w.Attempt, Since: w.Since, Via: "mcp"})
+	if err != nil && !errors.Is(err, once.ErrConflict) {
+		g.log.Warn("once mcp: recording an approval given by elicitation", "key", w.Key, "err", err)
+		return false
+	}
+	return true
+}
