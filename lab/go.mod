@@ -9,6 +9,7 @@ require (
 	github.com/emersion/go-smtp v0.26.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/oncehq/once v0.0.0-00010101000000-000000000000
 	github.com/oncehq/once/internal/brokertest v0.0.0-00010101000000-000000000000
@@ -19,6 +20,15 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/google/jsonschema-go v0.4.3 // indirect
+	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/oauth2 v0.37.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
 )
 
 require (
@@ -37,6 +47,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/oncehq/once/mcpgate v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -55,6 +66,7 @@ require (
 replace (
 	github.com/oncehq/once => ..
 	github.com/oncehq/once/internal/brokertest => ../internal/brokertest
+	github.com/oncehq/once/mcpgate => ../mcpgate
 	github.com/oncehq/once/natsjs => ../natsjs
 	github.com/oncehq/once/rabbitmq => ../rabbitmq
 )

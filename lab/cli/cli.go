@@ -54,23 +54,28 @@ type command struct {
 	// define defines the command's flags on fs and returns what runs the
 	// command once they are parsed, with the positional arguments.
 	define func(fs *flagSet) func(e env, args []string) error
+	// rest, when set, takes everything after "--" as one command line
+	// of another program (once mcp's upstream), its words given to the
+	// command after the positional arguments, unparsed.
+	rest bool
 }
 
 func commands() []command {
 	return []command{
-		{"demo", nil, "run the duplicate-email story for real: naive check-then-send against once, with workers killed mid-send", defineDemo},
-		{"migrate", nil, "create or upgrade the schema (idempotent); --print shows the SQL instead", defineMigrate},
-		{"key", nil, "print an intent's key and payload fingerprint", defineKey},
-		{"ls", nil, "list actions, newest first", defineLs},
-		{"show", []string{"KEY"}, "show one action and its event trail", defineShow},
-		{"resolve", []string{"KEY"}, "record a person's decision on an action in review", defineResolve},
-		{"approve", []string{"KEY"}, "approve an action awaiting approval: its next delivery runs it", defineApprove},
-		{"reject", []string{"KEY"}, "reject an action awaiting approval: it fails without running", defineReject},
-		{"reap", nil, "recover actions whose worker died: one pass, or a loop", defineReap},
-		{"purge", nil, "delete finished actions past their retention", definePurge},
-		{"serve", nil, "the web console, JSON API, /metrics, /healthz and the reaper", defineServe},
-		{"chaos", nil, "prove it under failure: real queue, providers and workers, with kills, pauses, cut connections and broker restarts", defineChaos},
-		{"bench", nil, "measure what once costs: Do against hand-written SQL, side by side on one PostgreSQL database, and on SQLite", defineBench},
+		{"demo", nil, "run the duplicate-email story for real: naive check-then-send against once, with workers killed mid-send", defineDemo, false},
+		{"migrate", nil, "create or upgrade the schema (idempotent); --print shows the SQL instead", defineMigrate, false},
+		{"key", nil, "print an intent's key and payload fingerprint", defineKey, false},
+		{"ls", nil, "list actions, newest first", defineLs, false},
+		{"show", []string{"KEY"}, "show one action and its event trail", defineShow, false},
+		{"resolve", []string{"KEY"}, "record a person's decision on an action in review", defineResolve, false},
+		{"approve", []string{"KEY"}, "approve an action awaiting approval: its next delivery runs it", defineApprove, false},
+		{"reject", []string{"KEY"}, "reject an action awaiting approval: it fails without running", defineReject, false},
+		{"reap", nil, "recover actions whose worker died: one pass, or a loop", defineReap, false},
+		{"purge", nil, "delete finished actions past their retention", definePurge, false},
+		{"serve", nil, "the web console, JSON API, /metrics, /healthz and the reaper", defineServe, false},
+		{"chaos", nil, "prove it under failure: real queue, providers and workers, with kills, pauses, cut connections and broker restarts", defineChaos, false},
+		{"bench", nil, "measure what once costs: Do against hand-written SQL, side by side on one PostgreSQL database, and on SQLite", defineBench, false},
+		{name: "mcp", help: "front an MCP server so that each of an agent's tool calls is performed once: stdio or HTTP, upstream a command or a URL", define: defineMCP, rest: true},
 	}
 }
 
@@ -143,6 +148,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func (c command) run(e env, args []string) error {
 	fs := newFlagSet(c.name)
 	run := c.define(fs)
+	var rest []string
+	if c.rest {
+		for i, a := range args {
+			if a == "--" {
+				args, rest = args[:i], args[i+1:]
+				break
+			}
+		}
+	}
 	pos, err := parse(fs.FlagSet, args)
 	if errors.Is(err, flag.ErrHelp) {
 		c.printHelp(e.stdout)
@@ -163,7 +177,7 @@ func (c command) run(e env, args []string) error {
 	if err := fs.check(); err != nil {
 		return err
 	}
-	return run(e, pos)
+	return run(e, append(pos, rest...))
 }
 
 func usage(w io.Writer) {

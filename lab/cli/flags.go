@@ -114,6 +114,9 @@ func (c command) synopsis() string {
 			words = append(words, "["+flagWord(f)+"]")
 		}
 	})
+	if c.rest {
+		words = append(words, "[-- COMMAND ARGS...]")
+	}
 	return strings.Join(words, " ")
 }
 
