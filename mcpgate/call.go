@@ -118,7 +118,20 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 				continue
 			}
 		}
-		return g.answer(ctx, r, err, live, c)
+		res := g.answer(ctx, r, err, live, c)
+		// Every answer names its action, so a program (or a person
+		// reading a transcript) can find it in the console.
+		if res.Meta == nil {
+			res.Meta = mcp.Meta{}
+		}
+		if _, ok := res.Meta[MetaKey]; !ok {
+			key := r.Key
+			if key == "" {
+				key, _, _ = once.KeyOf(c.intent)
+			}
+			res.Meta[MetaKey] = string(key)
+		}
+		return res
 	}
 }
 
@@ -257,16 +270,28 @@ func (g *Gateway) page(key once.Key) string {
 	return "; see " + strings.TrimRight(g.opts.ConsoleURL, "/") + "/actions/" + string(key)
 }
 
-// stored decodes a stored result.
+// stored decodes a stored result. What the gateway stored is a whole
+// tool result; what a person gave when resolving an action (once
+// resolve --result) may be any JSON, which the model gets as text and
+// as the structured result.
 func stored(b json.RawMessage) *mcp.CallToolResult {
 	if len(b) == 0 {
 		return nil
 	}
-	var res mcp.CallToolResult
-	if err := json.Unmarshal(b, &res); err != nil {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(b, &probe) == nil {
+		if _, ok := probe["content"]; ok {
+			var res mcp.CallToolResult
+			if err := json.Unmarshal(b, &res); err == nil {
+				return &res
+			}
+		}
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
 		return nil
 	}
-	return &res
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, StructuredContent: v}
 }
 
 // mark tells the caller the action's key and whether the result is a
