@@ -227,35 +227,39 @@ func (l *ledger) charge(ctx context.Context, req *mcp.CallToolRequest, a ChargeA
 		return nil, Charged{}, err
 	}
 	l.mu.Lock()
-	out, err := l.chargeOnce(req, a)
+	out, fresh, err := l.chargeOnce(req, a)
 	l.mu.Unlock()
 	if err != nil {
 		return nil, Charged{}, err
 	}
-	afterPause(ctx, req, a.AfterMS)
+	if fresh {
+		// A provider answers a repeated key from what it stored, at
+		// once: only a new charge pauses before its reply.
+		afterPause(ctx, req, a.AfterMS)
+	}
 	return text(fmt.Sprintf("charged %s %d", out.Customer, out.Amount)), out, nil
 }
 
 // chargeOnce returns the first charge under the key if there was one,
-// and records a new charge if not. The caller holds l.mu.
-func (l *ledger) chargeOnce(req *mcp.CallToolRequest, a ChargeArgs) (Charged, error) {
+// and records a new charge (fresh) if not. The caller holds l.mu.
+func (l *ledger) chargeOnce(req *mcp.CallToolRequest, a ChargeArgs) (out Charged, fresh bool, err error) {
 	if a.IdempotencyKey != "" {
 		es, err := Effects(l.file)
 		if err != nil {
-			return Charged{}, err
+			return Charged{}, false, err
 		}
 		for _, e := range es {
 			if e.Tool == "charge" && e.Key == a.IdempotencyKey {
 				var first Charged
 				err := json.Unmarshal(e.Result, &first)
-				return first, err
+				return first, false, err
 			}
 		}
 	}
-	out := Charged{ID: "ch_" + token(), Customer: a.Customer, Amount: a.Amount}
+	out = Charged{ID: "ch_" + token(), Customer: a.Customer, Amount: a.Amount}
 	res, _ := json.Marshal(out)
-	err := l.record(Effect{Tool: "charge", Args: req.Params.Arguments, Key: a.IdempotencyKey, Meta: req.Params.Meta, Result: res})
-	return out, err
+	err = l.record(Effect{Tool: "charge", Args: req.Params.Arguments, Key: a.IdempotencyKey, Meta: req.Params.Meta, Result: res})
+	return out, true, err
 }
 
 func (l *ledger) find(_ context.Context, _ *mcp.CallToolRequest, a FindArgs) (*mcp.CallToolResult, Found, error) {
