@@ -2,10 +2,11 @@ package protocol
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/oncehq/once/internal/connlimit"
 )
 
 // Guessing tokens is slowed: an address that sent maxFailures wrong or
@@ -41,13 +42,12 @@ type failing struct {
 	gate chan struct{}
 }
 
-// host is the address a request came from, without its port.
+// host is the address a request counts against: its IP, or for IPv6
+// its /64, as the connection limit counts it. A host is given a /64 at
+// least, 2^64 addresses: counted by whole address, it could send
+// maxFailures guesses from each (TestWrongTokensAreCountedByIPv6Prefix).
 func host(r *http.Request) string {
-	h, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return h
+	return connlimit.AddrKey(r.RemoteAddr)
 }
 
 // blocked reports how long an address must wait, if it must.
