@@ -145,3 +145,31 @@ func TestWrongTokensAreCountedByIPv6Prefix(t *testing.T) {
 	}
 }
 
+// TestFloodOfAddressesDoesNotFreeAGuesser: the table of failing
+// addresses was begun again when full, so a guesser with 10,000
+// addresses (a /48 holds 65,536 /64s) wiped its own count, and every
+// other guesser's, whenever it liked. Full, the table keeps what it
+// counts, and new addresses share one count.
+func TestFloodOfAddressesDoesNotFreeAGuesser(t *testing.T) {
+	send := guardOnly(t)
+	for i := range 20 {
+		if code := send("192.0.2.1:4000", fmt.Sprintf("guess-%020d", i)); code != 401 {
+			t.Fatalf("guess %d = %d; want 401", i+1, code)
+		}
+	}
+	if code := send("192.0.2.1:4000", "guess-21-000000000000"); code != 429 {
+		t.Fatalf("the 21st guess = %d; want 429", code)
+	}
+	for i := range 10000 {
+		addr := fmt.Sprintf("[2001:db8:%x:%x::1]:4000", i>>8, i&0xff)
+		if code := send(addr, "flood-000000000000000"); code != 401 {
+			t.Fatalf("flood %d from %s = %d; want 401", i+1, addr, code)
+		}
+	}
+	if code := send("192.0.2.1:4000", "guess-22-000000000000"); code != 429 {
+		t.Fatalf("the guesser after a flood from 10,000 addresses = %d; want 429", code)
+	}
+	if code := send("192.0.2.1:4000", workerToken); code != 200 {
+		t.Fatalf("a right token from the guesser's address = %d; want 200", code)
+	}
+}
