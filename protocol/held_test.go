@@ -144,3 +144,27 @@ func TestHeldAttemptUnderConcurrentCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomeSentTwiceAnswersAlikeHeldOrRebuilt: an outcome settled on
+// the held attempt, sent again with another write token (and another
+// result), gets the first's answer and keeps its result; a different
+// outcome is a conflict. A server that rebuilds the attempt answers
+// both the same.
+func TestOutcomeSentTwiceAnswersAlikeHeldOrRebuilt(t *testing.T) {
+	store := stores(t)["sqlite"](t)
+	s := newServer(t, store, once.Config{})
+	other := newServer(t, store, once.Config{})
+	_, a := s.post("/v1/claim", claimBody(wireIntent(1, nil)))
+	code, v := s.post("/v1/outcome", outcome(a, "succeeded", map[string]any{"result": "first"}))
+	want(t, "the outcome", code, v, 200, "status", "succeeded")
+	for name, at := range map[string]*server{"held": s, "rebuilt": other} {
+		code, v = at.post("/v1/outcome", outcome(a, "succeeded", map[string]any{"result": "second"}))
+		want(t, name+": the success sent again", code, v, 200, "status", "succeeded")
+		code, v = at.post("/v1/outcome", outcome(a, "permanent", map[string]any{"error": "no"}))
+		want(t, name+": another outcome", code, v, 409, "code", "conflict")
+	}
+	code, v = s.call("GET", "/v1/actions/"+a["key"].(string), workerToken, nil)
+	if code != 200 || v["result"] != "first" {
+		t.Fatalf("the action = %d %v; want the first result", code, v)
+	}
+}
