@@ -2,10 +2,11 @@ package protocol
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/oncehq/once/internal/connlimit"
 )
 
 // Guessing tokens is slowed: an address that sent maxFailures wrong or
@@ -20,17 +21,24 @@ import (
 const (
 	maxFailures   = 20
 	failureWindow = time.Minute
-	// maxFailing bounds the addresses remembered: past it the table is
-	// begun again, so a flood from many addresses costs the guessers'
-	// own slowing, not memory.
+	// maxFailing bounds the addresses remembered. Full, the table
+	// keeps what it counts (a flood from many addresses must not wipe
+	// a guesser's count), drops the entries whose window ended, at most
+	// once a sweepEvery, and counts the addresses it has no room for
+	// together, as one (TestFloodOfAddressesDoesNotFreeAGuesser).
 	maxFailing = 10000
-	tarpitFor  = time.Second
+	sweepEvery = time.Second
+	// overflow is the entry of the addresses a full table has no room
+	// for; no address is written so.
+	overflow  = "overflow"
+	tarpitFor = time.Second
 )
 
 // failures counts the failed authentications of each address.
 type failures struct {
-	mu sync.Mutex
-	by map[string]*failing
+	mu    sync.Mutex
+	by    map[string]*failing
+	swept time.Time
 }
 
 type failing struct {
@@ -41,19 +49,49 @@ type failing struct {
 	gate chan struct{}
 }
 
-// host is the address a request came from, without its port.
+// host is the address a request counts against: its IP, or for IPv6
+// its /64, as the connection limit counts it. A host is given a /64 at
+// least, 2^64 addresses: counted by whole address, it could send
+// maxFailures guesses from each (TestWrongTokensAreCountedByIPv6Prefix).
 func host(r *http.Request) string {
-	h, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+	return connlimit.AddrKey(r.RemoteAddr)
+}
+
+// slot is the entry addr counts in: its own, or, when the table is full
+// and has none for it, the overflow entry. f.mu is held.
+func (f *failures) slot(addr string, now time.Time) string {
+	if f.by == nil {
+		f.by = map[string]*failing{}
 	}
-	return h
+	if _, ok := f.by[addr]; ok {
+		return addr
+	}
+	full := func() bool {
+		n := len(f.by)
+		if _, ok := f.by[overflow]; ok {
+			n--
+		}
+		return n >= maxFailing
+	}
+	if full() && now.Sub(f.swept) >= sweepEvery {
+		f.swept = now
+		for k, x := range f.by {
+			if now.Sub(x.since) > failureWindow {
+				delete(f.by, k)
+			}
+		}
+	}
+	if full() {
+		return overflow
+	}
+	return addr
 }
 
 // blocked reports how long an address must wait, if it must.
 func (f *failures) blocked(addr string, now time.Time) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	addr = f.slot(addr, now)
 	x := f.by[addr]
 	if x == nil || x.n < maxFailures {
 		return 0
@@ -69,7 +107,7 @@ func (f *failures) blocked(addr string, now time.Time) time.Duration {
 // time per address, or until ctx ends.
 func (f *failures) tarpit(ctx context.Context, addr string) {
 	f.mu.Lock()
-	x := f.by[addr]
+	x := f.by[f.slot(addr, time.Now())]
 	if x == nil {
 		f.mu.Unlock()
 		return
@@ -97,9 +135,7 @@ func (f *failures) tarpit(ctx context.Context, addr string) {
 func (f *failures) failed(addr string, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.by == nil || len(f.by) >= maxFailing {
-		f.by = map[string]*failing{}
-	}
+	addr = f.slot(addr, now)
 	x := f.by[addr]
 	if x == nil || now.Sub(x.since) > failureWindow {
 		x = &failing{since: now}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,82 @@ func TestRightTokenIsServedAfterWrongOnesFromItsAddress(t *testing.T) {
 	// A wrong token on the connection that showed a right one: 401.
 	if code := send(worker, "/v1/keys", "a-stale-token-0000000000", keys); code != 401 {
 		t.Fatalf("a wrong token on a connection that showed a right one = %d; want 401", code)
+	}
+}
+
+// guardOnly is /v1 over a real store, called in this process with the
+// request's address set: RemoteAddr is what the failure counts go by.
+func guardOnly(t *testing.T) func(addr, token string) int {
+	t.Helper()
+	store := stores(t)["sqlite"](t)
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(addr, token string) int {
+		req := httptest.NewRequest("POST", "/v1/keys", strings.NewReader(`{"intent":{"run":"r","step":1,"kind":"k"}}`))
+		req.RemoteAddr = addr
+		req.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		return w.Code
+	}
+}
+
+// TestWrongTokensAreCountedByIPv6Prefix: a host given an IPv6 /64 has
+// 2^64 addresses, and counted by whole address it guessed 20 tokens a
+// minute from each: no slowing at all. Its /64 counts as one address,
+// as the connection limit counts it; a right token from it is served.
+func TestWrongTokensAreCountedByIPv6Prefix(t *testing.T) {
+	send := guardOnly(t)
+	for i := range 20 {
+		if code := send(fmt.Sprintf("[2001:db8:1:2::%x]:4000", i+1), fmt.Sprintf("guess-%020d", i)); code != 401 {
+			t.Fatalf("guess %d = %d; want 401", i+1, code)
+		}
+	}
+	if code := send("[2001:db8:1:2:ffff::1]:4000", "guess-21-000000000000"); code != 429 {
+		t.Fatalf("the 21st guess, from another address of the same /64 = %d; want 429", code)
+	}
+	if code := send("[2001:db8:1:2:ffff::2]:4000", workerToken); code != 200 {
+		t.Fatalf("a right token from the /64 = %d; want 200", code)
+	}
+	if code := send("[2001:db8:1:3::1]:4000", "guess-other-00000000"); code != 401 {
+		t.Fatalf("a wrong token from another /64 = %d; want 401", code)
+	}
+}
+
+// TestFloodOfAddressesDoesNotFreeAGuesser: the table of failing
+// addresses was begun again when full, so a guesser with 10,000
+// addresses (a /48 holds 65,536 /64s) wiped its own count, and every
+// other guesser's, whenever it liked. Full, the table keeps what it
+// counts, and new addresses share one count.
+func TestFloodOfAddressesDoesNotFreeAGuesser(t *testing.T) {
+	send := guardOnly(t)
+	for i := range 20 {
+		if code := send("192.0.2.1:4000", fmt.Sprintf("guess-%020d", i)); code != 401 {
+			t.Fatalf("guess %d = %d; want 401", i+1, code)
+		}
+	}
+	if code := send("192.0.2.1:4000", "guess-21-000000000000"); code != 429 {
+		t.Fatalf("the 21st guess = %d; want 429", code)
+	}
+	for i := range 10000 {
+		addr := fmt.Sprintf("[2001:db8:%x:%x::1]:4000", i>>8, i&0xff)
+		if code := send(addr, "flood-000000000000000"); code != 401 {
+			t.Fatalf("flood %d from %s = %d; want 401", i+1, addr, code)
+		}
+	}
+	if code := send("192.0.2.1:4000", "guess-22-000000000000"); code != 429 {
+		t.Fatalf("the guesser after a flood from 10,000 addresses = %d; want 429", code)
+	}
+	if code := send("192.0.2.1:4000", workerToken); code != 200 {
+		t.Fatalf("a right token from the guesser's address = %d; want 200", code)
 	}
 }

@@ -61,15 +61,22 @@ func (h *held) hold(a *once.Attempt, size int) {
 	if h.m == nil {
 		h.m = map[heldRef]*heldClaim{}
 	}
-	c := &heldClaim{ref: heldRef{a.Key, a.Number}, a: a, size: size}
-	if old, ok := h.m[c.ref]; ok {
+	ref := heldRef{a.Key, a.Number}
+	if c, ok := h.m[ref]; ok {
 		// The same claim answered again (its write token sent again):
-		// the newer attempt is the one its client holds now.
-		h.bytes -= old.size
+		// the newer attempt is the one its client holds now. It takes
+		// the entry's place, so a claim sent again and again is held
+		// once: each resend appended, only the newest counted against
+		// the bounds, and every copy's payload was kept
+		// (TestReclaimedClaimIsHeldOnce).
+		h.bytes += size - c.size
+		c.a, c.size = a, size
+	} else {
+		c := &heldClaim{ref: ref, a: a, size: size}
+		h.m[ref] = c
+		h.order = append(h.order, c)
+		h.bytes += size
 	}
-	h.m[c.ref] = c
-	h.order = append(h.order, c)
-	h.bytes += size
 	for len(h.m) > MaxHeldClaims || h.bytes > MaxHeldBytes {
 		old := h.order[h.head]
 		h.order[h.head] = nil
@@ -88,11 +95,14 @@ func (h *held) hold(a *once.Attempt, size int) {
 // attempt returns the held attempt that ref names, if its token is the
 // claim's; nil otherwise.
 func (h *held) attempt(ref AttemptRef) *once.Attempt {
+	var a *once.Attempt
 	h.mu.Lock()
-	c, ok := h.m[heldRef{once.Key(ref.Key), ref.Attempt}]
+	if c, ok := h.m[heldRef{once.Key(ref.Key), ref.Attempt}]; ok {
+		a = c.a // read under the lock: a claim sent again replaces it
+	}
 	h.mu.Unlock()
-	if !ok || c.a.Token == "" || subtle.ConstantTimeCompare([]byte(c.a.Token), []byte(ref.Token)) != 1 {
+	if a == nil || a.Token == "" || subtle.ConstantTimeCompare([]byte(a.Token), []byte(ref.Token)) != 1 {
 		return nil
 	}
-	return c.a
+	return a
 }

@@ -192,7 +192,7 @@ func (s *Server) guard(need scope, h http.HandlerFunc) http.Handler {
 				if wait := s.failures.blocked(host(r), now); wait > 0 && !connlimit.Shown(r) {
 					s.failures.tarpit(r.Context(), host(r))
 					writeProblem(w, http.StatusTooManyRequests, Problem{Code: "too_many_failures", RetryAfterMS: ms(wait),
-						Detail: fmt.Sprintf("%d requests from this address came with a wrong or no token within %v; its requests with a wrong or no token are refused until the window ends", maxFailures, failureWindow)})
+						Detail: fmt.Sprintf("%d requests from this address (an IPv6 address: its /64) came with a wrong or no token within %v; its requests with a wrong or no token are refused until the window ends", maxFailures, failureWindow)})
 					return
 				}
 				s.failures.failed(host(r), now)

@@ -134,6 +134,7 @@ func (v *Verifiers) For(kind string) once.Verifier {
 				taken := q.taken
 				if !taken {
 					v.absent[q.kind] = true
+					v.forgetLocked(q)
 				}
 				v.mu.Unlock()
 				if !taken {
@@ -141,9 +142,19 @@ func (v *Verifiers) For(kind string) once.Verifier {
 				}
 				// Taken: the client has until ctx ends to answer.
 			case <-ctx.Done():
+				// Given up on under the lock that answers take: an
+				// answer reported received is the one used, and one
+				// after it is told the question is gone
+				// (TestAnswerReceivedIsTheAnswerUsed).
 				v.mu.Lock()
 				taken := q.taken
+				v.forgetLocked(q)
 				v.mu.Unlock()
+				select {
+				case vd := <-q.answer:
+					return vd.landed, vd.result, vd.err
+				default:
+				}
 				if taken {
 					return false, nil, fmt.Errorf("a client verifier took the question about attempt %d and did not answer in time (%w)", a.Attempt, ctx.Err())
 				}
@@ -157,6 +168,11 @@ func (v *Verifiers) For(kind string) once.Verifier {
 func (v *Verifiers) forget(q *question) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.forgetLocked(q)
+}
+
+// forgetLocked is forget with v.mu held.
+func (v *Verifiers) forgetLocked(q *question) {
 	if _, ok := v.byID[q.id]; !ok {
 		return
 	}
