@@ -120,9 +120,12 @@ func defineMCP(fs *flagSet) func(env, []string) error {
 // and the hosts once serve answers.
 func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, log *slog.Logger) error {
 	host, _, _ := net.SplitHostPort(addr)
+	// Stateless: the SDK serves protocol 2026-07-28 over HTTP only
+	// without sessions, and 2025-11-25 either way. Nothing the gateway
+	// keeps is per session; what it must not lose is in the store.
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.Server() }, &mcp.StreamableHTTPOptions{
-		Logger:         log,
-		SessionTimeout: 30 * time.Minute,
+		Logger:    log,
+		Stateless: true,
 	})
 	// A page in a browser must not call tools on the agent's behalf.
 	cross := http.NewCrossOriginProtection().Handler(h)

@@ -67,70 +67,101 @@ type gatewayProc struct {
 
 var mcpServing = regexp.MustCompile(`once mcp on (http://\S+)/`)
 
-// start runs a gateway over stdio (the client spawns it, as a desktop
-// host does) or over HTTP (it listens; the client connects).
-func (r *gatewayRig) start(t *testing.T, mode string) *gatewayProc {
+// args are once mcp's command line over this rig.
+func (r *gatewayRig) args(mode string) []string {
+	a := []string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s"}
+	if mode == "http" {
+		a = append(a, "--http", "127.0.0.1:0")
+	}
+	return append(a, "--", r.counter, "--effects", r.effects)
+}
+
+func (r *gatewayRig) command(t *testing.T, mode string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s"}
-	if mode == "http" {
-		args = append(args, "--http", "127.0.0.1:0")
-	}
-	args = append(args, "--", r.counter, "--effects", r.effects)
-	cmd := exec.Command(self, args...)
+	cmd := exec.Command(self, r.args(mode)...)
 	cmd.Env = append(os.Environ(), scenarioServeEnv+"=1")
 	// A killed gateway's upstream lives on, finishing its call, with
 	// the gateway's stderr open: do not wait for it.
 	cmd.WaitDelay = 2 * time.Second
+	return cmd
+}
+
+// listen runs a gateway over HTTP and returns its URL.
+func (r *gatewayRig) listen(t *testing.T) (*gatewayProc, string) {
+	t.Helper()
+	cmd := r.command(t, "http")
 	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
-	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var transport mcp.Transport
-	if mode == "stdio" {
-		cmd.Stderr = p.stderr
-		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 40 * time.Second}
-	} else {
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		addr := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				line := sc.Text()
-				p.stderr.Write([]byte(line + "\n"))
-				if m := mcpServing.FindStringSubmatch(line); m != nil {
-					addr <- m[1]
-				}
-			}
-		}()
-		select {
-		case a := <-addr:
-			transport = &mcp.StreamableClientTransport{Endpoint: a + "/"}
-		case <-time.After(time.Minute):
-			t.Fatalf("once mcp did not say where it listens:\n%s", p.stderr.String())
-		}
-	}
-	s, err := client.Connect(ctx, transport, nil)
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatalf("connect to once mcp: %v\n%s", err, p.stderr.String())
+		t.Fatal(err)
 	}
-	p.session = s
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		p.session.Close()
-		if p.cmd.ProcessState == nil && p.cmd.Process != nil {
+		if p.session != nil {
+			p.session.Close()
+		}
+		if p.cmd.ProcessState == nil {
 			p.cmd.Process.Kill()
 			p.cmd.Wait()
 		}
 	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.stderr.Write([]byte(line + "\n"))
+			if m := mcpServing.FindStringSubmatch(line); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return p, a + "/"
+	case <-time.After(time.Minute):
+		t.Fatalf("once mcp did not say where it listens:\n%s", p.stderr.String())
+	}
+	return nil, ""
+}
+
+// start runs a gateway over stdio (the client spawns it, as a desktop
+// host does) or over HTTP (it listens; the client connects), with a Go
+// SDK client connected to it.
+func (r *gatewayRig) start(t *testing.T, mode string) *gatewayProc {
+	t.Helper()
+	var p *gatewayProc
+	var transport mcp.Transport
+	if mode == "stdio" {
+		cmd := r.command(t, mode)
+		p = &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
+		cmd.Stderr = p.stderr
+		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 40 * time.Second}
+		t.Cleanup(func() {
+			p.session.Close()
+			if p.cmd.ProcessState == nil && p.cmd.Process != nil {
+				p.cmd.Process.Kill()
+				p.cmd.Wait()
+			}
+		})
+	} else {
+		var url string
+		p, url = r.listen(t)
+		transport = &mcp.StreamableClientTransport{Endpoint: url}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, transport, nil)
+	if err != nil {
+		t.Fatalf("connect to once mcp: %v\n%s", err, p.stderr.String())
+	}
+	p.session = s
 	return p
 }
 
