@@ -56,8 +56,11 @@ type Gateway struct {
 	slots  chan struct{}
 	calls  sync.WaitGroup
 
-	mu    sync.Mutex
-	tools map[string]*mirrored
+	mu        sync.Mutex
+	tools     map[string]*mirrored
+	prompts   map[string]bool
+	resources map[string]bool
+	templates map[string]bool
 }
 
 // mirrored is one upstream tool as the gateway serves it.
@@ -93,7 +96,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, policy: opts.Policy, log: log, slots: make(chan struct{}, opts.MaxCalls), tools: map[string]*mirrored{}}
-	g.up = newUpstream(opts.Upstream, g.refresh)
+	g.up = newUpstream(opts.Upstream, g.refresh, g.refreshRest)
 	tools, err := g.up.tools(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("mcpgate: listing the upstream's tools: %w", err)
@@ -123,11 +126,30 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpgate: %w", err)
 	}
-	g.server = mcp.NewServer(implementation, &mcp.ServerOptions{
+	opt := &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 		Instructions: "once mcp: each call of a tool that changes something is performed once; a repeated call gets the first call's result.",
-	})
+	}
+	if s, err := g.up.live(ctx); err == nil {
+		if ir := s.InitializeResult(); ir != nil && ir.Capabilities != nil {
+			c := ir.Capabilities
+			if c.Prompts != nil {
+				opt.Capabilities.Prompts = &mcp.PromptCapabilities{ListChanged: true}
+			}
+			if c.Resources != nil {
+				opt.Capabilities.Resources = &mcp.ResourceCapabilities{ListChanged: true}
+			}
+			if c.Completions != nil {
+				opt.Capabilities.Completions = &mcp.CompletionCapabilities{}
+				opt.CompletionHandler = g.complete
+			}
+		}
+	}
+	g.server = mcp.NewServer(implementation, opt)
 	g.mirror(tools)
+	if err := g.mirrorRest(ctx); err != nil {
+		return nil, fmt.Errorf("mcpgate: %w", err)
+	}
 	return g, nil
 }
 
@@ -179,10 +201,11 @@ func (g *Gateway) mirror(tools []*mcp.Tool) {
 			}
 			m.client = c
 		}
-		g.tools[t.Name] = m
 		// The schema and annotations are the upstream's, as it wrote
 		// them: the gateway keys calls, it does not change the tool.
-		g.server.AddTool(mirrorOf(t), g.handler(t.Name))
+		if safely(g, "tool "+t.Name, func() { g.server.AddTool(mirrorOf(t), g.handler(t.Name)) }) {
+			g.tools[t.Name] = m
+		}
 	}
 	var gone []string
 	for name := range g.tools {

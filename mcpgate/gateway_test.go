@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,6 +69,15 @@ func (e *effects) server() *mcp.Server {
 			}
 			return nil, map[string]any{"charged": in.Amount, "key": in.Key}, nil
 		})
+	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"}, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello " + req.Params.Arguments["name"]}}}}, nil
+	})
+	s.AddResource(&mcp.Resource{URI: "mem://outbox", Name: "outbox", MIMEType: "text/plain"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		e.mu.Lock()
+		n := e.count["send_message"]
+		e.mu.Unlock()
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: strconv.Itoa(n) + " sent"}}}, nil
+	})
 	mcp.AddTool(s, &mcp.Tool{Name: "list_messages", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, map[string]any, error) {
 			e.mu.Lock()
@@ -80,6 +91,7 @@ func (e *effects) server() *mcp.Server {
 // rig is a gateway in front of effects, with a client connected to it.
 type rig struct {
 	up      *effects
+	srv     *mcp.Server
 	gw      *Gateway
 	connect func(t *testing.T) *mcp.ClientSession
 }
@@ -118,7 +130,7 @@ func newRig(t *testing.T, policy string) *rig {
 		defer cancel()
 		_ = gw.Close(ctx)
 	})
-	r := &rig{up: up, gw: gw}
+	r := &rig{up: up, srv: srv, gw: gw}
 	r.connect = func(t *testing.T) *mcp.ClientSession {
 		ct, st := mcp.NewInMemoryTransports()
 		if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
@@ -316,4 +328,64 @@ func waitFor(t *testing.T, ok func() bool) {
 		polls.Add(1)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func TestEverythingButToolCallsPassesThrough(t *testing.T) {
+	r := newRig(t, testPolicy)
+	cs := r.connect(t)
+	p, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": "ann"}})
+	if err != nil || len(p.Messages) != 1 || p.Messages[0].Content.(*mcp.TextContent).Text != "hello ann" {
+		t.Fatalf("prompt through the gateway: %v %+v", err, p)
+	}
+	if _, err := cs.CallTool(t.Context(), callArgs("run-6", 0, "send_message", map[string]any{"to": "x@example.com"})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "mem://outbox"})
+	if err != nil || len(res.Contents) != 1 || res.Contents[0].Text != "1 sent" {
+		t.Fatalf("resource through the gateway, read afresh: %v %+v", err, res)
+	}
+}
+
+func TestToolsAddedUpstreamAreMirrored(t *testing.T) {
+	r := newRig(t, testPolicy)
+	cs := r.connect(t)
+	mcp.AddTool(r.srv, &mcp.Tool{Name: "post_note"}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, map[string]any, error) {
+		r.up.mu.Lock()
+		r.up.count["post_note"]++
+		r.up.mu.Unlock()
+		return nil, map[string]any{"posted": in.Text}, nil
+	})
+	waitFor(t, func() bool {
+		var names []string
+		for tool, err := range cs.Tools(t.Context(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, tool.Name)
+		}
+		return slices.Contains(names, "post_note")
+	})
+	for range 2 {
+		res, err := cs.CallTool(t.Context(), callArgs("run-7", 0, "post_note", map[string]any{"text": "hi"}))
+		if err != nil || res.IsError {
+			t.Fatalf("post_note: %v %q", err, text(res))
+		}
+	}
+	if n := r.up.n("post_note"); n != 1 {
+		t.Fatalf("a tool added after start ran %d times for one intent, want 1", n)
+	}
+	r.srv.RemoveTools("post_note")
+	waitFor(t, func() bool {
+		for tool, err := range cs.Tools(t.Context(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tool.Name == "post_note" {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -26,14 +26,12 @@ type upstream struct {
 	session *mcp.ClientSession
 }
 
-func newUpstream(dial func(ctx context.Context) (mcp.Transport, error), changed func()) *upstream {
+func newUpstream(dial func(ctx context.Context) (mcp.Transport, error), tools, rest func()) *upstream {
 	u := &upstream{dial: dial}
 	u.client = mcp.NewClient(implementation, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			if changed != nil {
-				go changed()
-			}
-		},
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { go tools() },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { go rest() },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { go rest() },
 	})
 	return u
 }
