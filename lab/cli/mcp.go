@@ -29,6 +29,7 @@ func defineMCP(fs *flagSet) func(env, []string) error {
 	run := fs.String("run", "", "the `RUN` of a call whose caller names none in _meta or the Once-Run header (before the policy's scope)")
 	consoleURL := fs.String("console", "", "the console's `URL` (once serve), given to the model with an action a person must approve or resolve")
 	reapEvery := fs.Duration("reap-every", 30*time.Second, "recover the calls of a gateway that died every `INTERVAL`; zero turns the reaper off")
+	progressEvery := fs.Duration("progress-every", 5*time.Second, "tell a caller that sent a progress token, every `INTERVAL`, that its call is still running or waiting, so its request timeout does not fire")
 	drain := fs.Duration("drain", 5*time.Minute, "once the host leaves, wait up to `DURATION` for calls still running, so their outcomes are recorded")
 	fs.require("policy")
 	return func(e env, cmd []string) error {
@@ -48,6 +49,9 @@ func defineMCP(fs *flagSet) func(env, []string) error {
 			}
 		} else if *token != "" && os.Getenv("ONCE_TOKEN") == "" {
 			return usagef("--token is for --http; over stdio the host that starts once mcp is the only client")
+		}
+		if *progressEvery < 100*time.Millisecond {
+			return usagef("--progress-every must be 100ms or more")
 		}
 		if *reapEvery < 0 || *reapEvery > 0 && *reapEvery < minReapEvery {
 			return usagef("--reap-every must be 0 (off) or 1s or more")
@@ -80,7 +84,7 @@ func defineMCP(fs *flagSet) func(env, []string) error {
 		ctx, cancel := context.WithTimeout(e.ctx, openTimeout)
 		gw, err := mcpgate.New(ctx, mcpgate.Options{
 			Store: d.store, Policy: pf, Upstream: dial, Run: *run, ConsoleURL: *consoleURL,
-			Logger: log,
+			Logger: log, Progress: *progressEvery,
 		})
 		cancel()
 		if err != nil {

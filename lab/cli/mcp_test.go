@@ -69,7 +69,7 @@ var mcpServing = regexp.MustCompile(`once mcp on (http://\S+)/`)
 
 // args are once mcp's command line over this rig.
 func (r *gatewayRig) args(mode string) []string {
-	a := []string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s"}
+	a := []string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s", "--progress-every", "200ms"}
 	if mode == "http" {
 		a = append(a, "--http", "127.0.0.1:0")
 	}

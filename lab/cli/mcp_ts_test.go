@@ -302,8 +302,9 @@ func tsCallerKilled(t *testing.T, h *tsHost, db string) {
 func tsRace(t *testing.T, h *tsHost, db string) {
 	r := newGatewayRig(t, db, e2ePolicy)
 	g := h.gateway(t, r)
-	rs := h.start(t, g, "send_message", map[string]any{"to": "bob@example.com", "subject": "race", "after_ms": 800}, "ts-race",
-		"--concurrent", "2", "--progress").results(t, h)
+	c := h.start(t, g, "send_message", map[string]any{"to": "bob@example.com", "subject": "race", "after_ms": 800}, "ts-race",
+		"--concurrent", "2", "--progress")
+	rs := c.results(t, h)
 	if len(rs) != 2 || rs[0].IsError || rs[1].IsError {
 		t.Fatalf("two concurrent calls: %+v", rs)
 	}
@@ -312,6 +313,11 @@ func tsRace(t *testing.T, h *tsHost, db string) {
 	}
 	if n := r.count(t, "send_message"); n != 1 {
 		t.Fatalf("the upstream sent %d messages, want 1", n)
+	}
+	// The call that waited was told, while it waited, that it was
+	// alive: a client's request timeout resets on progress.
+	if !strings.Contains(c.output(), `"message":"once: `) {
+		t.Fatalf("no progress from the gateway while a call waited:\n%s", c.output())
 	}
 }
 
