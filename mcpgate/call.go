@@ -115,6 +115,9 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 		var waiting *once.AwaitingApprovalError
 		if errors.As(err, &waiting) && !asked && !waiting.Expired {
 			if g.elicit(caller, req, c, waiting) {
+				// Claim again whatever the approval's own answer was:
+				// another caller may have approved it first, and the
+				// claim says how the action stands now.
 				continue
 			}
 		}
@@ -297,6 +300,14 @@ func stored(b json.RawMessage) *mcp.CallToolResult {
 // mark tells the caller the action's key and whether the result is a
 // replay, in _meta, where a program reads it.
 func mark(res *mcp.CallToolResult, key once.Key, attempt int, replayed bool) {
+	// The protocol's own members describe the upstream's connection
+	// (its serverInfo, say), not the gateway's; the SDK writes the
+	// gateway's own where none is.
+	for k := range res.Meta {
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			delete(res.Meta, k)
+		}
+	}
 	if res.Meta == nil {
 		res.Meta = mcp.Meta{}
 	}

@@ -101,6 +101,20 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpgate: listing the upstream's tools: %w", err)
 	}
+	// A policy that names what the upstream does not offer is most
+	// likely a typo, whose tool is then claimed by its annotations.
+	offered := map[string]bool{}
+	for _, t := range tools {
+		offered[t.Name] = true
+	}
+	for name, spec := range g.policy.Tools {
+		if !offered[name] {
+			log.Warn("once mcp: the policy names a tool the upstream does not offer", "tool", name)
+		}
+		if spec.Verifier != nil && !offered[spec.Verifier.Tool] {
+			log.Warn("once mcp: a tool's verifier is not a tool the upstream offers; its calls cannot be verified", "tool", name, "verifier", spec.Verifier.Tool)
+		}
+	}
 	// Every tool known at start is pinned in the Config: its policy is
 	// the file's, whoever else claims the kind.
 	kinds := map[string]once.KindPolicy{}

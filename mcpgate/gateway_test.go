@@ -207,6 +207,11 @@ func TestReissuedCallAfterTheCallerLeftIsReplayed(t *testing.T) {
 	if !strings.Contains(string(sc), `"id":1`) {
 		t.Fatalf("replayed structured content %s, want the first call's", sc)
 	}
+	// The stored result's protocol members were the upstream's: the
+	// caller is told the gateway's.
+	if info, ok := res.Meta[mcp.MetaKeyServerInfo].(map[string]any); ok && info["name"] != "once-mcp" {
+		t.Fatalf("the replay names server %v, want the gateway", info)
+	}
 }
 
 func TestConcurrentIdenticalCallsRunOnce(t *testing.T) {

@@ -3,7 +3,6 @@ package mcpgate
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -94,10 +93,8 @@ func (g *Gateway) elicit(ctx context.Context, req *mcp.CallToolRequest, c *call,
 	if by == "" {
 		by = "mcp client"
 	}
-	_, err = g.client.Approve(ctx, w.Key, once.Approval{By: by, Attempt: w.Attempt, Since: w.Since, Via: "mcp"})
-	if err != nil && !errors.Is(err, once.ErrConflict) {
-		g.log.Warn("once mcp: recording an approval given by elicitation", "key", w.Key, "err", err)
-		return false
+	if _, err := g.client.Approve(ctx, w.Key, once.Approval{By: by, Attempt: w.Attempt, Since: w.Since, Via: "mcp"}); err != nil {
+		g.log.Info("once mcp: an approval given by elicitation was not recorded", "key", w.Key, "err", err)
 	}
 	return true
 }
