@@ -30,7 +30,14 @@ def dead_claim(test, c, payload=None):
     got = c.claim(it)
     test.assertIsInstance(got, once.Claimed)
     a = got.attempt
-    time.sleep(a.time_left() + 0.5)  # its worker died; the lease lapses
+    time.sleep(a.time_left())  # its worker died; the lease lapses
+    # The client's count starts when it sent the claim, before the server
+    # made it: wait until the server's clock has the lease lapsed too, or
+    # a loaded machine's duplicate meets a claim still held.
+    end = time.monotonic() + 30
+    while c.get(a.key).get("lease_left_ms"):
+        test.assertLess(time.monotonic(), end, "the dead claim's lease did not lapse by the server's clock")
+        time.sleep(0.05)
     return it, a
 
 

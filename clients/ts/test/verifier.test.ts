@@ -29,7 +29,14 @@ async function deadClaim(c: once.Client, kind: string, payload: unknown = { subj
   assert.ok("claimed" in got);
   const a = got.claimed;
   a.done(); // its worker died
-  await sleep(a.timeLeftMs() + 500);
+  await sleep(a.timeLeftMs());
+  // The client's count starts when it sent the claim, before the server
+  // made it: wait until the server's clock has the lease lapsed too, or
+  // a loaded machine's duplicate meets a claim still held.
+  for (const end = Date.now() + 30_000; (await c.get(a.key)).lease_left_ms; ) {
+    if (Date.now() > end) assert.fail("the dead claim's lease did not lapse by the server's clock");
+    await sleep(50);
+  }
   return [i, a];
 }
 
