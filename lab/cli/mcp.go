@@ -123,13 +123,20 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 	// Stateless: the SDK serves protocol 2026-07-28 over HTTP only
 	// without sessions, and 2025-11-25 either way. Nothing the gateway
 	// keeps is per session; what it must not lose is in the store.
+	hosts := allowedHosts(host, allow)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.Server() }, &mcp.StreamableHTTPOptions{
 		Logger:    log,
 		Stateless: true,
+		// With a list of hosts the guard below answers a name not on it
+		// 421, which is the SDK's DNS-rebinding protection and more: the
+		// SDK's own would refuse every --allow-host name reaching a
+		// loopback address (a proxy on this machine), and LOCALHOST.
+		// Without a list (a wildcard bind, a token required) the SDK's
+		// stays.
+		DisableLocalhostProtection: len(hosts) > 0,
 	})
 	// A page in a browser must not call tools on the agent's behalf.
 	cross := http.NewCrossOriginProtection().Handler(h)
-	hosts := allowedHosts(host, allow)
 	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(hosts) > 0 && !hostAllowed(r.Host, hosts) {
 			http.Error(w, "once mcp: this host name is not served; start once mcp with --allow-host "+hostOnly(r.Host), http.StatusMisdirectedRequest)
