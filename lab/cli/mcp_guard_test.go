@@ -383,3 +383,216 @@ func hostOf(h string) string {
 	}
 	return h
 }
+
+// connectStdio spawns a gateway with extra flags, over stdio as a
+// desktop host does, and connects a Go SDK client with opts to it.
+func (r *gatewayRig) connectStdio(t *testing.T, opts *mcp.ClientOptions, sopts *mcp.ClientSessionOptions, extra ...string) *gatewayProc {
+	t.Helper()
+	cmd := r.commandWith(t, extra...)
+	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
+	t.Cleanup(func() {
+		if p.session != nil {
+			p.session.Close()
+		}
+		if p.cmd.ProcessState == nil && p.cmd.Process != nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, opts).Connect(ctx,
+		&mcp.CommandTransport{Command: cmd, TerminateDuration: 40 * time.Second}, sopts)
+	if err != nil {
+		t.Fatalf("connect to once mcp: %v\n%s", err, p.stderr.String())
+	}
+	p.session = s
+	return p
+}
+
+// callNoMeta calls tool with no _meta at all.
+func callNoMeta(t *testing.T, s *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", tool, err)
+	}
+	return res
+}
+
+// actions lists db's actions as `once ls --json` prints them.
+func actions(t *testing.T, db string, filter ...string) []map[string]any {
+	t.Helper()
+	out := mustRun(t, append([]string{"ls", "--db", db, "--json"}, filter...)...)
+	var acts []map[string]any
+	if err := json.Unmarshal([]byte(out), &acts); err != nil {
+		t.Fatalf("once ls --json: %v\n%s", err, out)
+	}
+	return acts
+}
+
+func replayed(res *mcp.CallToolResult) bool { return res.Meta["oncehq.dev/replayed"] == true }
+
+// TestMCPGatewayRunHeader: a call whose _meta names no run takes it
+// from the Once-Run header (its step from Once-Step), then from --run;
+// one with none anywhere is refused, and nothing is sent.
+func TestMCPGatewayRunHeader(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	args := map[string]any{"to": "hdr@example.com", "subject": "header"}
+
+	t.Run("header", func(t *testing.T) {
+		r := newGatewayRig(t, db, e2ePolicy)
+		g, url := r.listen(t)
+		a := mustConnectHTTP(t, g, url, http.Header{"Once-Run": {"hdr-1"}}, "")
+		first, again := callNoMeta(t, a, "send_message", args), callNoMeta(t, a, "send_message", args)
+		if first.IsError || replayed(first) || again.IsError || !replayed(again) {
+			t.Fatalf("two calls under Once-Run hdr-1: %v %q / %v %q", first.Meta, resultText(first), again.Meta, resultText(again))
+		}
+		if n := r.count(t, "send_message"); n != 1 {
+			t.Fatalf("sent %d, want 1", n)
+		}
+		// Another client, the same header: the same action.
+		if res := callNoMeta(t, mustConnectHTTP(t, g, url, http.Header{"Once-Run": {"hdr-1"}}, ""), "send_message", args); !replayed(res) {
+			t.Fatalf("another client under Once-Run hdr-1: %v %q", res.Meta, resultText(res))
+		}
+		b := mustConnectHTTP(t, g, url, http.Header{"Once-Run": {"hdr-2"}}, "")
+		if res := callNoMeta(t, b, "send_message", args); res.IsError || replayed(res) {
+			t.Fatalf("under Once-Run hdr-2: %v %q", res.Meta, resultText(res))
+		}
+		if n := r.count(t, "send_message"); n != 2 {
+			t.Fatalf("sent %d, want 2 (a new run is a new action)", n)
+		}
+		c := mustConnectHTTP(t, g, url, http.Header{"Once-Run": {"hdr-1"}, "Once-Step": {"1"}}, "")
+		if res := callNoMeta(t, c, "send_message", args); res.IsError || replayed(res) {
+			t.Fatalf("under Once-Run hdr-1, Once-Step 1: %v %q", res.Meta, resultText(res))
+		}
+		if res := callNoMeta(t, c, "send_message", args); !replayed(res) {
+			t.Fatalf("again under Once-Run hdr-1, Once-Step 1: %v %q", res.Meta, resultText(res))
+		}
+		if n := r.count(t, "send_message"); n != 3 {
+			t.Fatalf("sent %d, want 3 (a new step is a new action)", n)
+		}
+		steps := map[float64]bool{}
+		for _, a := range actions(t, db, "--run", "hdr-1") {
+			steps[a["step"].(float64)] = true
+		}
+		if len(steps) != 2 || !steps[0] || !steps[1] {
+			t.Fatalf("run hdr-1 has steps %v, want 0 and 1", steps)
+		}
+		// _meta wins over the header.
+		res, err := a.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: args, Meta: mcp.Meta{"oncehq.dev/run": "hdr-meta"}})
+		if err != nil || res.IsError || replayed(res) || len(actions(t, db, "--run", "hdr-meta")) != 1 {
+			t.Fatalf("_meta naming run hdr-meta under Once-Run hdr-1: %v %v", err, res)
+		}
+		// A step header that is not a number is refused, not read as 0.
+		for _, step := range []string{"-1", "one", "1.5"} {
+			s := mustConnectHTTP(t, g, url, http.Header{"Once-Run": {"hdr-3"}, "Once-Step": {step}}, "")
+			res := callNoMeta(t, s, "send_message", args)
+			if !res.IsError || !strings.Contains(resultText(res), "Once-Step") {
+				t.Errorf("Once-Step %q: isError %v %q", step, res.IsError, resultText(res))
+			}
+		}
+		if n := r.count(t, "send_message"); n != 4 {
+			t.Fatalf("sent %d, want 4", n)
+		}
+		// No run anywhere: no _meta, no header, no --run, no scope.
+		before := len(actions(t, db))
+		res = callNoMeta(t, mustConnectHTTP(t, g, url, nil, ""), "send_message", args)
+		if !res.IsError || !strings.Contains(resultText(res), "oncehq.dev/run") || !strings.Contains(resultText(res), "Once-Run") {
+			t.Fatalf("a call naming no run: isError %v %q", res.IsError, resultText(res))
+		}
+		if n := r.count(t, "send_message"); n != 4 {
+			t.Fatalf("a call naming no run sent: %d, want 4", n)
+		}
+		if n := len(actions(t, db)); n != before {
+			t.Fatalf("a call naming no run left an action: %d, want %d", n, before)
+		}
+	})
+
+	t.Run("--run", func(t *testing.T) {
+		for _, mode := range []string{"stdio", "http"} {
+			t.Run(mode, func(t *testing.T) {
+				r := newGatewayRig(t, db, e2ePolicy)
+				run := "flag-" + mode
+				var s *mcp.ClientSession
+				var g *gatewayProc
+				var url string
+				if mode == "stdio" {
+					s = r.connectStdio(t, nil, nil, "--run", run).session
+				} else {
+					g, url = r.listenWith(t, "--run", run)
+					s = mustConnectHTTP(t, g, url, nil, "")
+				}
+				first, again := callNoMeta(t, s, "send_message", args), callNoMeta(t, s, "send_message", args)
+				if first.IsError || replayed(first) || !replayed(again) {
+					t.Fatalf("two calls under --run: %q / %v %q", resultText(first), again.Meta, resultText(again))
+				}
+				if acts := actions(t, db, "--run", run); len(acts) != 1 || acts[0]["target"] != "hdr@example.com" {
+					t.Fatalf("run %s has %v, want the one call", run, acts)
+				}
+				if mode == "http" {
+					// The header wins over --run.
+					h := mustConnectHTTP(t, g, url, http.Header{"Once-Run": {"hdr-over-flag"}}, "")
+					if res := callNoMeta(t, h, "send_message", args); res.IsError || replayed(res) || len(actions(t, db, "--run", "hdr-over-flag")) != 1 {
+						t.Fatalf("Once-Run under --run: %v %q", res.Meta, resultText(res))
+					}
+				}
+				want := map[string]int{"stdio": 1, "http": 2}[mode]
+				if n := r.count(t, "send_message"); n != want {
+					t.Fatalf("sent %d, want %d", n, want)
+				}
+			})
+		}
+	})
+}
+
+// TestMCPGatewayOperators: an operator finds a gateway's actions with
+// once ls and reads what was sent with once show.
+func TestMCPGatewayOperators(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "once.db")
+	mustRun(t, "migrate", "--db", db)
+	r := newGatewayRig(t, db, e2ePolicy)
+	g := r.start(t, "stdio")
+	sent := g.call(t, "ops", 0, "send_message", map[string]any{"to": "ann@example.com", "subject": "invoice", "body": "attached"})
+	charged := g.call(t, "ops", 1, "charge", map[string]any{"customer": "cus_ops", "amount": 700, "idempotency_key": "the-model-wrote-this"})
+	if sent.IsError || charged.IsError {
+		t.Fatalf("calls: %q / %q", resultText(sent), resultText(charged))
+	}
+	for _, c := range []struct {
+		kind, target string
+		res          *mcp.CallToolResult
+		payload      map[string]any
+	}{
+		{"mcp:counter/send_message", "ann@example.com", sent, map[string]any{"to": "ann@example.com", "subject": "invoice", "body": "attached"}},
+		{"mcp:counter/charge", "cus_ops", charged, map[string]any{"customer": "cus_ops", "amount": float64(700)}},
+	} {
+		acts := actions(t, db, "--kind", c.kind)
+		if len(acts) != 1 {
+			t.Fatalf("once ls --kind %s: %d actions, want 1: %v", c.kind, len(acts), acts)
+		}
+		a := acts[0]
+		key, _ := c.res.Meta["oncehq.dev/key"].(string)
+		if a["key"] != key || a["target"] != c.target || a["run"] != "ops" || a["status"] != "succeeded" {
+			t.Errorf("once ls --kind %s: %v; want key %s, target %s, run ops, succeeded", c.kind, a, key, c.target)
+		}
+		out := mustRun(t, "show", key, "--db", db, "--payload")
+		var p map[string]any
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatalf("once show --payload: %v\n%s", err, out)
+		}
+		if fmt.Sprint(p) != fmt.Sprint(c.payload) {
+			t.Errorf("once show %s --payload: %v, want %v", c.kind, p, c.payload)
+		}
+		text := mustRun(t, "show", key, "--db", db)
+		if !strings.Contains(text, c.kind) || !strings.Contains(text, c.target) {
+			t.Errorf("once show %s does not name its kind and target:\n%s", key, text)
+		}
+	}
+	// The provider got the attempt's key, not the model's.
+	es := r.effectsOf(t, "charge")
+	if len(es) != 1 || es[0]["key"] == "" || es[0]["key"] == "the-model-wrote-this" {
+		t.Fatalf("the provider's charge: %v; want the gateway's provider key", es)
+	}
+}
