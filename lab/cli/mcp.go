@@ -143,8 +143,9 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 			return
 		}
 		if token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			// The scheme is case-insensitive (RFC 9110 §11.1).
+			scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="once mcp"`)
 				http.Error(w, "once mcp: send Authorization: Bearer TOKEN, the token once mcp was started with", http.StatusUnauthorized)
 				return

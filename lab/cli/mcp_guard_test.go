@@ -276,6 +276,13 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "sent to tok@example.com") {
 			t.Fatalf("with the token: status %d %s\n%s", resp.StatusCode, body, g.stderr.String())
 		}
+		// The scheme is case-insensitive (RFC 9110 §11.1).
+		for _, scheme := range []string{"bearer", "BEARER"} {
+			resp, body := post(t, url, callBody("guard-raw", "tok@example.com", nil), http.Header{"Authorization": {scheme + " " + guardToken}}, "")
+			if resp.StatusCode != http.StatusOK || !strings.Contains(body, "already performed") {
+				t.Errorf("Authorization: %s TOKEN: status %d %s", scheme, resp.StatusCode, body)
+			}
+		}
 		if _, err := connectHTTP(t, url, nil, ""); err == nil {
 			t.Fatal("the Go SDK client connected without the token")
 		}
