@@ -134,6 +134,8 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 		// Without a list (a wildcard bind, a token required) the SDK's
 		// stays.
 		DisableLocalhostProtection: len(hosts) > 0,
+		// The guard's limit, not the SDK's smaller default under it.
+		MaxRequestBodyBytes: maxMCPBody,
 	})
 	// A page in a browser must not call tools on the agent's behalf.
 	cross := http.NewCrossOriginProtection().Handler(h)
@@ -151,7 +153,7 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 				return
 			}
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, 8<<20)
+		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
 		cross.ServeHTTP(w, r)
 	})
 	ln, err := net.Listen("tcp", addr)
@@ -172,6 +174,9 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 	_ = srv.Shutdown(shutdown)
 	return nil
 }
+
+// maxMCPBody bounds a request's body once mcp --http reads.
+const maxMCPBody = 8 << 20
 
 func hostOnly(h string) string {
 	if host, _, err := net.SplitHostPort(h); err == nil {

@@ -376,6 +376,14 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 		if n := r.count(t, "send_message"); n != 0 {
 			t.Fatalf("a body over the limit sent %d", n)
 		}
+		// Under the limit, a body the SDK alone would refuse (over its
+		// 4 MiB default) is served: a read-only call passed through.
+		find, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+			"params": map[string]any{"name": "find_message", "arguments": map[string]any{"to": "big@example.com", "subject": strings.Repeat("s", 6<<20)}}})
+		resp, body = post(t, url, find, bearer(guardToken), "")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"found":false`) {
+			t.Errorf("a %d-byte read-only call: status %d %.300s", len(find), resp.StatusCode, body)
+		}
 		// The gateway still serves.
 		resp, body = post(t, url, callBody("big", "big@example.com", nil), bearer(guardToken), "")
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "sent to big@example.com") {
