@@ -127,27 +127,37 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 	// Stateless: the SDK serves protocol 2026-07-28 over HTTP only
 	// without sessions, and 2025-11-25 either way. Nothing the gateway
 	// keeps is per session; what it must not lose is in the store.
+	hosts := allowedHosts(host, allow)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return gw.Server() }, &mcp.StreamableHTTPOptions{
 		Logger:    log,
 		Stateless: true,
+		// With a list of hosts the guard below answers a name not on it
+		// 421, which is the SDK's DNS-rebinding protection and more: the
+		// SDK's own would refuse every --allow-host name reaching a
+		// loopback address (a proxy on this machine), and LOCALHOST.
+		// Without a list (a wildcard bind, a token required) the SDK's
+		// stays.
+		DisableLocalhostProtection: len(hosts) > 0,
+		// The guard's limit, not the SDK's smaller default under it.
+		MaxRequestBodyBytes: maxMCPBody,
 	})
 	// A page in a browser must not call tools on the agent's behalf.
 	cross := http.NewCrossOriginProtection().Handler(h)
-	hosts := allowedHosts(host, allow)
 	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(hosts) > 0 && !hostAllowed(r.Host, hosts) {
 			http.Error(w, "once mcp: this host name is not served; start once mcp with --allow-host "+hostOnly(r.Host), http.StatusMisdirectedRequest)
 			return
 		}
 		if token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			// The scheme is case-insensitive (RFC 9110 §11.1).
+			scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="once mcp"`)
 				http.Error(w, "once mcp: send Authorization: Bearer TOKEN, the token once mcp was started with", http.StatusUnauthorized)
 				return
 			}
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, 8<<20)
+		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
 		cross.ServeHTTP(w, r)
 	})
 	ln, err := net.Listen("tcp", addr)
@@ -168,6 +178,9 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 	_ = srv.Shutdown(shutdown)
 	return nil
 }
+
+// maxMCPBody bounds a request's body once mcp --http reads.
+const maxMCPBody = 8 << 20
 
 func hostOnly(h string) string {
 	if host, _, err := net.SplitHostPort(h); err == nil {
