@@ -109,17 +109,34 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 		}
 		return b, nil
 	}
-	wait := once.WaitFor(m.policy.wait)
-	for asked := false; ; asked = true {
-		r, err := once.Do(ctx, m.client, c.intent, fn, wait)
+	wait := []once.DoOption{once.WaitFor(m.policy.wait)}
+	// A caller that can be asked is asked now: its first claim answers
+	// at once instead of waiting for a decision nobody else may make.
+	// Every claim after that waits as the policy says.
+	canAsk := canElicit(req)
+	first := wait
+	if canAsk {
+		first = nil
+	}
+	for tries, asked := 0, false; ; tries++ {
+		opts := wait
+		if tries == 0 {
+			opts = first
+		}
+		r, err := once.Do(ctx, m.client, c.intent, fn, opts...)
 		var waiting *once.AwaitingApprovalError
-		if errors.As(err, &waiting) && !asked && !waiting.Expired {
+		var inFlight *once.InFlightError
+		if canAsk && !asked && errors.As(err, &waiting) && !waiting.Expired {
+			asked = true
 			if g.elicit(caller, req, c, waiting) {
 				// Claim again whatever the approval's own answer was:
 				// another caller may have approved it first, and the
 				// claim says how the action stands now.
 				continue
 			}
+		}
+		if tries == 0 && canAsk && errors.As(err, &inFlight) {
+			continue // not asked for an approval: wait as any call would
 		}
 		res := g.answer(ctx, r, err, live, c)
 		// Every answer names its action, so a program (or a person

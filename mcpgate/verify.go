@@ -68,15 +68,10 @@ func (g *Gateway) verifier(tool string, v *VerifierSpec) once.Verifier {
 // runs once. Without elicitation, the call is answered with where a
 // person approves it.
 func (g *Gateway) elicit(ctx context.Context, req *mcp.CallToolRequest, c *call, w *once.AwaitingApprovalError) bool {
-	ss := req.Session
-	if ss == nil {
+	if !canElicit(req) {
 		return false
 	}
-	ip := ss.InitializeParams()
-	if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
-		return false
-	}
-	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
 		Message: fmt.Sprintf("Approve %s for %s? It will be performed once (key %s).", c.intent.Kind, c.intent.Target, w.Key),
 		RequestedSchema: map[string]any{
 			"type": "object",
@@ -97,4 +92,14 @@ func (g *Gateway) elicit(ctx context.Context, req *mcp.CallToolRequest, c *call,
 		g.log.Info("once mcp: an approval given by elicitation was not recorded", "key", w.Key, "err", err)
 	}
 	return true
+}
+
+// canElicit says whether the caller declared that it can be asked
+// (elicitation, protocol 2025-11-25 on a session of its own).
+func canElicit(req *mcp.CallToolRequest) bool {
+	if req.Session == nil {
+		return false
+	}
+	ip := req.Session.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
 }

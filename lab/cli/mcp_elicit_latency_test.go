@@ -10,7 +10,9 @@ import (
 func TestMCPGatewayElicitationPrompt(t *testing.T) {
 	db := t.TempDir() + "/once.db"
 	mustRun(t, "migrate", "--db", db)
-	r := newGatewayRig(t, db, `{"server": "counter", "tools": {"send_message": {"key": ["/to"], "approval": {"always": true}}}}`)
+	// The wait is the longest a policy may give: asked only after it,
+	// the call would outlast the test.
+	r := newGatewayRig(t, db, `{"server": "counter", "tools": {"send_message": {"key": ["/to"], "wait": "10m", "approval": {"always": true}}}}`)
 	e := &elicitor{action: "accept", by: "ann"}
 	g := r.elicitingGateway(t, e)
 	began := time.Now()
@@ -19,7 +21,7 @@ func TestMCPGatewayElicitationPrompt(t *testing.T) {
 	if res.IsError || e.asked.Load() != 1 {
 		t.Fatalf("%q asked %d", resultText(res), e.asked.Load())
 	}
-	if took > 5*time.Second {
+	if took > 2*time.Minute {
 		t.Fatalf("the call took %s: the client was asked only after the policy's wait", took.Round(time.Second))
 	}
 }
