@@ -244,11 +244,9 @@ func (g *Gateway) answer(ctx context.Context, r once.Result[json.RawMessage], er
 		mark(res, key, 0, true)
 		return res
 	case errors.As(err, &inFlight):
-		after := time.Until(inFlight.LeaseUntil).Round(time.Second)
-		if after < time.Second {
-			after = time.Second
-		}
-		return says(true, "once: the same call (key %s) is still running; it was not sent again. Call again in about %s to get its result.", key, after)
+		// When it will end is not known: its lease says only how long
+		// its claim holds without a heartbeat.
+		return says(true, "once: the same call (key %s) is still running; it was not sent again. Call again in a few seconds to get its result.", key)
 	case errors.As(err, &review):
 		return says(true, "once: the outcome of this call is unknown; a person is checking (key %s%s). Call again after it is resolved: you will get their answer. Nothing was sent again.", key, g.page(key))
 	case errors.As(err, &waiting):

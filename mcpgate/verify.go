@@ -64,9 +64,10 @@ func (g *Gateway) verifier(tool string, v *VerifierSpec) once.Verifier {
 
 // elicit asks the caller for the approval a call waits for, when the
 // caller declared it can be asked (form elicitation). It reports whether
-// the approval was given and recorded; the call then claims again and
-// runs once. Without elicitation, the call is answered with where a
-// person approves it.
+// the caller decided (approved or declined, recorded as the approval
+// gate's decision); the call then claims again, and runs once or is
+// told of the rejection. Without elicitation, or dismissed, the call is
+// answered with where a person approves it.
 func (g *Gateway) elicit(ctx context.Context, req *mcp.CallToolRequest, c *call, w *once.AwaitingApprovalError) bool {
 	if !canElicit(req) {
 		return false
@@ -81,7 +82,20 @@ func (g *Gateway) elicit(ctx context.Context, req *mcp.CallToolRequest, c *call,
 			"required": []string{"by"},
 		},
 	})
-	if err != nil || res.Action != "accept" {
+	if err != nil {
+		return false
+	}
+	switch res.Action {
+	case "accept":
+	case "decline":
+		// The person said no: the call fails without running, and
+		// every duplicate is told so. (Cancel dismissed the question
+		// and decides nothing.)
+		if _, err := g.client.Reject(ctx, w.Key, once.Approval{By: "mcp client", Note: "declined when the MCP client asked", Attempt: w.Attempt, Since: w.Since, Via: "mcp"}); err != nil {
+			g.log.Info("once mcp: a rejection given by elicitation was not recorded", "key", w.Key, "err", err)
+		}
+		return true
+	default:
 		return false
 	}
 	by, _ := res.Content["by"].(string)

@@ -99,15 +99,20 @@ func elicitAccepted(t *testing.T, db string) {
 
 func elicitDeclined(t *testing.T, db string) {
 	r := newGatewayRig(t, db, e2eApprovalPolicy)
-	for _, action := range []string{"decline", "cancel"} {
+	// A person who declines says no: the call is rejected, and every
+	// duplicate is told so without asking again. One who dismisses the
+	// question (cancel) has not decided: the call still waits.
+	for action, want := range map[string]string{"decline": "rejected this call", "cancel": "needs a person's approval"} {
 		e := &elicitor{action: action}
 		g := r.elicitingGateway(t, e)
-		res := g.call(t, "elicit-"+action, 0, "send_message", map[string]any{"to": "hal@example.com", "subject": "wire"})
-		if !res.IsError || !strings.Contains(resultText(res), "needs a person's approval") {
-			t.Fatalf("%s: isError %v %q", action, res.IsError, resultText(res))
+		for range 2 {
+			res := g.call(t, "elicit-"+action, 0, "send_message", map[string]any{"to": "hal@example.com", "subject": "wire"})
+			if !res.IsError || !strings.Contains(resultText(res), want) {
+				t.Fatalf("%s: isError %v %q; want %q", action, res.IsError, resultText(res), want)
+			}
 		}
-		if n := e.asked.Load(); n != 1 {
-			t.Fatalf("%s: asked %d times, want 1", action, n)
+		if n, want := e.asked.Load(), map[string]int32{"decline": 1, "cancel": 2}[action]; n != want {
+			t.Fatalf("%s: asked %d times, want %d", action, n, want)
 		}
 	}
 	if n := r.count(t, "send_message"); n != 0 {
