@@ -166,17 +166,7 @@ func serveMCP(e env, gw *mcpgate.Gateway, addr, token string, allow []string, lo
 	}
 	srv := &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	fmt.Fprintf(e.stderr, "once mcp on http://%s/ ; Ctrl-C stops\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-e.ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdown)
-	return nil
+	return serveUntil(e.ctx, srv, func() error { return srv.Serve(ln) })
 }
 
 // maxMCPBody bounds a request's body once mcp --http reads.

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,10 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,75 +23,6 @@ import (
 // Every test runs the real gateway process and the real counter.
 
 const guardToken = "0123456789abcdef0123456789abcdef" // 32 characters
-
-// argsWith is once mcp's command line over this rig with extra flags
-// before the upstream command.
-func (r *gatewayRig) argsWith(extra ...string) []string {
-	a := r.args("stdio")
-	i := slices.Index(a, "--")
-	return append(append(slices.Clone(a[:i]), extra...), a[i:]...)
-}
-
-// commandWith is the gateway's process with extra flags, in an
-// environment without ONCE_TOKEN, so that only the flags speak.
-func (r *gatewayRig) commandWith(t *testing.T, extra ...string) *exec.Cmd {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, r.argsWith(extra...)...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ONCE_TOKEN=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, scenarioServeEnv+"=1")
-	cmd.WaitDelay = 2 * time.Second
-	return cmd
-}
-
-// listenWith runs a gateway over HTTP on 127.0.0.1:0 with extra flags
-// and returns its URL.
-func (r *gatewayRig) listenWith(t *testing.T, extra ...string) (*gatewayProc, string) {
-	t.Helper()
-	cmd := r.commandWith(t, append([]string{"--http", "127.0.0.1:0"}, extra...)...)
-	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if p.session != nil {
-			p.session.Close()
-		}
-		if p.cmd.ProcessState == nil {
-			p.cmd.Process.Kill()
-			p.cmd.Wait()
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.stderr.Write([]byte(line + "\n"))
-			if m := mcpServing.FindStringSubmatch(line); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return p, a + "/"
-	case <-time.After(time.Minute):
-		t.Fatalf("once mcp did not say where it listens:\n%s", p.stderr.String())
-	}
-	return nil, ""
-}
 
 // headerTransport adds headers to every request, and sets the Host a
 // request names when host is set.
@@ -209,7 +136,7 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 		} {
 			t.Run(name, func(t *testing.T) {
 				port := freePort(t)
-				cmd := r.commandWith(t, append([]string{"--http", fmt.Sprintf("0.0.0.0:%d", port)}, extra...)...)
+				cmd := r.command(t, append([]string{"--http", fmt.Sprintf("0.0.0.0:%d", port)}, extra...)...)
 				var stderr syncBuffer
 				cmd.Stderr = &stderr
 				done := make(chan error, 1)
@@ -247,7 +174,7 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 
 	t.Run("bearer token", func(t *testing.T) {
 		r := newGatewayRig(t, db, e2ePolicy)
-		g, url := r.listenWith(t, "--token", guardToken)
+		g, url := r.listen(t, "--token", guardToken)
 		for name, h := range map[string]http.Header{
 			"none":              nil,
 			"wrong":             bearer(strings.Repeat("x", len(guardToken))),
@@ -328,7 +255,7 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 
 		// --allow-host makes a name answered: a proxy on this machine
 		// that forwards name.example's requests to the gateway.
-		g, url := r.listenWith(t, "--allow-host", "name.example")
+		g, url := r.listen(t, "--allow-host", "name.example")
 		s := mustConnectHTTP(t, g, url, nil, "name.example")
 		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message",
 			Arguments: map[string]any{"to": "host@example.com", "subject": "guard"}, Meta: mcp.Meta{"oncehq.dev/run": "host-allowed"}})
@@ -346,7 +273,7 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 
 	t.Run("cross-origin page", func(t *testing.T) {
 		r := newGatewayRig(t, db, e2ePolicy)
-		_, url := r.listenWith(t, "--token", guardToken)
+		_, url := r.listen(t, "--token", guardToken)
 		for name, h := range map[string]http.Header{
 			"origin and fetch site": {"Origin": {"http://evil.example"}, "Sec-Fetch-Site": {"cross-site"}},
 			"fetch site":            {"Sec-Fetch-Site": {"cross-site"}},
@@ -367,7 +294,7 @@ func TestMCPGatewayHTTPGuard(t *testing.T) {
 
 	t.Run("body over 8 MiB", func(t *testing.T) {
 		r := newGatewayRig(t, db, e2ePolicy)
-		g, url := r.listenWith(t, "--token", guardToken)
+		g, url := r.listen(t, "--token", guardToken)
 		big := callBody("big", "big@example.com", map[string]any{"body": strings.Repeat("a", 9<<20)})
 		resp, body := post(t, url, big, bearer(guardToken), "")
 		if resp.StatusCode != http.StatusRequestEntityTooLarge {
@@ -403,7 +330,7 @@ func hostOf(h string) string {
 // desktop host does, and connects a Go SDK client with opts to it.
 func (r *gatewayRig) connectStdio(t *testing.T, opts *mcp.ClientOptions, sopts *mcp.ClientSessionOptions, extra ...string) *gatewayProc {
 	t.Helper()
-	cmd := r.commandWith(t, extra...)
+	cmd := r.command(t, extra...)
 	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
 	cmd.Stderr = p.stderr
 	t.Cleanup(func() {
@@ -537,7 +464,7 @@ func TestMCPGatewayRunHeader(t *testing.T) {
 				if mode == "stdio" {
 					s = r.connectStdio(t, nil, nil, "--run", run).session
 				} else {
-					g, url = r.listenWith(t, "--run", run)
+					g, url = r.listen(t, "--run", run)
 					s = mustConnectHTTP(t, g, url, nil, "")
 				}
 				first, again := callNoMeta(t, s, "send_message", args), callNoMeta(t, s, "send_message", args)

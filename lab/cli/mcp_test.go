@@ -67,33 +67,39 @@ type gatewayProc struct {
 
 var mcpServing = regexp.MustCompile(`once mcp on (http://\S+)/`)
 
-// args are once mcp's command line over this rig.
-func (r *gatewayRig) args(mode string) []string {
-	a := []string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s", "--progress-every", "200ms"}
-	if mode == "http" {
-		a = append(a, "--http", "127.0.0.1:0")
-	}
+// args are once mcp's command line over this rig, with extra flags
+// before the upstream command ("--http", "127.0.0.1:0" to serve HTTP).
+func (r *gatewayRig) args(extra ...string) []string {
+	a := append([]string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s", "--progress-every", "200ms"}, extra...)
 	return append(a, "--", r.counter, "--effects", r.effects)
 }
 
-func (r *gatewayRig) command(t *testing.T, mode string) *exec.Cmd {
+// command is the gateway's process, in an environment without
+// ONCE_TOKEN, so that only the flags speak.
+func (r *gatewayRig) command(t *testing.T, extra ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, r.args(mode)...)
-	cmd.Env = append(os.Environ(), scenarioServeEnv+"=1")
+	cmd := exec.Command(self, r.args(extra...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ONCE_TOKEN=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, scenarioServeEnv+"=1")
 	// A killed gateway's upstream lives on, finishing its call, with
 	// the gateway's stderr open: do not wait for it.
 	cmd.WaitDelay = 2 * time.Second
 	return cmd
 }
 
-// listen runs a gateway over HTTP and returns its URL.
-func (r *gatewayRig) listen(t *testing.T) (*gatewayProc, string) {
+// listen runs a gateway over HTTP on 127.0.0.1:0, with extra flags,
+// and returns its URL.
+func (r *gatewayRig) listen(t *testing.T, extra ...string) (*gatewayProc, string) {
 	t.Helper()
-	cmd := r.command(t, "http")
+	cmd := r.command(t, append([]string{"--http", "127.0.0.1:0"}, extra...)...)
 	p := &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -139,7 +145,7 @@ func (r *gatewayRig) start(t *testing.T, mode string) *gatewayProc {
 	var p *gatewayProc
 	var transport mcp.Transport
 	if mode == "stdio" {
-		cmd := r.command(t, mode)
+		cmd := r.command(t)
 		p = &gatewayProc{cmd: cmd, stderr: &syncBuffer{}}
 		cmd.Stderr = p.stderr
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 40 * time.Second}
@@ -333,15 +339,23 @@ func mcpChanged(t *testing.T, db, mode string) {
 	}
 }
 
+// killedMidCall starts a gateway and a call whose upstream acts and
+// then holds its reply, SIGKILLs the gateway once the upstream acted,
+// and returns a new gateway over the same store.
+func (r *gatewayRig) killedMidCall(t *testing.T, mode, tool string, args map[string]any, run string) *gatewayProc {
+	t.Helper()
+	g := r.start(t, mode)
+	go g.session.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args,
+		Meta: mcp.Meta{"oncehq.dev/run": run, "oncehq.dev/step": 0}})
+	eventually(t, "the effect", func() bool { return r.count(t, tool) == 1 })
+	g.kill(t)
+	return r.start(t, mode)
+}
+
 func mcpKilledAskPerson(t *testing.T, db, mode string) {
 	r := newGatewayRig(t, db, e2ePolicy)
-	g := r.start(t, mode)
 	args := map[string]any{"to": "dee@example.com", "subject": "s", "after_ms": 30000}
-	go g.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: args,
-		Meta: mcp.Meta{"oncehq.dev/run": "asked", "oncehq.dev/step": 0}})
-	eventually(t, "the effect", func() bool { return r.count(t, "send_message") == 1 })
-	g.kill(t)
-	again := r.start(t, mode)
+	again := r.killedMidCall(t, mode, "send_message", args, "asked")
 	res := again.call(t, "asked", 0, "send_message", args)
 	if !res.IsError || !strings.Contains(resultText(res), "a person is checking") {
 		t.Fatalf("after the kill: isError %v %q", res.IsError, resultText(res))
@@ -363,13 +377,8 @@ func mcpKilledAskPerson(t *testing.T, db, mode string) {
 
 func mcpKilledProviderKey(t *testing.T, db, mode string) {
 	r := newGatewayRig(t, db, e2ePolicy)
-	g := r.start(t, mode)
 	args := map[string]any{"customer": "cus_1", "amount": 500, "after_ms": 30000}
-	go g.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "charge", Arguments: args,
-		Meta: mcp.Meta{"oncehq.dev/run": "charged", "oncehq.dev/step": 0}})
-	eventually(t, "the charge", func() bool { return r.count(t, "charge") == 1 })
-	g.kill(t)
-	again := r.start(t, mode)
+	again := r.killedMidCall(t, mode, "charge", args, "charged")
 	res := again.call(t, "charged", 0, "charge", args)
 	if res.IsError {
 		t.Fatalf("after the kill: %q", resultText(res))
@@ -385,13 +394,8 @@ func mcpKilledProviderKey(t *testing.T, db, mode string) {
 
 func mcpKilledVerified(t *testing.T, db, mode string) {
 	r := newGatewayRig(t, db, e2eVerifiedPolicy)
-	g := r.start(t, mode)
 	args := map[string]any{"to": "eve@example.com", "subject": "verified", "after_ms": 30000}
-	go g.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_message", Arguments: args,
-		Meta: mcp.Meta{"oncehq.dev/run": "verified", "oncehq.dev/step": 0}})
-	eventually(t, "the effect", func() bool { return r.count(t, "send_message") == 1 })
-	g.kill(t)
-	again := r.start(t, mode)
+	again := r.killedMidCall(t, mode, "send_message", args, "verified")
 	var res *mcp.CallToolResult
 	eventually(t, "the verifier's decision", func() bool {
 		res = again.call(t, "verified", 0, "send_message", args)

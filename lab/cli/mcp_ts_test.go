@@ -87,7 +87,7 @@ func (h *tsHost) gateway(t *testing.T, r *gatewayRig) *tsGateway {
 	g.pids = filepath.Join(dir, "pids")
 	g.script = filepath.Join(dir, "gateway.sh")
 	var quoted []string
-	for _, a := range append([]string{self}, r.args("stdio")...) {
+	for _, a := range append([]string{self}, r.args()...) {
 		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
 	}
 	sh := fmt.Sprintf("#!/bin/sh\necho $$ >> '%s'\n%s=1 exec %s\n", g.pids, scenarioServeEnv, strings.Join(quoted, " "))

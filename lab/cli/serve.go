@@ -323,12 +323,18 @@ func serve(e env, url, addr, token string, allow []string, reapEvery time.Durati
 		log.Info("once serve: approval webhook on", "receiver", ah.receiver(), "every", ah.timing.poll)
 	}
 	fmt.Fprintf(e.stdout, "once console on http://%s/ (%s); Ctrl-C stops\n", ln.Addr(), d.name)
+	return serveUntil(e.ctx, srv, func() error { return ln.Serve(srv) })
+}
+
+// serveUntil runs serve until it fails or ctx ends, then shuts srv
+// down, giving requests in progress five seconds to finish.
+func serveUntil(ctx context.Context, srv *http.Server, serve func() error) error {
 	errc := make(chan error, 1)
-	go func() { errc <- ln.Serve(srv) }()
+	go func() { errc <- serve() }()
 	select {
 	case err := <-errc:
 		return err
-	case <-e.ctx.Done():
+	case <-ctx.Done():
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
