@@ -42,6 +42,9 @@ var counterBin = sync.OnceValues(func() (string, error) {
 type gatewayRig struct {
 	db, policy, effects string
 	counter             string
+	// upstream, when set, is a counter serving HTTP that the gateways
+	// reach by URL (--upstream) instead of starting it.
+	upstream string
 }
 
 func newGatewayRig(t *testing.T, db, policy string) *gatewayRig {
@@ -71,6 +74,9 @@ var mcpServing = regexp.MustCompile(`once mcp on (http://\S+)/`)
 // before the upstream command ("--http", "127.0.0.1:0" to serve HTTP).
 func (r *gatewayRig) args(extra ...string) []string {
 	a := append([]string{"mcp", "--db", r.db, "--policy", r.policy, "--reap-every", "1s", "--drain", "30s", "--progress-every", "200ms"}, extra...)
+	if r.upstream != "" {
+		return append(a, "--upstream", r.upstream)
+	}
 	return append(a, "--", r.counter, "--effects", r.effects)
 }
 
