@@ -173,3 +173,34 @@ func TestFloodOfAddressesDoesNotFreeAGuesser(t *testing.T) {
 		t.Fatalf("a right token from the guesser's address = %d; want 200", code)
 	}
 }
+
+// TestBearerSchemeInAnyCase: the scheme of an Authorization header is
+// case-insensitive (RFC 9110 §11.1), so "bearer TOKEN" is the token.
+func TestBearerSchemeInAnyCase(t *testing.T) {
+	store := stores(t)["sqlite"](t)
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/keys", strings.NewReader(`{"intent":{"run":"r","step":1,"kind":"k"}}`))
+		req.Header.Set("Authorization", scheme+" "+workerToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("Authorization: %s TOKEN = %d, want 200", scheme, resp.StatusCode)
+		}
+	}
+}

@@ -216,8 +216,9 @@ func (s *Server) guard(need scope, h http.HandlerFunc) http.Handler {
 }
 
 func (s *Server) scopeOf(r *http.Request) scope {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
+	// The scheme is case-insensitive (RFC 9110 §11.1).
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return 0
 	}
 	sum := sha256.Sum256([]byte(tok))
