@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gowebpki/jcs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/oncehq/once"
 )
@@ -99,7 +100,10 @@ func (g *Gateway) intentOf(tool string, p *toolPolicy, params *mcp.CallToolParam
 }
 
 // targetOf makes the key arguments' values a target: a single string
-// as it is (readable in the console), anything else as canonical JSON.
+// as it is (readable in the console), anything else as canonical JSON
+// (RFC 8785), as the fingerprint is: 42 and 42.0, an object's members in
+// any order, a string escaped or not, are one value to every JSON reader
+// upstream, so one target here.
 func targetOf(vals []json.RawMessage) string {
 	if len(vals) == 1 {
 		var s string
@@ -113,9 +117,10 @@ func targetOf(vals []json.RawMessage) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		var c bytes.Buffer
-		if json.Compact(&c, v) == nil {
-			b.Write(c.Bytes())
+		// The arguments passed the core's canonical check (intentOf):
+		// every value has a canonical form.
+		if c, err := jcs.Transform(v); err == nil {
+			b.Write(c)
 		}
 	}
 	b.WriteByte(']')

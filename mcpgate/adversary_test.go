@@ -1,0 +1,144 @@
+package mcpgate
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oncehq/once/sqlite"
+)
+
+// An adversary's tests of the gateway: each names what it would break.
+
+// tally is an upstream of untyped tools: each call of a tool counts one
+// effect, whatever its arguments, and answers what the test says.
+type tally struct {
+	mu    sync.Mutex
+	count map[string]int
+	hold  chan struct{}
+}
+
+func (u *tally) n(tool string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.count[tool]
+}
+
+func (u *tally) add(s *mcp.Server, name string, answer func(req *mcp.CallToolRequest) *mcp.CallToolResult) {
+	s.AddTool(&mcp.Tool{Name: name, InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.mu.Lock()
+			u.count[name]++
+			hold := u.hold
+			u.mu.Unlock()
+			if hold != nil && name == "slow" {
+				<-hold
+			}
+			if answer != nil {
+				return answer(req), nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+		})
+}
+
+type advRig struct {
+	up      *tally
+	gw      *Gateway
+	connect func(t *testing.T) *mcp.ClientSession
+}
+
+func newAdvRig(t *testing.T, policy string, opts Options, tools func(*mcp.Server, *tally)) *advRig {
+	t.Helper()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParsePolicy(strings.NewReader(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &tally{count: map[string]int{}}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "tally", Version: "1"}, nil)
+	tools(srv, up)
+	opts.Store, opts.Policy = store, f
+	if opts.Progress == 0 {
+		opts.Progress = 50 * time.Millisecond
+	}
+	opts.Upstream = func(ctx context.Context) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := srv.Connect(ctx, st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+	gw, err := New(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Close(ctx)
+	})
+	r := &advRig{up: up, gw: gw}
+	r.connect = func(t *testing.T) *mcp.ClientSession {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	return r
+}
+
+func rawCall(run, tool, args string) *mcp.CallToolParams {
+	return &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args), Meta: mcp.Meta{MetaRun: run, MetaStep: 0}}
+}
+
+// The same call written two ways (a number as 42 or 42.0, an object's
+// members in another order, a string escaped) is one call to every
+// JSON reader upstream, and was one fingerprint here, but the key
+// argument's value went into the key as written: two keys, and the
+// effect ran twice.
+func TestKeyArgumentsWrittenDifferentlyAreOneCall(t *testing.T) {
+	r := newAdvRig(t, `{"server": "s", "tools": {
+	  "book":  {"key": ["/room"]},
+	  "book2": {"key": ["/room", "/who"]}}}`, Options{}, func(s *mcp.Server, u *tally) {
+		u.add(s, "book", nil)
+		u.add(s, "book2", nil)
+	})
+	cs := r.connect(t)
+	for _, tc := range []struct {
+		tool string
+		ways []string
+	}{
+		{"book", []string{`{"room": 42}`, `{"room": 42.0}`, `{"room": 4.2e1}`}},
+		{"book", []string{`{"room": {"floor": 1, "n": 2}}`, `{"room": {"n": 2, "floor": 1}}`}},
+		{"book2", []string{`{"room": "a", "who": "ann"}`, `{"room": "\u0061", "who": "ann"}`}},
+	} {
+		before := r.up.n(tc.tool)
+		for _, args := range tc.ways {
+			res, err := cs.CallTool(t.Context(), rawCall("written", tc.tool, args))
+			if err != nil || res.IsError {
+				t.Fatalf("%s %s: %v %q", tc.tool, args, err, text(res))
+			}
+		}
+		if got := r.up.n(tc.tool) - before; got != 1 {
+			t.Errorf("%s written %d ways ran %d times, want once: %v", tc.tool, len(tc.ways), got, tc.ways)
+		}
+	}
+}
