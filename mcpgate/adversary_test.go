@@ -142,3 +142,50 @@ func TestKeyArgumentsWrittenDifferentlyAreOneCall(t *testing.T) {
 		}
 	}
 }
+
+// A duplicate of a running call waits for its outcome in a slot of its
+// own. A caller that sends duplicates and leaves (its requests
+// cancelled) has nothing running and nobody to tell, yet each waiting
+// duplicate kept its slot for the tool's whole wait, and the gateway
+// refused every other call meanwhile.
+func TestDuplicatesWhoseCallersLeftFreeTheirSlots(t *testing.T) {
+	r := newAdvRig(t, `{"server": "s", "tools": {"slow": {"wait": "5m"}, "book": {}}}`,
+		Options{MaxCalls: 3}, func(s *mcp.Server, u *tally) {
+			u.add(s, "slow", nil)
+			u.add(s, "book", nil)
+		})
+	hold := make(chan struct{})
+	r.up.hold = hold
+	defer close(hold)
+	cs := r.connect(t)
+	go cs.CallTool(context.Background(), rawCall("left", "slow", `{"n": 1}`))
+	waitFor(t, func() bool { return r.up.n("slow") == 1 })
+	for range 2 {
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(ctx, rawCall("left", "slow", `{"n": 1}`))
+			errc <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // it meets the claim and waits
+		cancel()
+		<-errc
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		res, err := cs.CallTool(t.Context(), rawCall("left", "book", `{"room": 1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("one call runs and its two duplicates' callers left, yet another call is refused: %q", text(res))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := r.up.n("slow"); n != 1 {
+		t.Fatalf("slow ran %d times, want 1", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -78,8 +79,31 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 // the store. ctx is the call's own (not cancelled by the caller);
 // caller is the caller's, for asking it (an elicitation).
 func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	// Until the effect starts, the call is only claiming or waiting (for
+	// the same call's outcome, or an approval): a caller that leaves
+	// then ends it, and frees its slot. Once the effect starts, nothing
+	// the caller does cancels it.
+	claim, unclaim := context.WithCancel(ctx)
+	defer unclaim()
+	var mu sync.Mutex
+	started := false
+	stop := context.AfterFunc(caller, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			unclaim()
+		}
+	})
+	defer stop()
 	var live *mcp.CallToolResult
 	fn := func(ctx context.Context, a once.Attempt) (json.RawMessage, error) {
+		mu.Lock()
+		if err := claim.Err(); err != nil {
+			mu.Unlock()
+			return nil, once.RetryLater(fmt.Errorf("the caller left before the call was sent: %w", err))
+		}
+		started = true
+		mu.Unlock()
 		args := c.args
 		if pk := m.policy.providerKey; pk != "" {
 			args = make(map[string]json.RawMessage, len(c.args)+1)
@@ -123,7 +147,7 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 		if tries == 0 {
 			opts = first
 		}
-		r, err := once.Do(ctx, m.client, c.intent, fn, opts...)
+		r, err := once.Do(claim, m.client, c.intent, fn, opts...)
 		var waiting *once.AwaitingApprovalError
 		var inFlight *once.InFlightError
 		if canAsk && !asked && errors.As(err, &waiting) && !waiting.Expired {
