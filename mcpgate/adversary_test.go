@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oncehq/once"
 	"github.com/oncehq/once/sqlite"
 )
 
@@ -187,5 +188,53 @@ func TestDuplicatesWhoseCallersLeftFreeTheirSlots(t *testing.T) {
 	}
 	if n := r.up.n("slow"); n != 1 {
 		t.Fatalf("slow ran %d times, want 1", n)
+	}
+}
+
+// A result over MaxResultBytes cannot be stored. The effect ran, and
+// the first caller got its answer; but the action went to review, and
+// every later call of the same intent was told "the outcome of this
+// call is unknown; a person is checking": a model reads that as "it may
+// not have happened", and an operator is asked about an action whose
+// outcome is known.
+func TestAResultTooLargeToStoreIsStillReplayedAsPerformed(t *testing.T) {
+	big := strings.Repeat("x", 8<<10)
+	r := newAdvRig(t, `{"server": "s", "tools": {"export": {}}}`, Options{MaxResultBytes: 4 << 10},
+		func(s *mcp.Server, u *tally) {
+			u.add(s, "export", func(*mcp.CallToolRequest) *mcp.CallToolResult {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: big}}}
+			})
+			u.add(s, "nest", func(*mcp.CallToolRequest) *mcp.CallToolResult {
+				var v any = "leaf"
+				for range once.MaxResultDepth + 10 {
+					v = []any{v}
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "nested"}}, StructuredContent: map[string]any{"v": v}}
+			})
+		})
+	cs := r.connect(t)
+	for _, tool := range []string{"export", "nest"} {
+		first, err := cs.CallTool(t.Context(), rawCall("big", tool, `{"what": "all"}`))
+		if err != nil || first.IsError {
+			t.Fatalf("%s, first call: %v %q", tool, err, text(first))
+		}
+		if tool == "export" && !strings.Contains(text(first), big) {
+			t.Fatalf("the first call did not get the whole result: %d bytes of text", len(text(first)))
+		}
+		again, err := cs.CallTool(t.Context(), rawCall("big", tool, `{"what": "all"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.IsError || again.Meta[MetaReplayed] != true || !strings.Contains(text(again), "already performed") {
+			t.Fatalf("%s, the repeated call: isError %v, meta %v, %q", tool, again.IsError, again.Meta, text(again))
+		}
+		key, _ := again.Meta[MetaKey].(string)
+		a, err := r.gw.Client().Get(t.Context(), once.Key(key))
+		if err != nil || a.Status != once.StatusSucceeded {
+			t.Fatalf("%s, the action: %v %v; want succeeded", tool, a.Status, err)
+		}
+		if n := r.up.n(tool); n != 1 {
+			t.Fatalf("%s ran %d times, want 1", tool, n)
+		}
 	}
 }

@@ -131,7 +131,7 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 		if err != nil {
 			return nil, err
 		}
-		return b, nil
+		return g.keepable(res, b), nil
 	}
 	wait := []once.DoOption{once.WaitFor(m.policy.wait)}
 	// A caller that can be asked is asked now: its first claim answers
@@ -297,6 +297,54 @@ func (g *Gateway) answer(ctx context.Context, r once.Result[json.RawMessage], er
 		}
 		return says(true, "once: the call was not performed (key %s): %v. Call again; it will be performed once.", key, err)
 	}
+}
+
+// keepable is what the store keeps of a result the tool answered: the
+// result itself, or, when the store could not hold it (over
+// MaxResultBytes, or nested too deep), a stand-in saying the tool ran.
+// The effect happened: stored as it is, the action would go to review,
+// and every repeat would be told its outcome is unknown. The caller of
+// this call gets the whole result all the same.
+func (g *Gateway) keepable(res *mcp.CallToolResult, b []byte) json.RawMessage {
+	if len(b) <= g.opts.MaxResultBytes && depthOf(b) <= once.MaxResultDepth {
+		return b
+	}
+	stub := &mcp.CallToolResult{IsError: res.IsError, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+		"once: the tool ran; its result (%d bytes) was too large or deep for the gateway to keep (at most %d bytes, %d levels), so only this note was kept.",
+		len(b), g.opts.MaxResultBytes, once.MaxResultDepth)}}}
+	if res.StructuredContent != nil {
+		with := *stub
+		with.StructuredContent = res.StructuredContent
+		if wb, err := json.Marshal(&with); err == nil && len(wb) <= g.opts.MaxResultBytes && depthOf(wb) <= once.MaxResultDepth {
+			return wb
+		}
+	}
+	sb, _ := json.Marshal(stub)
+	return sb
+}
+
+// depthOf is how deeply valid JSON text b nests.
+func depthOf(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString:
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 func isRecordError(err error) bool {
