@@ -3,9 +3,12 @@ package mcpgate
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,5 +239,66 @@ func TestAResultTooLargeToStoreIsStillReplayedAsPerformed(t *testing.T) {
 		if n := r.up.n(tool); n != 1 {
 			t.Fatalf("%s ran %d times, want 1", tool, n)
 		}
+	}
+}
+
+// An upstream served over HTTP with sessions that restarts forgets its
+// sessions: the next call is answered 404, session not found, before
+// anything runs. The gateway called that an unknown outcome: the call
+// went to a person (or a verifier) and the model was told "a person is
+// checking", for a call nobody ran.
+func TestACallToAnUpstreamThatForgotItsSessionIsSentOnANewOne(t *testing.T) {
+	up := &tally{count: map[string]int{}}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "tally", Version: "1"}, nil)
+	up.add(srv, "book", nil)
+	var current atomic.Pointer[http.Handler]
+	restart := func() {
+		var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+		current.Store(&h)
+	}
+	restart()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*current.Load()).ServeHTTP(w, r) }))
+	t.Cleanup(hs.Close)
+
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParsePolicy(strings.NewReader(`{"server": "s", "tools": {"book": {"key": ["/room"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := New(t.Context(), Options{Store: store, Policy: f, Upstream: func(context.Context) (mcp.Transport, error) {
+		return &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close(context.Background()) })
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+
+	for i, room := range []string{"a", "b"} {
+		if i == 1 {
+			restart()
+		}
+		res, err := cs.CallTool(t.Context(), rawCall("forgot", "book", `{"room": "`+room+`"}`))
+		if err != nil || res.IsError {
+			t.Fatalf("room %s: %v %q", room, err, text(res))
+		}
+	}
+	if n := up.n("book"); n != 2 {
+		t.Fatalf("book ran %d times, want 2", n)
 	}
 }

@@ -63,13 +63,37 @@ func (u *upstream) live(ctx context.Context) (*mcp.ClientSession, error) {
 	return s, nil
 }
 
-// call sends one tools/call upstream.
+// call sends one tools/call upstream. An HTTP upstream that keeps
+// sessions forgets them when it restarts, and answers a call on a
+// forgotten one "session not found" before anything runs; but a call
+// already under way when its session was lost ends with the same error,
+// and may have run, so that error is an unknown outcome. So a session
+// is first asked a ping, which has no effect: one the upstream forgot
+// is dropped, and the call goes on a new one.
 func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	s, err := u.live(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if s.ID() != "" {
+		if err := s.Ping(ctx, nil); errors.Is(err, mcp.ErrSessionMissing) {
+			u.drop(s)
+			if s, err = u.live(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return s.CallTool(ctx, p)
+}
+
+// drop forgets s, if it is still the current session, and closes it.
+func (u *upstream) drop(s *mcp.ClientSession) {
+	u.mu.Lock()
+	if u.session == s {
+		u.session = nil
+	}
+	u.mu.Unlock()
+	_ = s.Close()
 }
 
 // tools lists every tool the upstream offers, page by page.
