@@ -302,3 +302,29 @@ func TestACallToAnUpstreamThatForgotItsSessionIsSentOnANewOne(t *testing.T) {
 		t.Fatalf("book ran %d times, want 2", n)
 	}
 }
+
+// The provider-key argument is the gateway's: it replaces what the
+// model wrote. A key pointer into it (or the empty pointer, the whole
+// arguments) keyed the call by what the model wrote there, so a retry
+// that wrote another value was a new action with a new provider key,
+// and the provider charged twice; a verifier argument pointing into it
+// never found it (the stored arguments leave it out). Both are refused.
+func TestParsePolicyRefusesKeysIntoTheProviderKey(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{`{"server": "m", "tools": {"charge": {"key": ["/idempotency_key"], "provider_key": "idempotency_key"}}}`, "provider_key"},
+		{`{"server": "m", "tools": {"charge": {"key": ["/idempotency_key/0"], "provider_key": "idempotency_key"}}}`, "provider_key"},
+		{`{"server": "m", "tools": {"charge": {"key": [""], "provider_key": "idempotency_key"}}}`, "whole arguments"},
+		{`{"server": "m", "tools": {"charge": {"key": [""]}}}`, "whole arguments"},
+		{`{"server": "m", "tools": {"charge": {"provider_key": "k", "recovery": "verify_then_decide",
+		   "verifier": {"tool": "find", "arguments": {"id": "/k"}, "landed": "/found"}}}}`, "$provider_key"},
+	} {
+		_, err := ParsePolicy(strings.NewReader(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParsePolicy(%s): %v; want an error saying %q", tc.file, err, tc.want)
+		}
+	}
+	if _, err := ParsePolicy(strings.NewReader(`{"server": "m", "tools": {"charge": {"key": ["/customer"], "provider_key": "idempotency_key", "recovery": "verify_then_decide",
+	   "verifier": {"tool": "find", "arguments": {"id": "$provider_key", "c": "/customer"}, "landed": "/found"}}}}`)); err != nil {
+		t.Errorf("a sound policy: %v", err)
+	}
+}

@@ -219,8 +219,18 @@ func (s ToolSpec) check(where string, isDefault bool) error {
 		return bad("key", "is a tool's own: each tool's arguments differ")
 	}
 	for _, p := range s.Key {
-		if _, err := parsePointer(p); err != nil {
+		ptr, err := parsePointer(p)
+		if err != nil {
 			return bad("key", "%v", err)
+		}
+		if len(ptr.tokens) == 0 {
+			return bad("key", `"" names the whole arguments; leave "key" out to key the call by its whole arguments`)
+		}
+		if s.ProviderKey != "" && ptr.tokens[0] == s.ProviderKey {
+			// The gateway writes that argument: keyed by what the model
+			// wrote there, a retry that wrote another would be a new
+			// action with a new provider key.
+			return bad("key", "%s points into provider_key %q, which the gateway fills; key the call by the arguments the model writes", p, s.ProviderKey)
 		}
 	}
 	for _, d := range []struct{ field, v string }{
@@ -264,8 +274,12 @@ func (s ToolSpec) check(where string, isDefault bool) error {
 			if p == providerKeyWord {
 				continue
 			}
-			if _, err := parsePointer(p); err != nil {
+			ptr, err := parsePointer(p)
+			if err != nil {
 				return bad("verifier", "argument %q: %v", arg, err)
+			}
+			if s.ProviderKey != "" && len(ptr.tokens) > 0 && ptr.tokens[0] == s.ProviderKey {
+				return bad("verifier", "argument %q points into provider_key %q, which the stored arguments leave out; give %q", arg, s.ProviderKey, providerKeyWord)
 			}
 		}
 	}
