@@ -328,3 +328,46 @@ func TestParsePolicyRefusesKeysIntoTheProviderKey(t *testing.T) {
 		t.Errorf("a sound policy: %v", err)
 	}
 }
+
+// A verifier's answer is read at its "landed" pointer: true landed,
+// false did not, anything else cannot tell. A JSON null decoded into a
+// bool without an error and read as false, "did not land": the call
+// whose gateway died was run again, although the verifier had said it
+// did not know.
+func TestAVerifierAnsweringNullCannotTell(t *testing.T) {
+	for _, answer := range []string{`null`, `"false"`, `0`, `{}`} {
+		t.Run(answer, func(t *testing.T) {
+			r := newAdvRig(t, `{"server": "s", "tools": {"send": {"key": ["/to"], "lease": "100ms", "wait": "1s", "recovery": "verify_then_decide",
+			   "verifier": {"tool": "find", "arguments": {"to": "/to"}, "landed": "/found"}}}}`, Options{},
+				func(s *mcp.Server, u *tally) {
+					u.add(s, "send", nil)
+					u.add(s, "find", func(*mcp.CallToolRequest) *mcp.CallToolResult {
+						var v any
+						_ = json.Unmarshal([]byte(answer), &v)
+						return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: answer}}, StructuredContent: map[string]any{"found": v}}
+					})
+				})
+			// A gateway claimed the call and died: its claim stands, and
+			// its lease lapses.
+			p := rawCall("died", "send", `{"to": "ann"}`)
+			raw := &mcp.CallToolParamsRaw{Name: p.Name, Arguments: json.RawMessage(`{"to": "ann"}`), Meta: mcp.Meta{MetaRun: "died", MetaStep: float64(0)}}
+			m := r.gw.tool("send")
+			c, err := r.gw.intentOf("send", &m.policy, raw, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.gw.Client().Claim(t.Context(), c.intent); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			cs := r.connect(t)
+			res, err := cs.CallTool(t.Context(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := r.up.n("send"); n != 0 || !res.IsError {
+				t.Fatalf("the verifier answered found: %s, and the call was sent again (%d times): %q", answer, n, text(res))
+			}
+		})
+	}
+}

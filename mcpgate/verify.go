@@ -42,9 +42,15 @@ func (g *Gateway) verifier(tool string, v *VerifierSpec) once.Verifier {
 		if err != nil {
 			return false, nil, err
 		}
+		// Only true or false decides: a null (which would decode into a
+		// bool as false), a string or a number is "cannot tell".
 		val, ok := landed.find(sc)
-		var yes bool
-		if !ok || json.Unmarshal(val, &yes) != nil {
+		var answer any
+		if ok && json.Unmarshal(val, &answer) != nil {
+			ok = false
+		}
+		yes, isBool := answer.(bool)
+		if !ok || !isBool {
 			return false, nil, fmt.Errorf("verifier %s's result has no true or false at %s", v.Tool, v.Landed)
 		}
 		if !yes {
