@@ -23,7 +23,8 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 			return says(true, "tool %s is no longer offered by the upstream server. Nothing was sent.", name), nil
 		}
 		if m.policy.pass {
-			return g.up.call(ctx, forwardParams(req.Params, nil))
+			res, err := g.up.call(ctx, forwardParams(req.Params, nil))
+			return unclaimed(res), err
 		}
 		if m.refused != "" {
 			return says(true, "%s. Nothing was sent.", m.refused), nil
@@ -395,6 +396,7 @@ func mark(res *mcp.CallToolResult, key once.Key, attempt int, replayed bool) {
 			delete(res.Meta, k)
 		}
 	}
+	unclaimed(res)
 	if res.Meta == nil {
 		res.Meta = mcp.Meta{}
 	}
@@ -403,6 +405,21 @@ func mark(res *mcp.CallToolResult, key once.Key, attempt int, replayed bool) {
 		res.Meta[MetaReplayed] = true
 	}
 	_ = attempt
+}
+
+// unclaimed drops from an upstream's result the members of _meta only
+// the gateway may write (MetaReplayed, MetaKey): an upstream that wrote
+// them would tell the caller a call that ran was a replay.
+func unclaimed(res *mcp.CallToolResult) *mcp.CallToolResult {
+	if res == nil {
+		return nil
+	}
+	for k := range res.Meta {
+		if strings.HasPrefix(k, "oncehq.dev/") {
+			delete(res.Meta, k)
+		}
+	}
+	return res
 }
 
 func says(isError bool, format string, a ...any) *mcp.CallToolResult {
