@@ -3,6 +3,7 @@ package mcpgate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/oncehq/once"
 	"github.com/oncehq/once/sqlite"
@@ -390,5 +392,48 @@ func TestAnUpstreamCannotSpeakForTheGateway(t *testing.T) {
 	}
 	if _, ok := res.Meta[MetaReplayed]; ok || res.Meta["oncehq.dev/other"] != nil {
 		t.Fatalf("the first call's result carries the upstream's word for the gateway's: %v", res.Meta)
+	}
+}
+
+// An upstream that needs the user to visit a URL first (an OAuth sign-in
+// with a third party) answers the call with the URLElicitationRequired
+// error, before it does anything. The gateway took that for an unknown
+// outcome: the call went to review, the model was told a person was
+// checking, and the host never saw the URL it should have shown.
+func TestAnUpstreamAskingForAURLIsPassedOnAndNothingIsClaimed(t *testing.T) {
+	var signedIn atomic.Bool
+	r := newAdvRig(t, `{"server": "s", "tools": {"post": {"key": ["/channel"]}}}`, Options{}, func(s *mcp.Server, u *tally) {
+		s.AddTool(&mcp.Tool{Name: "post", InputSchema: map[string]any{"type": "object"}},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if !signedIn.Load() {
+					return nil, mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", URL: "https://chat.example.com/oauth", ElicitationID: "e1", Message: "sign in to chat"}})
+				}
+				u.mu.Lock()
+				u.count["post"]++
+				u.mu.Unlock()
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "posted"}}}, nil
+			})
+	})
+	cs := r.connect(t)
+	p := rawCall("url", "post", `{"channel": "ops", "text": "hi"}`)
+	res, err := cs.CallTool(t.Context(), p)
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) || rpc.Code != mcp.CodeURLElicitationRequired || !strings.Contains(string(rpc.Data), "chat.example.com/oauth") {
+		t.Fatalf("the call: %v (result %v); want the upstream's URLElicitationRequired error, with its URL", err, res)
+	}
+	m := r.gw.tool("post")
+	raw := &mcp.CallToolParamsRaw{Name: "post", Arguments: json.RawMessage(`{"channel": "ops", "text": "hi"}`), Meta: mcp.Meta{MetaRun: "url", MetaStep: float64(0)}}
+	c, err := r.gw.intentOf("post", &m.policy, raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, _ := once.KeyOf(c.intent)
+	if a, err := r.gw.Client().Get(t.Context(), key); err != nil || a.Status != once.StatusReleased {
+		t.Fatalf("the action: %v %v; want released (nothing ran)", a.Status, err)
+	}
+	signedIn.Store(true)
+	res, err = cs.CallTool(t.Context(), p)
+	if err != nil || res.IsError || r.up.n("post") != 1 {
+		t.Fatalf("after signing in: %v %q, posted %d times", err, text(res), r.up.n("post"))
 	}
 }

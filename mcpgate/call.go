@@ -46,12 +46,17 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 		// (its connection closed, its request cancelled) does not
 		// cancel an effect under way. Its outcome is recorded, and the
 		// re-issued call gets it.
-		done := make(chan *mcp.CallToolResult, 1)
+		type answered struct {
+			res *mcp.CallToolResult
+			err error
+		}
+		done := make(chan answered, 1)
 		g.calls.Add(1)
 		go func() {
 			defer g.calls.Done()
 			defer func() { <-g.slots }()
-			done <- g.perform(context.WithoutCancel(ctx), ctx, m, c, req)
+			res, err := g.perform(context.WithoutCancel(ctx), ctx, m, c, req)
+			done <- answered{res, err}
 		}()
 		var tick <-chan time.Time
 		token := req.Params.GetProgressToken()
@@ -62,8 +67,8 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 		}
 		for n := 1; ; n++ {
 			select {
-			case res := <-done:
-				return res, nil
+			case a := <-done:
+				return a.res, a.err
 			case <-tick:
 				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 					ProgressToken: token, Progress: float64(n),
@@ -78,8 +83,10 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 
 // perform claims the call and runs it upstream once, or answers it from
 // the store. ctx is the call's own (not cancelled by the caller);
-// caller is the caller's, for asking it (an elicitation).
-func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req *mcp.CallToolRequest) *mcp.CallToolResult {
+// caller is the caller's, for asking it (an elicitation). The error is
+// the upstream's own request of the caller (URL elicitation required),
+// passed on as the protocol error it was.
+func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	// Until the effect starts, the call is only claiming or waiting (for
 	// the same call's outcome, or an approval): a caller that leaves
 	// then ends it, and frees its slot. Once the effect starts, nothing
@@ -97,6 +104,9 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 	})
 	defer stop()
 	var live *mcp.CallToolResult
+	// asks is the upstream's answer that the caller must do something
+	// first (visit a URL): nothing ran, and the caller's host acts on it.
+	var asks *jsonrpc.Error
 	fn := func(ctx context.Context, a once.Attempt) (json.RawMessage, error) {
 		mu.Lock()
 		if err := claim.Err(); err != nil {
@@ -115,6 +125,14 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 			args[pk] = b
 		}
 		res, err := g.up.call(ctx, forwardParams(req.Params, args))
+		var rpc *jsonrpc.Error
+		if errors.As(err, &rpc) && rpc.Code == mcp.CodeURLElicitationRequired {
+			// The server asks the user to visit a URL before it
+			// processes the call: not an outcome. The call is
+			// released, and the caller's host is told.
+			asks = rpc
+			return nil, once.RetryLater(fmt.Errorf("the upstream asked the user to visit a URL first: %s", rpc.Message))
+		}
 		if err != nil {
 			return nil, classify(err)
 		}
@@ -163,6 +181,9 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 		if tries == 0 && canAsk && errors.As(err, &inFlight) {
 			continue // not asked for an approval: wait as any call would
 		}
+		if asks != nil && errors.Is(err, once.ErrRetryLater) {
+			return nil, asks
+		}
 		res := g.answer(ctx, r, err, live, c)
 		// Every answer names its action, so a program (or a person
 		// reading a transcript) can find it in the console.
@@ -176,7 +197,7 @@ func (g *Gateway) perform(ctx, caller context.Context, m *mirrored, c *call, req
 			}
 			res.Meta[MetaKey] = string(key)
 		}
-		return res
+		return res, nil
 	}
 }
 
