@@ -437,3 +437,29 @@ func TestAnUpstreamAskingForAURLIsPassedOnAndNothingIsClaimed(t *testing.T) {
 		t.Fatalf("after signing in: %v %q, posted %d times", err, text(res), r.up.n("post"))
 	}
 }
+
+// A server refuses a call it will not process at all (the client lacks
+// a capability it requires, or speaks a protocol version it does not)
+// with the protocol's own error codes, before anything runs. The
+// gateway called each an unknown outcome: every call went to review,
+// and an operator was asked about calls that never ran.
+func TestAnUpstreamRefusingTheProtocolIsNotAnUnknownOutcome(t *testing.T) {
+	for _, code := range []int64{mcp.CodeMissingRequiredClientCapabilities, mcp.CodeUnsupportedProtocolVersion} {
+		r := newAdvRig(t, `{"server": "s", "tools": {"post": {}}}`, Options{}, func(s *mcp.Server, u *tally) {
+			s.AddTool(&mcp.Tool{Name: "post", InputSchema: map[string]any{"type": "object"}},
+				func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					return nil, &jsonrpc.Error{Code: code, Message: "refused by the protocol"}
+				})
+		})
+		cs := r.connect(t)
+		res, err := cs.CallTool(t.Context(), rawCall("proto", "post", `{"text": "hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := res.Meta[MetaKey].(string)
+		a, gerr := r.gw.Client().Get(t.Context(), once.Key(key))
+		if gerr != nil || a.Status == once.StatusReview || strings.Contains(text(res), "a person is checking") {
+			t.Fatalf("code %d: the action is %v (%v), the model read %q", code, a.Status, gerr, text(res))
+		}
+	}
+}

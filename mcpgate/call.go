@@ -211,6 +211,12 @@ func classify(err error) error {
 		// The server refused the call as written: it did not run, and
 		// the same call would be refused again.
 		return once.Permanent(fmt.Errorf("the upstream refused the call: %s", rpc.Message))
+	case errors.As(err, &rpc) && (rpc.Code == mcp.CodeMissingRequiredClientCapabilities || rpc.Code == mcp.CodeUnsupportedProtocolVersion):
+		// The server will not process the call from this client at all
+		// (a capability it lacks, a protocol version it does not speak):
+		// nothing ran, and nothing is kept against the call, which runs
+		// once the two agree.
+		return once.RetryLater(fmt.Errorf("the upstream refused the gateway's protocol: %s", rpc.Message))
 	default:
 		// Written, and then the connection broke, timed out or the
 		// server failed: whether it ran is not known, so the tool's
