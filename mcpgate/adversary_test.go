@@ -463,3 +463,26 @@ func TestAnUpstreamRefusingTheProtocolIsNotAnUnknownOutcome(t *testing.T) {
 		}
 	}
 }
+
+// The verifier is called directly upstream, unclaimed, each time a call
+// whose gateway died is checked: a verifier that is the tool itself
+// sends the message again to find out whether it was sent, and one the
+// file itself says is not read-only has effects of its own.
+func TestParsePolicyRefusesAVerifierWithEffects(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{`{"server": "m", "tools": {"send": {"key": ["/to"], "recovery": "verify_then_decide",
+		   "verifier": {"tool": "send", "arguments": {"to": "/to"}, "landed": "/found"}}}}`, "the tool itself"},
+		{`{"server": "m", "tools": {"send": {"key": ["/to"], "recovery": "verify_then_decide",
+		   "verifier": {"tool": "find", "arguments": {"to": "/to"}, "landed": "/found"}},
+		   "find": {"read_only": false}}}`, "read_only"},
+	} {
+		_, err := ParsePolicy(strings.NewReader(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParsePolicy(%s): %v; want an error saying %q", tc.file, err, tc.want)
+		}
+	}
+	if _, err := ParsePolicy(strings.NewReader(`{"server": "m", "tools": {"send": {"key": ["/to"], "recovery": "verify_then_decide",
+	   "verifier": {"tool": "find", "arguments": {"to": "/to"}, "landed": "/found"}}, "find": {"read_only": true}}}`)); err != nil {
+		t.Errorf("a sound policy: %v", err)
+	}
+}

@@ -104,15 +104,22 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	// A policy that names what the upstream does not offer is most
 	// likely a typo, whose tool is then claimed by its annotations.
 	offered := map[string]bool{}
+	readOnly := map[string]bool{}
 	for _, t := range tools {
 		offered[t.Name] = true
+		readOnly[t.Name] = t.Annotations != nil && t.Annotations.ReadOnlyHint
 	}
 	for name, spec := range g.policy.Tools {
 		if !offered[name] {
 			log.Warn("once mcp: the policy names a tool the upstream does not offer", "tool", name)
 		}
-		if spec.Verifier != nil && !offered[spec.Verifier.Tool] {
+		if spec.Verifier == nil {
+			continue
+		}
+		if !offered[spec.Verifier.Tool] {
 			log.Warn("once mcp: a tool's verifier is not a tool the upstream offers; its calls cannot be verified", "tool", name, "verifier", spec.Verifier.Tool)
+		} else if vs := g.policy.Tools[spec.Verifier.Tool]; !readOnly[spec.Verifier.Tool] && (vs.ReadOnly == nil || !*vs.ReadOnly) {
+			log.Warn("once mcp: a tool's verifier is called unclaimed, and neither the upstream nor the policy says it is read-only", "tool", name, "verifier", spec.Verifier.Tool)
 		}
 	}
 	// Every tool known at start is pinned in the Config: its policy is

@@ -170,6 +170,17 @@ func ParsePolicy(r io.Reader) (*File, error) {
 		if err := s.check("tool "+name, false); err != nil {
 			return nil, err
 		}
+		// The verifier is called upstream unclaimed, whenever a call is
+		// checked: it must not be the tool itself, nor one the file says
+		// has effects.
+		if v := s.Verifier; v != nil {
+			if v.Tool == name {
+				return nil, fmt.Errorf("the policy file: tool %s: \"verifier\" is the tool itself: asking it whether a call landed would perform the call again; name a read-only tool", name)
+			}
+			if vs, ok := f.Tools[v.Tool]; ok && vs.ReadOnly != nil && !*vs.ReadOnly {
+				return nil, fmt.Errorf("the policy file: tool %s: \"verifier\" %s is read_only false in this file: a verifier is called unclaimed, so it must have no effects", name, v.Tool)
+			}
+		}
 	}
 	return &f, nil
 }
