@@ -486,3 +486,114 @@ func TestParsePolicyRefusesAVerifierWithEffects(t *testing.T) {
 		t.Errorf("a sound policy: %v", err)
 	}
 }
+
+// hangTransport is an upstream that accepts no connection: its Connect
+// waits for release or the context.
+type hangTransport struct{ release chan struct{} }
+
+func (h hangTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-h.release:
+		return nil, errors.New("the upstream is gone")
+	}
+}
+
+// While the gateway connects again to an upstream that hangs (a command
+// that starts and never answers initialize, a URL that accepts and
+// never replies), the connect was bounded only by the first call's
+// attempt (MaxExecution, 5 minutes by default), and every other call
+// waited on the connection's lock whatever its own deadline: a call
+// with a one-second timeout waited the five minutes too.
+func TestACallWaitingForTheUpstreamsConnectionKeepsItsOwnDeadline(t *testing.T) {
+	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
+	connectTimeout = 2 * time.Second
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParsePolicy(strings.NewReader(`{"server": "s", "tools": {"book": {"max_execution": "30s"}, "look": {"read_only": true}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &tally{count: map[string]int{}}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "tally", Version: "1"}, nil)
+	up.add(srv, "book", nil)
+	up.add(srv, "look", nil)
+	release := make(chan struct{})
+	var first *mcp.ServerSession
+	var dials atomic.Int32
+	gw, err := New(t.Context(), Options{Store: store, Policy: f, Upstream: func(ctx context.Context) (mcp.Transport, error) {
+		if dials.Add(1) > 1 {
+			return hangTransport{release}, nil
+		}
+		ct, st := mcp.NewInMemoryTransports()
+		ss, err := srv.Connect(ctx, st, nil)
+		first = ss
+		return ct, err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Close(ctx)
+	})
+	t.Cleanup(func() { close(release) })
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+
+	// The upstream goes away; the next call connects again, and hangs.
+	first.Close()
+	waitFor(t, func() bool {
+		gw.up.mu.Lock()
+		defer gw.up.mu.Unlock()
+		return gw.up.session == nil
+	})
+	booked := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := cs.CallTool(context.Background(), rawCall("hang", "book", `{"room": 1}`))
+		booked <- res
+	}()
+	waitFor(t, func() bool { return dials.Load() == 2 })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	began := time.Now()
+	looked := make(chan error, 1)
+	go func() {
+		_, err := gw.up.call(ctx, &mcp.CallToolParams{Name: "look", Arguments: map[string]any{}})
+		looked <- err
+	}()
+	select {
+	case err := <-looked:
+		if err == nil {
+			t.Fatal("a call through a hung connection answered")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a call with a 1s timeout still waits after %s for another call's connection", time.Since(began).Round(time.Second))
+	}
+	select {
+	case res := <-booked:
+		if res == nil || !res.IsError || !strings.Contains(text(res), "not performed") {
+			t.Fatalf("the call whose connect hung: %v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the call whose connect hung still waits after %s", time.Since(began).Round(time.Second))
+	}
+	if up.n("book") != 0 {
+		t.Fatal("book ran")
+	}
+}

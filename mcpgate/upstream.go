@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -15,19 +16,27 @@ import (
 // released for a retry rather than left unknown.
 var errNotSent = errors.New("the upstream server could not be reached; the call was not sent")
 
+// connectTimeout bounds making a connection to the upstream (starting
+// its command or reaching its URL, and initialize): an upstream that
+// hangs there holds every call that waits for the connection.
+var connectTimeout = 30 * time.Second
+
 // upstream is the gateway's connection to the MCP server it fronts,
 // made again when it breaks (an upstream command that exited is started
 // again on the next call).
 type upstream struct {
 	dial   func(ctx context.Context) (mcp.Transport, error)
 	client *mcp.Client
+	// connecting is held while a connection is made, so one is made at
+	// a time; a call waits for it only as long as its own context.
+	connecting chan struct{}
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
 }
 
 func newUpstream(dial func(ctx context.Context) (mcp.Transport, error), tools, rest func()) *upstream {
-	u := &upstream{dial: dial}
+	u := &upstream{dial: dial, connecting: make(chan struct{}, 1)}
 	u.client = mcp.NewClient(implementation, &mcp.ClientOptions{
 		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { go tools() },
 		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { go rest() },
@@ -36,22 +45,39 @@ func newUpstream(dial func(ctx context.Context) (mcp.Transport, error), tools, r
 	return u
 }
 
-// live returns the current session, connecting when there is none.
-func (u *upstream) live(ctx context.Context) (*mcp.ClientSession, error) {
+func (u *upstream) current() *mcp.ClientSession {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.session != nil {
-		return u.session, nil
+	return u.session
+}
+
+// live returns the current session, connecting when there is none.
+func (u *upstream) live(ctx context.Context) (*mcp.ClientSession, error) {
+	if s := u.current(); s != nil {
+		return s, nil
 	}
-	t, err := u.dial(ctx)
+	select {
+	case u.connecting <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for the connection: %v", errNotSent, ctx.Err())
+	}
+	defer func() { <-u.connecting }()
+	if s := u.current(); s != nil {
+		return s, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	t, err := u.dial(cctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotSent, err)
 	}
-	s, err := u.client.Connect(ctx, t, nil)
+	s, err := u.client.Connect(cctx, t, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotSent, err)
 	}
+	u.mu.Lock()
 	u.session = s
+	u.mu.Unlock()
 	go func() {
 		_ = s.Wait()
 		u.mu.Lock()
