@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -596,4 +597,58 @@ func TestACallWaitingForTheUpstreamsConnectionKeepsItsOwnDeadline(t *testing.T) 
 	if up.n("book") != 0 {
 		t.Fatal("book ran")
 	}
+}
+
+// Each tools/list_changed the upstream sends started a listing of its
+// whole tool list (up to 10,000 tools) in a goroutine of its own: an
+// upstream that sent them faster than it answered the listings had the
+// gateway hold as many listings open at once as it sent notifications.
+func TestListChangedNotificationsDoNotPileUpListings(t *testing.T) {
+	var armed atomic.Bool
+	var open, most atomic.Int32
+	gate := make(chan struct{})
+	var srv *mcp.Server
+	r := newAdvRig(t, `{"server": "s"}`, Options{}, func(s *mcp.Server, u *tally) {
+		srv = s
+		u.add(s, "book", nil)
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "tools/list" && armed.Load() {
+					n := open.Add(1)
+					defer open.Add(-1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					<-gate
+				}
+				return next(ctx, method, req)
+			}
+		})
+	})
+	_ = r
+	armed.Store(true)
+	for i := range 30 {
+		srv.AddTool(&mcp.Tool{Name: "t" + strconv.Itoa(i), InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{}, nil
+			})
+		time.Sleep(20 * time.Millisecond) // past the SDK's 10 ms debounce: one notification each
+	}
+	time.Sleep(200 * time.Millisecond)
+	got := most.Load()
+	close(gate)
+	if got > 2 {
+		t.Fatalf("%d listings of the upstream's tools were open at once, for 30 notifications", got)
+	}
+	// The last change is mirrored all the same.
+	cs := r.connect(t)
+	waitFor(t, func() bool {
+		n := 0
+		for _, err := range cs.Tools(t.Context(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		return n == 31
+	})
 }

@@ -96,7 +96,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, policy: opts.Policy, log: log, slots: make(chan struct{}, opts.MaxCalls), tools: map[string]*mirrored{}}
-	g.up = newUpstream(opts.Upstream, g.refresh, g.refreshRest)
+	g.up = newUpstream(opts.Upstream, coalesce(g.refresh), coalesce(g.refreshRest))
 	tools, err := g.up.tools(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("mcpgate: listing the upstream's tools: %w", err)
@@ -264,4 +264,34 @@ func (g *Gateway) tool(name string) *mirrored {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.tools[name]
+}
+
+// coalesce makes fn, called on each of the upstream's notifications, run
+// once at a time: a call while it runs makes it run once more after,
+// however many came meanwhile. An upstream that notifies faster than it
+// answers has one listing open, not one per notification.
+func coalesce(fn func()) func() {
+	var mu sync.Mutex
+	running, again := false, false
+	return func() {
+		mu.Lock()
+		if running {
+			again = true
+			mu.Unlock()
+			return
+		}
+		running = true
+		mu.Unlock()
+		for {
+			fn()
+			mu.Lock()
+			if !again {
+				running = false
+				mu.Unlock()
+				return
+			}
+			again = false
+			mu.Unlock()
+		}
+	}
 }
