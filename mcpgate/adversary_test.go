@@ -652,3 +652,28 @@ func TestListChangedNotificationsDoNotPileUpListings(t *testing.T) {
 		return n == 31
 	})
 }
+
+// Close waits for the calls running and closes the upstream. A call that
+// came after (an HTTP request the server's shutdown let through, or a
+// tools/list_changed refresh) connected to the upstream again: a
+// command started after its gateway had closed, left running, and an
+// effect performed by a gateway that had said it was done.
+func TestNothingReachesTheUpstreamAfterClose(t *testing.T) {
+	r := newAdvRig(t, `{"server": "s", "tools": {"book": {}}}`, Options{}, func(s *mcp.Server, u *tally) {
+		u.add(s, "book", nil)
+	})
+	cs := r.connect(t)
+	if err := r.gw.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(t.Context(), rawCall("closed", "book", `{"room": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.up.n("book"); n != 0 || !res.IsError {
+		t.Fatalf("after Close, book ran %d times: %q", n, text(res))
+	}
+	if _, err := r.gw.up.tools(t.Context()); err == nil {
+		t.Fatal("after Close, the upstream's tools were listed")
+	}
+}

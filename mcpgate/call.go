@@ -37,6 +37,9 @@ func (g *Gateway) handler(name string) mcp.ToolHandler {
 		if err != nil {
 			return says(true, "%v", err), nil
 		}
+		if g.closing.Load() {
+			return says(true, "the gateway is shutting down; call again in a few seconds. Nothing was sent."), nil
+		}
 		select {
 		case g.slots <- struct{}{}:
 		default:

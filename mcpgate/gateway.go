@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -55,6 +56,9 @@ type Gateway struct {
 	log    *slog.Logger
 	slots  chan struct{}
 	calls  sync.WaitGroup
+	// closing is set when Close begins: calls that come after it are
+	// refused before anything is claimed.
+	closing atomic.Bool
 
 	mu        sync.Mutex
 	tools     map[string]*mirrored
@@ -187,6 +191,7 @@ func (g *Gateway) Client() *once.Client { return g.client }
 // cancel its call: its outcome is recorded for the re-issued one), up
 // to ctx, then closes the upstream.
 func (g *Gateway) Close(ctx context.Context) error {
+	g.closing.Store(true)
 	done := make(chan struct{})
 	go func() { g.calls.Wait(); close(done) }()
 	var err error

@@ -33,6 +33,8 @@ type upstream struct {
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
+	// closed: the gateway closed; no connection is made again.
+	closed bool
 }
 
 func newUpstream(dial func(ctx context.Context) (mcp.Transport, error), tools, rest func()) *upstream {
@@ -62,7 +64,13 @@ func (u *upstream) live(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("%w: waiting for the connection: %v", errNotSent, ctx.Err())
 	}
 	defer func() { <-u.connecting }()
-	if s := u.current(); s != nil {
+	u.mu.Lock()
+	s, closed := u.session, u.closed
+	u.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: the gateway has closed", errNotSent)
+	}
+	if s != nil {
 		return s, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
@@ -71,7 +79,7 @@ func (u *upstream) live(ctx context.Context) (*mcp.ClientSession, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotSent, err)
 	}
-	s, err := u.client.Connect(cctx, t, nil)
+	s, err = u.client.Connect(cctx, t, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotSent, err)
 	}
@@ -144,7 +152,7 @@ func (u *upstream) tools(ctx context.Context) ([]*mcp.Tool, error) {
 func (u *upstream) close() {
 	u.mu.Lock()
 	s := u.session
-	u.session = nil
+	u.session, u.closed = nil, true
 	u.mu.Unlock()
 	if s != nil {
 		_ = s.Close()
