@@ -79,6 +79,7 @@ func defineMCP(fs *flagSet) func(env, []string) error {
 			}
 			c := exec.Command(cmd[0], cmd[1:]...)
 			c.Stderr = e.stderr
+			diesWithGateway(c)
 			return &mcp.CommandTransport{Command: c, TerminateDuration: 5 * time.Second}, nil
 		}
 		ctx, cancel := context.WithTimeout(e.ctx, openTimeout)

@@ -45,6 +45,8 @@ type gatewayRig struct {
 	// upstream, when set, is a counter serving HTTP that the gateways
 	// reach by URL (--upstream) instead of starting it.
 	upstream string
+	// upstreamFlags are the counter's own flags (--stubborn).
+	upstreamFlags []string
 }
 
 func newGatewayRig(t *testing.T, db, policy string) *gatewayRig {
@@ -77,7 +79,7 @@ func (r *gatewayRig) args(extra ...string) []string {
 	if r.upstream != "" {
 		return append(a, "--upstream", r.upstream)
 	}
-	return append(a, "--", r.counter, "--effects", r.effects)
+	return append(append(a, "--", r.counter, "--effects", r.effects), r.upstreamFlags...)
 }
 
 // command is the gateway's process, in an environment without

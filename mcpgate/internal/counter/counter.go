@@ -96,6 +96,33 @@ func Count(file, tool string) (int, error) {
 type ledger struct {
 	mu   sync.Mutex
 	file string
+	// stubborn: the server does not listen to cancellation and finishes
+	// its calls after its client is gone, as many servers do; calls
+	// counts them, and each is marked "received:<tool>" as it arrives.
+	stubborn bool
+	calls    sync.WaitGroup
+}
+
+// NewStubborn is New for a server that ignores cancellation and whose
+// calls outlive their client: wait returns once every call has ended.
+// A test uses it to see what happens to a call whose gateway died
+// while the server still held it.
+func NewStubborn(file string) (s *mcp.Server, wait func()) {
+	l := &ledger{file: file, stubborn: true}
+	return l.server(), l.calls.Wait
+}
+
+// arrive is where send and charge begin: a stubborn server cuts the
+// call loose from its client and marks its arrival.
+func (l *ledger) arrive(ctx context.Context, req *mcp.CallToolRequest) (context.Context, func()) {
+	if !l.stubborn {
+		return ctx, func() {}
+	}
+	l.calls.Add(1)
+	l.mu.Lock()
+	l.record(Effect{Tool: "received:" + req.Params.Name, Args: req.Params.Arguments})
+	l.mu.Unlock()
+	return context.WithoutCancel(ctx), l.calls.Done
 }
 
 // record appends e and syncs, so the effect is on disk before anyone
@@ -174,6 +201,10 @@ type Counts struct {
 // New returns the server, recording effects in file.
 func New(file string) *mcp.Server {
 	l := &ledger{file: file}
+	return l.server()
+}
+
+func (l *ledger) server() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "counter", Version: "0.1.0"}, nil)
 	yes, no := true, false
 	mcp.AddTool(s, &mcp.Tool{
@@ -207,6 +238,8 @@ func New(file string) *mcp.Server {
 }
 
 func (l *ledger) send(ctx context.Context, req *mcp.CallToolRequest, a SendArgs) (*mcp.CallToolResult, Sent, error) {
+	ctx, done := l.arrive(ctx, req)
+	defer done()
 	if err := pause(ctx, req, a.SleepMS, "before"); err != nil {
 		return nil, Sent{}, err
 	}
@@ -223,6 +256,8 @@ func (l *ledger) send(ctx context.Context, req *mcp.CallToolRequest, a SendArgs)
 }
 
 func (l *ledger) charge(ctx context.Context, req *mcp.CallToolRequest, a ChargeArgs) (*mcp.CallToolResult, Charged, error) {
+	ctx, done := l.arrive(ctx, req)
+	defer done()
 	if err := pause(ctx, req, a.SleepMS, "before"); err != nil {
 		return nil, Charged{}, err
 	}

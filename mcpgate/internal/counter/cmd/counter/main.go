@@ -28,17 +28,22 @@ func main() {
 	_ = flag.Bool("stdio", true, "serve over stdin and stdout (the default)")
 	addr := flag.String("http", "", "serve Streamable HTTP on this loopback address instead of stdio")
 	stateful := flag.Bool("stateful", false, "with --http, keep sessions (Mcp-Session-Id); such a server cannot speak 2026-07-28")
+	stubborn := flag.Bool("stubborn", false, "ignore cancellation, and over stdio finish the calls under way after stdin closes, as many servers do")
 	flag.Parse()
 	log.SetPrefix("counter: ")
 	log.SetFlags(0)
 	if *effects == "" {
 		log.Fatal("--effects is required")
 	}
-	srv := counter.New(*effects)
+	srv, wait := counter.New(*effects), func() {}
+	if *stubborn {
+		srv, wait = counter.NewStubborn(*effects)
+	}
 	if *addr == "" {
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
 			log.Fatal(err)
 		}
+		wait()
 		return
 	}
 	ln, err := net.Listen("tcp", *addr)
