@@ -394,3 +394,21 @@ func TestToolsAddedUpstreamAreMirrored(t *testing.T) {
 		return true
 	})
 }
+
+// TestKeyArgumentsOfDifferentTypesAreDifferentTargets: the string
+// "[42]" and the number 42 are two recipients, not one written twice.
+func TestKeyArgumentsOfDifferentTypesAreDifferentTargets(t *testing.T) {
+	r := newRig(t, testPolicy)
+	cs := r.connect(t)
+	for _, to := range []any{"[42]", 42} {
+		res, err := cs.CallTool(t.Context(), callArgs("run-types", 0, "send_message", map[string]any{"to": to}))
+		if err != nil || strings.Contains(text(res), "different arguments") {
+			t.Fatalf("to %v: %v %q", to, err, text(res))
+		}
+		// The upstream's schema takes a string: the number reached it,
+		// and it said so, as a tool error the model reads.
+		if to == 42 && !strings.Contains(text(res), "want \"string\"") {
+			t.Fatalf("to 42 did not reach the upstream: %q", text(res))
+		}
+	}
+}

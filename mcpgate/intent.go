@@ -106,8 +106,11 @@ func (g *Gateway) intentOf(tool string, p *toolPolicy, params *mcp.CallToolParam
 // upstream, so one target here.
 func targetOf(vals []json.RawMessage) string {
 	if len(vals) == 1 {
+		// A lone string stands as it is, readable in the console,
+		// unless it could be taken for the JSON form below: the string
+		// "[42]" and the number 42 are two targets.
 		var s string
-		if json.Unmarshal(vals[0], &s) == nil {
+		if json.Unmarshal(vals[0], &s) == nil && !strings.HasPrefix(s, "[") {
 			return s
 		}
 	}
