@@ -76,8 +76,13 @@ func elicitAccepted(t *testing.T, db string) {
 		t.Fatalf("asked %d times, want 1", n)
 	}
 	key, _ := res.Meta["oncehq.dev/key"].(string)
-	if m := e.message(); !strings.Contains(m, "mcp:counter/send_message") || !strings.Contains(m, "gus@example.com") || !strings.Contains(m, key) {
-		t.Errorf("the elicitation does not name the kind, the target and the key %s: %q", key, m)
+	if m := e.message(); !strings.Contains(m, "mcp:counter/send_message") || !strings.Contains(m, "gus@example.com") || !strings.Contains(m, key) ||
+		!strings.Contains(m, `"subject":"wire"`) {
+		t.Errorf("the elicitation does not name the kind, the target, the arguments and the key %s: %q", key, m)
+	}
+	// The approval is fenced by what the person saw: the arguments.
+	if out := mustRun(t, "show", key, "--db", db, "--json"); !strings.Contains(out, "approved") {
+		t.Errorf("once show has no approval:\n%s", out)
 	}
 	if n := r.count(t, "send_message"); n != 1 {
 		t.Fatalf("sent %d, want 1", n)
