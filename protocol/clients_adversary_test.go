@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/npmlock"
+
 	"github.com/oncehq/once"
 )
 
@@ -53,6 +55,7 @@ func TestPythonClientAdversary(t *testing.T) {
 func TestTypeScriptClientAdversary(t *testing.T) {
 	npm := lookPath(t, "npm")
 	dir, _ := filepath.Abs("../clients/ts")
+	npmlock.Hold(t, dir)
 	for _, args := range [][]string{{"ci", "--no-audit", "--no-fund"}, {"run", "build"}} {
 		cmd := exec.Command(npm, args...)
 		cmd.Dir = dir

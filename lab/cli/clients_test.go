@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/oncehq/once/internal/npmlock"
 )
 
 // clientSuite runs a client's suite, cmd in dir, against `once serve`
@@ -63,6 +65,7 @@ func TestTypeScriptClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	npmlock.Hold(t, dir)
 	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
 	ci.Dir = dir
 	if out, err := ci.CombinedOutput(); err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oncehq/once/internal/npmlock"
 )
 
 // TestMCPGatewayTypeScript calls once mcp from the TypeScript MCP
@@ -28,6 +30,7 @@ func TestMCPGatewayTypeScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	npmlock.Hold(t, dir)
 	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
 	ci.Dir = dir
 	if out, err := ci.CombinedOutput(); err != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/npmlock"
+
 	"github.com/oncehq/once/mcpgate/internal/counter"
 )
 
@@ -37,6 +39,7 @@ func harness(t *testing.T) {
 			t.Skipf("%s is missing: skipping the TypeScript harness (install Node.js 20+ to run it)", tool)
 		}
 	}
+	npmlock.Hold(t, tsDir)
 	npmOnce.Do(func() {
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
 		cmd.Dir = tsDir
