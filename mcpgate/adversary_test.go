@@ -97,18 +97,7 @@ func newAdvRig(t *testing.T, policy string, opts Options, tools func(*mcp.Server
 		_ = gw.Close(ctx)
 	})
 	r := &advRig{up: up, gw: gw}
-	r.connect = func(t *testing.T) *mcp.ClientSession {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
+	r.connect = func(t *testing.T) *mcp.ClientSession { return clientOf(t, gw) }
 	return r
 }
 
@@ -282,15 +271,7 @@ func TestACallToAnUpstreamThatForgotItsSessionIsSentOnANewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gw.Close(context.Background()) })
-	ct, st := mcp.NewInMemoryTransports()
-	if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+	cs := clientOf(t, gw)
 
 	for i, room := range []string{"a", "b"} {
 		if i == 1 {

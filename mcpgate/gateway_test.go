@@ -131,19 +131,23 @@ func newRig(t *testing.T, policy string) *rig {
 		_ = gw.Close(ctx)
 	})
 	r := &rig{up: up, srv: srv, gw: gw}
-	r.connect = func(t *testing.T) *mcp.ClientSession {
-		ct, st := mcp.NewInMemoryTransports()
-		if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
+	r.connect = func(t *testing.T) *mcp.ClientSession { return clientOf(t, gw) }
 	return r
+}
+
+// clientOf connects a client to the gateway, in memory.
+func clientOf(t *testing.T, gw *Gateway) *mcp.ClientSession {
+	t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }
 
 const testPolicy = `{"server": "mail", "trust_annotations": true, "tools": {
