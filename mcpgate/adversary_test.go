@@ -61,18 +61,7 @@ type advRig struct {
 
 func newAdvRig(t *testing.T, policy string, opts Options, tools func(*mcp.Server, *tally)) *advRig {
 	t.Helper()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	f, err := ParsePolicy(strings.NewReader(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, f := storeAndPolicy(t, policy)
 	up := &tally{count: map[string]int{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "tally", Version: "1"}, nil)
 	tools(srv, up)

@@ -98,18 +98,7 @@ type rig struct {
 
 func newRig(t *testing.T, policy string) *rig {
 	t.Helper()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if err := store.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	f, err := ParsePolicy(strings.NewReader(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, f := storeAndPolicy(t, policy)
 	up := &effects{count: map[string]int{}, keys: map[string]bool{}}
 	srv := up.server()
 	gw, err := New(t.Context(), Options{
@@ -133,6 +122,25 @@ func newRig(t *testing.T, policy string) *rig {
 	r := &rig{up: up, srv: srv, gw: gw}
 	r.connect = func(t *testing.T) *mcp.ClientSession { return clientOf(t, gw) }
 	return r
+}
+
+// storeAndPolicy is a migrated SQLite store of the test's own and the
+// policy file parsed.
+func storeAndPolicy(t *testing.T, policy string) (*sqlite.Store, *File) {
+	t.Helper()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "once.db"), sqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParsePolicy(strings.NewReader(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, f
 }
 
 // clientOf connects a client to the gateway, in memory.
