@@ -149,9 +149,11 @@ type Action struct {
 	Attempt     int             `json:"attempt"`
 	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error,omitempty"`
-	// LeaseLeftMS: how long the claim or the wait for approval holds,
-	// by the database's clock as the server read it; zero when none
-	// does.
+	// LeaseLeftMS: how long the claim or the wait for approval holds;
+	// zero when none does. It is the database's deadline less the
+	// server's clock, so it is off by any skew between the two: a
+	// reader that must know (a test waiting for a lease to lapse) asks
+	// again until it is zero. The claim's own answer is exact.
 	LeaseLeftMS int64 `json:"lease_left_ms,omitempty"`
 }
 
