@@ -57,6 +57,12 @@ func storableEvent(e Event) Event {
 // checkResult reports why raw cannot be stored as a result, or nil: it
 // must be JSON, valid UTF-8 with no raw NUL, and nested at most
 // MaxResultDepth deep. The error matches ErrResultNotJSON.
+// CheckResult says whether raw can be stored as a result: valid UTF-8
+// JSON nesting no deeper than MaxResultDepth. A server that stores
+// results it did not make (once mcp keeps a tool's answer) checks with
+// it before it chooses what to keep; the size bound is its own.
+func CheckResult(raw []byte) error { return checkResult(raw) }
+
 func checkResult(raw []byte) error {
 	if why := resultProblem(raw); why != "" {
 		return fmt.Errorf("%w: the result %s", ErrResultNotJSON, why)

@@ -80,11 +80,7 @@ func newAdvRig(t *testing.T, policy string, opts Options, tools func(*mcp.Server
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Close(ctx)
-	})
+	closeAtEnd(t, gw)
 	r := &advRig{up: up, gw: gw}
 	r.connect = func(t *testing.T) *mcp.ClientSession { return clientOf(t, gw) }
 	return r
@@ -511,11 +507,7 @@ func TestACallWaitingForTheUpstreamsConnectionKeepsItsOwnDeadline(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Close(ctx)
-	})
+	closeAtEnd(t, gw)
 	t.Cleanup(func() { close(release) })
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := gw.Server().Connect(t.Context(), st, nil); err != nil {

@@ -337,7 +337,7 @@ func (g *Gateway) answer(ctx context.Context, r once.Result[json.RawMessage], er
 // and every repeat would be told its outcome is unknown. The caller of
 // this call gets the whole result all the same.
 func (g *Gateway) keepable(res *mcp.CallToolResult, b []byte) json.RawMessage {
-	if len(b) <= g.opts.MaxResultBytes && depthOf(b) <= once.MaxResultDepth {
+	if len(b) <= g.opts.MaxResultBytes && once.CheckResult(b) == nil {
 		return b
 	}
 	stub := &mcp.CallToolResult{IsError: res.IsError, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
@@ -346,36 +346,12 @@ func (g *Gateway) keepable(res *mcp.CallToolResult, b []byte) json.RawMessage {
 	if res.StructuredContent != nil {
 		with := *stub
 		with.StructuredContent = res.StructuredContent
-		if wb, err := json.Marshal(&with); err == nil && len(wb) <= g.opts.MaxResultBytes && depthOf(wb) <= once.MaxResultDepth {
+		if wb, err := json.Marshal(&with); err == nil && len(wb) <= g.opts.MaxResultBytes && once.CheckResult(wb) == nil {
 			return wb
 		}
 	}
 	sb, _ := json.Marshal(stub)
 	return sb
-}
-
-// depthOf is how deeply valid JSON text b nests.
-func depthOf(b []byte) int {
-	depth, deepest, inString := 0, 0, false
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case inString:
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-			deepest = max(deepest, depth)
-		case c == ']' || c == '}':
-			depth--
-		}
-	}
-	return deepest
 }
 
 func isRecordError(err error) bool {

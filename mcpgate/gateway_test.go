@@ -114,11 +114,7 @@ func newRig(t *testing.T, policy string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = gw.Close(ctx)
-	})
+	closeAtEnd(t, gw)
 	r := &rig{up: up, srv: srv, gw: gw}
 	r.connect = func(t *testing.T) *mcp.ClientSession { return clientOf(t, gw) }
 	return r
@@ -141,6 +137,16 @@ func storeAndPolicy(t *testing.T, policy string) (*sqlite.Store, *File) {
 		t.Fatal(err)
 	}
 	return store, f
+}
+
+// closeAtEnd closes the gateway when the test ends, waiting up to ten
+// seconds for its calls.
+func closeAtEnd(t *testing.T, gw *Gateway) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Close(ctx)
+	})
 }
 
 // clientOf connects a client to the gateway, in memory.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/oncehq/once"
+	"github.com/oncehq/once/protocol"
 )
 
 // File is a tool-policy file: how the gateway keys and recovers each
@@ -100,12 +101,9 @@ type VerifierSpec struct {
 	Landed string `json:"landed"`
 }
 
-// ApprovalSpec makes every call of a tool wait for a person.
-type ApprovalSpec struct {
-	Always   bool   `json:"always"`
-	Expiry   string `json:"expiry,omitempty"`
-	OnExpiry string `json:"on_expiry,omitempty"`
-}
+// ApprovalSpec makes every call of a tool wait for a person: the
+// approval gate of a kinds file, written the same way.
+type ApprovalSpec = protocol.ApprovalSpec
 
 // Bounds of a policy file and of what it names.
 const (
