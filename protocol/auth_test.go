@@ -101,18 +101,7 @@ func TestRightTokenIsServedAfterWrongOnesFromItsAddress(t *testing.T) {
 // request's address set: RemoteAddr is what the failure counts go by.
 func guardOnly(t *testing.T) func(addr, token string) int {
 	t.Helper()
-	store := stores(t)["sqlite"](t)
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := workersOnly(t)
 	return func(addr, token string) int {
 		req := httptest.NewRequest("POST", "/v1/keys", strings.NewReader(`{"intent":{"run":"r","step":1,"kind":"k"}}`))
 		req.RemoteAddr = addr
@@ -177,18 +166,7 @@ func TestFloodOfAddressesDoesNotFreeAGuesser(t *testing.T) {
 // TestBearerSchemeInAnyCase: the scheme of an Authorization header is
 // case-insensitive (RFC 9110 §11.1), so "bearer TOKEN" is the token.
 func TestBearerSchemeInAnyCase(t *testing.T) {
-	store := stores(t)["sqlite"](t)
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := once.New(once.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := workersOnly(t)
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
@@ -203,4 +181,22 @@ func TestBearerSchemeInAnyCase(t *testing.T) {
 			t.Errorf("Authorization: %s TOKEN = %d, want 200", scheme, resp.StatusCode)
 		}
 	}
+}
+
+// workersOnly is /v1 over a fresh SQLite store, for workerToken alone.
+func workersOnly(t *testing.T) *protocol.Server {
+	t.Helper()
+	store := stores(t)["sqlite"](t)
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := once.New(once.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := protocol.New(protocol.Config{Client: c, Workers: []string{workerToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

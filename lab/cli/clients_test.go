@@ -65,12 +65,7 @@ func TestTypeScriptClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	npmlock.Hold(t, dir)
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
+	npmCI(t, npm, dir)
 	clientSuite(t, dir, npm, "test")
 }
 
@@ -84,4 +79,16 @@ func TestPythonClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	clientSuite(t, dir, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
+}
+
+// npmCI installs the npm project in dir from its lock file, and holds
+// it for the rest of t (npmlock): npm ci empties node_modules first.
+func npmCI(t *testing.T, npm, dir string) {
+	t.Helper()
+	npmlock.Hold(t, dir)
+	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	ci.Dir = dir
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
 }

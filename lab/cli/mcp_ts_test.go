@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/oncehq/once/internal/npmlock"
 )
 
 // TestMCPGatewayTypeScript calls once mcp from the TypeScript MCP
@@ -30,12 +28,7 @@ func TestMCPGatewayTypeScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	npmlock.Hold(t, dir)
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
+	npmCI(t, npm, dir)
 	want := map[string]string{"new": "2026-07-28", "old": "2025-11-25"}
 	for _, sdk := range []string{"new", "old"} {
 		for _, mode := range []string{"stdio", "http"} {
